@@ -1,0 +1,34 @@
+"""Settings of the service: one object, read once at start-up from `PENCIL_*` environment
+variables (and a `.env` file in the working directory, if present)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Every setting, with its environment variable PENCIL_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="PENCIL_", env_file=".env", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="address `pencil-gpu serve` binds")
+    port: int = Field(8000, ge=1, le=65535, description="port `pencil-gpu serve` listens on")
+    backend: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: CUDA when a device answers, else CPU")
+    workers: int = Field(2, ge=1, le=64, description="renders running at once (threads)")
+    max_queue: int = Field(16, ge=0, le=10_000, description="renders allowed to wait; past it /sketch answers 503")
+    max_upload_bytes: int = Field(25 * MIB, ge=1024, description="largest request body in bytes (413 past it)")
+    max_pixels: int = Field(50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)")
+    data_dir: Path = Field(Path("data"), description="directory for the service's persistent data (created at start-up)")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

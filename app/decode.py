@@ -1,0 +1,102 @@
+"""Uploaded bytes -> an 8-bit image array, or a clear 4xx.
+
+Accepts JPEG, PNG and WebP (decided from the file's signature, not its name). The
+pixel count is checked from the header before any pixel is decoded, so a decompression
+bomb never allocates. EXIF orientation is applied, alpha is composited on white, and
+grayscale, palette, 16-bit and CMYK images are brought to 8-bit gray or RGB.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from app.errors import ApiError
+from gpu.pencil.params import MIN_SIDE
+
+# Pillow format name -> what we call it in messages
+SUPPORTED_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP"}
+_SIGNATURES = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+)
+
+
+def sniff_format(data: bytes) -> str | None:
+    """The supported format the bytes start like ('JPEG', 'PNG', 'WEBP'), or None."""
+    for signature, name in _SIGNATURES:
+        if data.startswith(signature):
+            return name
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
+    """Decode an uploaded image.
+
+    Returns (H, W) uint8 for gray images or (H, W, 3) uint8 RGB, C-contiguous.
+    Raises ApiError: 400 empty/corrupt/truncated/too small, 413 more than `max_pixels`,
+    415 not a JPEG, PNG or WebP.
+    """
+    if not data:
+        raise ApiError(400, "empty_file", "the uploaded file is empty")
+    kind = sniff_format(data)
+    if kind is None:
+        raise ApiError(415, "unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
+    name = SUPPORTED_FORMATS[kind]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=[kind])
+    except Image.DecompressionBombError:
+        raise ApiError(413, "too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ApiError(400, "corrupt_image", f"the file starts like a {name} but its header is invalid ({exc})") from None
+
+    width, height = image.size
+    if width * height > max_pixels:
+        raise ApiError(413, "too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}")
+    if min(width, height) < MIN_SIDE:
+        raise ApiError(400, "image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image.load()
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ApiError(400, "corrupt_image", f"the {name} file is corrupt or truncated ({exc})") from None
+    return to_array(_upright(image))
+
+
+def _upright(image: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation; an unreadable EXIF block leaves the image as stored."""
+    try:
+        return ImageOps.exif_transpose(image)
+    except (OSError, SyntaxError, ValueError, KeyError, TypeError):
+        return image
+
+
+def to_array(image: Image.Image) -> np.ndarray:
+    """A decoded Pillow image of any mode -> (H, W) uint8 gray or (H, W, 3) uint8 RGB."""
+    mode = image.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        full_scale = 1.0 if mode == "F" and values.max(initial=0.0) <= 1.0 else 65535.0
+        return np.ascontiguousarray(np.clip(values * (255.0 / full_scale) + 0.5, 0, 255).astype(np.uint8))
+    if mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+    elif mode == "PA":
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "RGBa", "La"):
+        gray = image.mode in ("LA", "La")
+        background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, image.convert("RGBA")).convert("L" if gray else "RGB")
+    if image.mode == "1":
+        image = image.convert("L")
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("RGB")  # CMYK, YCbCr, LAB, HSV, RGBX ...
+    return np.ascontiguousarray(np.asarray(image, dtype=np.uint8))

@@ -1,0 +1,34 @@
+"""Rendered array -> encoded image bytes (PNG, JPEG or WebP) with OpenCV's encoders."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from gpu.pencil.params import Option
+
+MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+EXTENSIONS = {"png": "png", "jpeg": "jpg", "webp": "webp"}
+
+ENCODE_OPTIONS: tuple[Option, ...] = (
+    Option("format", str, "png", "output image format", choices=tuple(MEDIA_TYPES)),
+    Option("quality", int, 90, "JPEG/WebP quality (ignored for PNG)", minimum=1, maximum=100),
+)
+
+
+def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:
+    """(H, W) uint8 gray or (H, W, 3) uint8 RGB -> bytes of the image in `fmt`."""
+    if image.ndim == 3:
+        image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
+    if fmt == "png":
+        flags = [cv2.IMWRITE_PNG_COMPRESSION, 3]
+    elif fmt == "jpeg":
+        flags = [cv2.IMWRITE_JPEG_QUALITY, quality]
+    elif fmt == "webp":
+        flags = [cv2.IMWRITE_WEBP_QUALITY, quality]
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+    ok, buffer = cv2.imencode("." + EXTENSIONS[fmt], image, flags)
+    if not ok:
+        raise RuntimeError(f"OpenCV could not encode a {image.shape} image as {fmt}")
+    return buffer.tobytes()

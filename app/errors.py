@@ -1,0 +1,71 @@
+"""The one error shape of the API: JSON `{"error": code, "detail": sentence}` with the
+right status, for our own errors, Starlette's and validation errors alike. Nothing a
+client sends reaches it as a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("pencil.errors")
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "detail"],
+    "properties": {
+        "error": {"type": "string", "description": "stable machine-readable code", "example": "unsupported_format"},
+        "detail": {"type": "string", "description": "what went wrong, for a person", "example": "only JPEG, PNG and WebP images are accepted"},
+    },
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as it is."""
+
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+
+
+_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_format"}
+
+
+async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc.status, exc.code, exc.detail, exc.headers)
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = _CODES.get(exc.status_code, HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"))
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
+    if exc.status_code == 413:
+        detail = "the request body is larger than this server accepts"
+    return error_response(exc.status_code, code, detail, getattr(exc, "headers", None))
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "query"))
+        parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+    return error_response(422, "invalid_parameter", "; ".join(parts) or "invalid request")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "internal_error", "the server failed to handle this request; it has been logged")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,126 @@
+"""The FastAPI application: settings, backend, render queue, routes, page, errors.
+
+`create_app()` is the factory uvicorn runs (`uvicorn --factory app.main:create_app`).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+
+from app import sketch
+from app.config import Settings, get_settings
+from app.errors import error_response, install_error_handlers
+from app.metrics import Metrics, MetricsMiddleware
+from app.render_queue import RenderQueue
+from gpu.backend import select_backend
+
+log = logging.getLogger("pencil")
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
+MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
+
+try:
+    VERSION = version("pencil-gpu")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    VERSION = "0.0.0+source"
+
+
+class DeclaredLengthGuard:
+    """Answers 413 in our JSON shape when Content-Length already exceeds the limit, before
+    any route runs; bodies without a length are cut off by RequestBodyLimitMiddleware."""
+
+    def __init__(self, app, max_body_size: int):
+        self.app, self.max_body_size = app, max_body_size
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit() and int(length) > self.max_body_size:
+                limit_mib = self.max_body_size / (1024 * 1024)
+                response = error_response(413, "too_large", f"the request body is {int(length):,} bytes; the limit is {limit_mib:.0f} MiB")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    backend = select_backend(settings.backend)
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", settings.workers, settings.max_queue)
+        yield
+        app.state.render_queue.shutdown()
+
+    app = FastAPI(
+        title="pencil-gpu",
+        version=VERSION,
+        summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
+        description="Errors are JSON `{\"error\": code, \"detail\": sentence}` with status 400, 413, 415, 422 or 503.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.backend = backend
+    app.state.metrics = metrics
+    app.state.render_queue = RenderQueue(settings.workers, settings.max_queue, metrics, backend.name)
+    install_error_handlers(app)
+    app.include_router(sketch.router)
+    _add_service_routes(app)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=limit)
+    app.add_middleware(DeclaredLengthGuard, max_body_size=limit)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+def _add_service_routes(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
+    @app.get("/healthz", summary="Liveness, backend and version")
+    async def healthz(request: Request) -> dict:
+        state = request.app.state
+        return {
+            "status": "ok",
+            "backend": state.backend.name,
+            "devices": state.backend.devices,
+            "version": VERSION,
+            "workers": state.settings.workers,
+            "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
+        }
+
+    @app.get("/readyz", summary="Readiness: can take a render now", responses={503: {"description": "not ready"}})
+    async def readyz(request: Request) -> JSONResponse:
+        state = request.app.state
+        problems = []
+        if not state.settings.data_dir.is_dir():
+            problems.append(f"data directory {state.settings.data_dir} is missing")
+        if state.render_queue.waiting >= state.settings.max_queue and state.render_queue.running >= state.settings.workers:
+            problems.append("render queue is full")
+        if problems:
+            return JSONResponse({"ready": False, "problems": problems}, status_code=503, headers={"Retry-After": "1"})
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,56 @@
+"""Prometheus metrics of one app instance (own registry, so tests can build many apps),
+and the ASGI middleware that counts and times every HTTP request by route template."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_RENDER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("pencil_http_requests", "HTTP requests by route template, method and status", ["route", "method", "status"], registry=r)
+        self.latency = Histogram("pencil_http_request_seconds", "HTTP request latency, whole request", ["route", "method"], buckets=_RENDER_BUCKETS, registry=r)
+        self.in_flight = Gauge("pencil_http_in_flight", "HTTP requests being handled now", registry=r)
+        self.rejected = Counter("pencil_rejected_requests", "Requests refused with a 4xx/503, by error code", ["code"], registry=r)
+        self.queue_wait = Histogram("pencil_render_queue_wait_seconds", "Time a render waited for a worker", buckets=_RENDER_BUCKETS, registry=r)
+        self.render_time = Histogram("pencil_render_seconds", "Decode + render + encode time of one render, excluding queue wait", ["backend"], buckets=_RENDER_BUCKETS, registry=r)
+        self.queue_depth = Gauge("pencil_render_queue_depth", "Renders waiting for a worker", registry=r)
+        self.renders_running = Gauge("pencil_renders_running", "Renders running now", registry=r)
+
+
+class MetricsMiddleware:
+    """Counts and times requests; the route label is the matched path template (e.g.
+    /sketch), or "unmatched", so client-chosen paths cannot blow up the label set."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        start = time.perf_counter()
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            self.metrics.in_flight.dec()
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(route, method, str(status)).inc()
+            self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)

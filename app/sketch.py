@@ -1,0 +1,154 @@
+"""POST /sketch: an uploaded photo in, a pencil drawing out.
+
+The upload is a multipart form (field `image`) or, for scripts, the raw image as the
+request body with an `image/*` Content-Type. Options come as form fields or query
+parameters (a form field wins); they are described once in `PENCIL_OPTIONS` and
+`ENCODE_OPTIONS`, from which both the parsing and the OpenAPI description are built.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from starlette.datastructures import UploadFile
+
+from app.decode import decode_image
+from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image
+from app.errors import ERROR_SCHEMA, ApiError
+from gpu import pencil
+from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
+
+router = APIRouter()
+
+ALL_OPTIONS: tuple[Option, ...] = PENCIL_OPTIONS + ENCODE_OPTIONS
+_OPTION_NAMES = {option.name for option in ALL_OPTIONS}
+
+
+def _option_schema(option: Option) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": {str: "string", int: "integer", float: "number"}[option.type], "description": option.describe()}
+    if option.choices:
+        schema["enum"] = list(option.choices)
+    if option.minimum is not None:
+        schema["minimum"] = option.minimum
+    if option.maximum is not None:
+        schema["maximum"] = option.maximum
+    if option.default is not None:
+        schema["default"] = option.default
+    return schema
+
+
+def _error_response(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+_image_headers = {
+    "X-Backend": {"description": "backend that rendered: cuda or cpu", "schema": {"type": "string"}},
+    "X-Render-Ms": {"description": "decode + render + encode time in ms, excluding queue wait", "schema": {"type": "number"}},
+    "X-Queue-Ms": {"description": "time spent waiting for a render worker, in ms", "schema": {"type": "number"}},
+    "X-Image-Size": {"description": "size of the drawing, WIDTHxHEIGHT in px", "schema": {"type": "string"}},
+}
+
+OPENAPI = {
+    "parameters": [{"name": o.name, "in": "query", "required": False, "schema": _option_schema(o)} for o in ALL_OPTIONS],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {
+                        "image": {"type": "string", "format": "binary", "description": "the photo: JPEG, PNG or WebP"},
+                        **{o.name: _option_schema(o) for o in ALL_OPTIONS},
+                    },
+                },
+            },
+            "image/*": {"schema": {"type": "string", "format": "binary", "description": "the photo as the raw body (options as query parameters)"}},
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "the drawing",
+            "headers": _image_headers,
+            "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in MEDIA_TYPES.values()},
+        },
+        "400": _error_response("no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form"),
+        "413": _error_response("body larger than PENCIL_MAX_UPLOAD_BYTES, or more pixels than PENCIL_MAX_PIXELS (decided from the header)"),
+        "415": _error_response("not a JPEG, PNG or WebP, or a request body that is neither a form nor an image"),
+        "422": _error_response("an option out of range or not one of its choices; `detail` names it"),
+        "503": _error_response("too many renders waiting (see the Retry-After header)"),
+    },
+}
+
+
+async def _read_upload(request: Request) -> tuple[bytes, str, dict[str, str]]:
+    """The image bytes, its file name, and the options given as form fields."""
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type.startswith("image/") or content_type.startswith("application/octet-stream"):
+        return await request.body(), "image", {}
+    if not content_type.startswith("multipart/form-data"):
+        raise ApiError(415, "unsupported_media_type", "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the raw body with an image/* Content-Type")
+    form = await request.form(max_files=4, max_fields=len(ALL_OPTIONS) + 8, max_part_size=64 * 1024)
+    try:
+        upload = form.get("image")
+        if upload is None:
+            given = ", ".join(sorted(set(form.keys()))) or "none"
+            raise ApiError(400, "missing_image", f"the form has no field named 'image' (fields sent: {given})")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(400, "missing_image", "the 'image' field must be a file upload, not a text value")
+        data = await upload.read()
+        fields = {key: value for key, value in form.multi_items() if key in _OPTION_NAMES and isinstance(value, str)}
+        return data, upload.filename or "image", fields
+    finally:
+        await form.close()
+
+
+def parse_options(query: dict[str, str], form: dict[str, str]) -> tuple[PencilParams, str, int]:
+    """Options from the query string and the form (form wins) -> (params, format, quality).
+    Raises ApiError 422 naming the offending option."""
+    raw = {**query, **form}
+    try:
+        params = PencilParams.from_options(raw)
+        fmt, quality = (o.parse(raw[o.name]) if raw.get(o.name) not in (None, "") else o.default for o in ENCODE_OPTIONS)
+    except ParamError as exc:
+        raise ApiError(422, "invalid_parameter", str(exc)) from None
+    return params, fmt, quality
+
+
+@router.post(
+    "/sketch",
+    summary="Turn a photo into a pencil drawing",
+    description="Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be a form field or a query parameter.",
+    openapi_extra=OPENAPI,
+    response_class=Response,
+)
+async def sketch(request: Request) -> Response:
+    state = request.app.state
+    data, filename, form_options = await _read_upload(request)
+    query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
+    params, fmt, quality = parse_options(query_options, form_options)
+    settings, backend = state.settings, state.backend
+
+    def job() -> tuple[bytes, tuple[int, int]]:
+        image = decode_image(data, settings.max_pixels)
+        drawing = pencil.render(image, params, backend.name)
+        return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
+
+    timed = await state.render_queue.run(job)
+    encoded, (width, height) = timed.value
+    stem = PurePath(filename).stem or "image"
+    safe_stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:100] or "image"
+    return Response(
+        content=encoded,
+        media_type=MEDIA_TYPES[fmt],
+        headers={
+            "X-Backend": backend.name,
+            "X-Render-Ms": f"{timed.run_ms:.1f}",
+            "X-Queue-Ms": f"{timed.queue_ms:.1f}",
+            "X-Image-Size": f"{width}x{height}",
+            "Content-Disposition": f'inline; filename="{safe_stem}-sketch.{EXTENSIONS[fmt]}"',
+            "Cache-Control": "no-store",
+        },
+    )

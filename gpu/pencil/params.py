@@ -1,0 +1,155 @@
+"""Parameters of the pencil pipeline: one validated object shared by both backends.
+
+`PENCIL_OPTIONS` is the single description of every user-facing option (type, default,
+bounds, help); the HTTP API builds its docs and parsing from it and the CLI its flags,
+so a bound changes in one place. The paper's fixed constants (Lu, Xu & Jia 2012) live
+here too, under their names in the paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# --- Tone model of Lu et al., on the 0..255 scale --------------------------------------
+SIGMA_B = 9.0  # bright layer: Laplacian decay from white
+U_A, U_B = 105.0, 225.0  # mid layer: uniform range
+MU_D, SIGMA_D = 90.0, 11.0  # dark layer: Gaussian
+TONE_WEIGHTS: dict[str, tuple[float, float, float]] = {
+    # bright : mid : dark
+    "light": (76.0, 22.0, 2.0),
+    "medium": (52.0, 37.0, 11.0),
+    "dark": (42.0, 29.0, 29.0),
+}
+
+# --- Texture rendering ----------------------------------------------------------------
+LU_LAMBDA = 0.2  # smoothness weight of beta in Lu's energy
+# Lu's reference asks PCG for a relative residual of 1e-6 in double precision, at most 60
+# iterations. In float32 that is below rounding noise; 1e-3 leaves a 1080p drawing within
+# 1.5 grey levels (mean 0.01) of the fully converged one, in about half the iterations.
+CG_TOLERANCE = 1e-3
+CG_MAX_ITERATIONS = 60
+
+DIRECTIONS = 8  # line directions at i * pi / 8
+MIN_SIDE = 16  # px: smaller images carry too little structure to draw
+
+
+class ParamError(ValueError):
+    """A parameter is missing its type, out of range or not one of its choices."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user-facing option: its name, type, default, bounds and a help sentence."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, raw: Any) -> Any:
+        """Coerce `raw` (a string from a form, query or command line, or a value) and check it."""
+        if self.type is str:
+            value = str(raw).strip().lower()
+        else:
+            try:
+                number = float(raw)
+            except (TypeError, ValueError):
+                raise ParamError(self.name, f"expected a number, got {raw!r}") from None
+            if not math.isfinite(number):
+                raise ParamError(self.name, f"expected a finite number, got {raw!r}")
+            if self.type is int:
+                if number != int(number):
+                    raise ParamError(self.name, f"expected an integer, got {raw!r}")
+                value = int(number)
+            else:
+                value = number
+        self.check(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        if self.choices is not None and value not in self.choices:
+            raise ParamError(self.name, f"must be one of {', '.join(self.choices)}; got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ParamError(self.name, f"must be >= {self.minimum:g}; got {value:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise ParamError(self.name, f"must be <= {self.maximum:g}; got {value:g}")
+
+    def describe(self) -> str:
+        """The help sentence with the range or choices and the default, for docs and --help."""
+        if self.choices:
+            allowed = " | ".join(self.choices)
+        elif self.minimum is not None and self.maximum is not None:
+            allowed = f"{self.minimum:g} .. {self.maximum:g}"
+        else:
+            allowed = ""
+        default = "none" if self.default is None else f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        return f"{self.help} [{allowed}; default {default}]" if allowed else f"{self.help} [default {default}]"
+
+
+PENCIL_OPTIONS: tuple[Option, ...] = (
+    Option("mode", str, "gray", "gray: a graphite drawing; color: the drawing as luminance under the photo's chroma (YCbCr)", choices=("gray", "color")),
+    Option("tone", str, "light", "tone preset, the layer weights bright:mid:dark of Lu et al.: light 76:22:2, medium 52:37:11, dark 42:29:29", choices=("light", "medium", "dark")),
+    Option("texture", str, "lu", "lu: beta from Lu's smooth least squares (conjugate gradient); fast: Qiu's per-pixel beta = 1 - J", choices=("lu", "fast")),
+    Option("line_frac", float, 1 / 30, "stroke line length as a fraction of the image's shorter side", minimum=0.005, maximum=0.2),
+    Option("stroke_width", int, 1, "stroke width w: the drawn line is 2w+1 px wide", minimum=0, maximum=5),
+    Option("stroke_gamma", float, 1.0, "darkness of the strokes: S ** stroke_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
+    Option("tone_gamma", float, 1.0, "darkness of the tone: J ** tone_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
+    Option("max_side", int, None, "downscale (area filter) so the longer side is at most this many px before rendering; omit to keep the size", minimum=MIN_SIDE, maximum=65535),
+)
+_OPTIONS_BY_NAME = {option.name: option for option in PENCIL_OPTIONS}
+
+
+@dataclass(frozen=True)
+class PencilParams:
+    """Every parameter of one render; validated on construction (raises ParamError)."""
+
+    mode: str = "gray"
+    tone: str = "light"
+    texture: str = "lu"
+    line_frac: float = 1 / 30
+    stroke_width: int = 1
+    stroke_gamma: float = 1.0
+    tone_gamma: float = 1.0
+    max_side: int | None = None
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                _OPTIONS_BY_NAME[field.name].check(value)
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, Any]) -> PencilParams:
+        """Build from strings or values keyed by option name; unknown keys are ignored,
+        empty strings mean "use the default"."""
+        values = {}
+        for option in PENCIL_OPTIONS:
+            if option.name in raw and raw[option.name] not in (None, ""):
+                values[option.name] = option.parse(raw[option.name])
+        return cls(**values)
+
+    @property
+    def tone_weights(self) -> tuple[float, float, float]:
+        return TONE_WEIGHTS[self.tone]
+
+    def line_length(self, height: int, width: int) -> int:
+        """Odd length in px of the stroke lines for an image of this size (at least 3)."""
+        length = int(round(min(height, width) * self.line_frac))
+        length = max(3, length)
+        return length if length % 2 == 1 else length + 1
+
+    def tone_blur_size(self, height: int, width: int) -> int:
+        """Side in px of the box filter smoothing the tone map: Lu's 10 px at ~600 px,
+        kept proportional so a large photo is not smoothed less than a small one."""
+        return max(3, int(round(min(height, width) / 60)))

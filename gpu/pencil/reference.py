@@ -1,0 +1,371 @@
+"""The pencil pipeline of Lu, Xu & Jia (2012) in NumPy/OpenCV: the definition of correct
+and the CPU backend.
+
+Ten stages (numbers as in DESIGN.md). Stroke branch: (1) median 3x3, (2) forward
+gradient |dx|+|dy|, (3) 8 normalised line kernels, (4) responses and argmax label,
+(5) the classified gradient drawn with the widened lines -> stroke map S. Tone branch:
+(6) histogram of L, (7) Lu's three-layer target histogram, (8) matching LUT and box blur
+-> tone map J, (9) pencil texture T = H ** beta, (10) R = S * T, colour through YCbCr.
+
+Images are float32 in [0, 1] unless a name says `_u8`. Shapes are (height, width).
+Borders: the median and the tone blur replicate the edge; the line convolutions see
+zero gradient outside the image (the GPU kernels pad their halos the same way).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cv2
+import numpy as np
+
+from gpu.pencil.params import (
+    CG_MAX_ITERATIONS,
+    CG_TOLERANCE,
+    DIRECTIONS,
+    LU_LAMBDA,
+    MU_D,
+    SIGMA_B,
+    SIGMA_D,
+    U_A,
+    U_B,
+    PencilParams,
+)
+from gpu.pencil.texture import pencil_texture, tile_texture
+
+# ---------------------------------------------------------------- input and output --
+
+
+def fit_max_side(image: np.ndarray, max_side: int | None) -> np.ndarray:
+    """Downscale (area filter) so that max(height, width) <= max_side; never upscales."""
+    height, width = image.shape[:2]
+    if not max_side or max(height, width) <= max_side:
+        return image
+    scale = max_side / max(height, width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+
+
+def split_luma(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(H, W) gray or (H, W, 3) RGB uint8 -> (luma uint8 (H, W), YCrCb uint8 or None)."""
+    if image.ndim == 2:
+        return image, None
+    ycrcb = cv2.cvtColor(image, cv2.COLOR_RGB2YCrCb)
+    return np.ascontiguousarray(ycrcb[..., 0]), ycrcb
+
+
+def to_u8(values: np.ndarray) -> np.ndarray:
+    """float in [0, 1] -> uint8, rounded to nearest."""
+    return np.clip(values * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+# ------------------------------------------------------------------ stroke branch --
+
+
+def median3(luma_u8: np.ndarray) -> np.ndarray:
+    """Stage 1: 3x3 median (edge replicated) of uint8 luma -> float32 in [0, 1]."""
+    return cv2.medianBlur(luma_u8, 3).astype(np.float32) / 255.0
+
+
+def gradient(smooth: np.ndarray) -> np.ndarray:
+    """Stage 2: M = |L(x+1,y) - L(x,y)| + |L(x,y+1) - L(x,y)|, 0 past the last column/row."""
+    magnitude = np.zeros_like(smooth)
+    magnitude[:, :-1] += np.abs(np.diff(smooth, axis=1))
+    magnitude[:-1, :] += np.abs(np.diff(smooth, axis=0))
+    return magnitude
+
+
+@lru_cache(maxsize=32)
+def line_kernels(length: int, width: int = 0) -> np.ndarray:
+    """Stage 3: (8, length, length) float32 line kernels at angles i*pi/8, each summing to 1.
+
+    A line through the centre, `length` px long (odd) and 2*width+1 px wide, anti-aliased:
+    full weight within `width` px of the centre line, falling linearly to 0 one px
+    further, and likewise past the ends. width=0 is the 1 px line of the first pass.
+    Normalising each kernel removes the +-6% angle bias of rotated-line kernels.
+    """
+    if length < 3 or length % 2 == 0:
+        raise ValueError(f"line length must be odd and >= 3, got {length}")
+    half = length // 2
+    y, x = np.mgrid[-half : half + 1, -half : half + 1].astype(np.float64)
+    kernels = np.empty((DIRECTIONS, length, length), np.float32)
+    for i in range(DIRECTIONS):
+        angle = i * np.pi / DIRECTIONS
+        along = x * np.cos(angle) + y * np.sin(angle)
+        across = np.abs(-x * np.sin(angle) + y * np.cos(angle))
+        weight = np.clip(width + 1.0 - across, 0.0, 1.0) * np.clip(half + 0.5 - np.abs(along), 0.0, 1.0)
+        kernels[i] = weight / weight.sum()
+    kernels.setflags(write=False)
+    return kernels
+
+
+def correlate(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """Direct correlation with zeros outside the image, float32 (H, W). The line kernels
+    are point-symmetric, so this equals convolution. The readable form of `LineFilter`."""
+    return cv2.filter2D(image, cv2.CV_32F, kernel, borderType=cv2.BORDER_CONSTANT)
+
+
+class LineFilter:
+    """The 8 line convolutions of one image size, through the FFT.
+
+    Same result as `correlate` with each kernel (to float32 rounding). The image is
+    zero-padded by the kernel length so that the DFT's circular convolution is the linear
+    one; the kernel sits unshifted in the top-left corner, so the result is read `half`
+    px down and right. M is transformed once for the 8 responses, and the 8 classified
+    products are summed in the frequency domain before one inverse: with the kernel
+    spectra cached, about 3x faster on 2 cores than 16 direct filters. Spectra use
+    OpenCV's packed real (CCS) layout.
+    """
+
+    def __init__(self, height: int, width: int, length: int, stroke_width: int):
+        self.length = length
+        self.shape = (height, width)
+        self.padded = (cv2.getOptimalDFTSize(height + length - 1), cv2.getOptimalDFTSize(width + length - 1))
+        self.spectra = _kernel_spectra(self.padded, length, stroke_width)
+
+    def _transform(self, plane: np.ndarray) -> np.ndarray:
+        padded = np.zeros(self.padded, np.float32)
+        padded[: plane.shape[0], : plane.shape[1]] = plane
+        return cv2.dft(padded)
+
+    def _inverse(self, spectrum: np.ndarray) -> np.ndarray:
+        half = self.length // 2
+        height, width = self.shape
+        full = cv2.idft(spectrum, flags=cv2.DFT_REAL_OUTPUT | cv2.DFT_SCALE)
+        return full[half : half + height, half : half + width]
+
+    def responses(self, image: np.ndarray):
+        """Yield kernel_i * image for i = 0..7, float32 (H, W)."""
+        spectrum = self._transform(image)
+        for kernel_spectrum in self.spectra:
+            yield self._inverse(cv2.mulSpectrums(spectrum, kernel_spectrum, 0))
+
+    def summed(self, images) -> np.ndarray:
+        """sum_i kernel_i * images[i], float32 (H, W), with a single inverse transform."""
+        total = None
+        for image, kernel_spectrum in zip(images, self.spectra, strict=True):
+            product = cv2.mulSpectrums(self._transform(image), kernel_spectrum, 0)
+            total = product if total is None else cv2.add(total, product, dst=total)
+        return self._inverse(total)
+
+
+class _LazySpectra:
+    """The 8 kernel spectra of a padded size, each computed when asked for: for sizes too
+    large to keep 8 padded planes in memory."""
+
+    def __init__(self, padded: tuple[int, int], kernels: np.ndarray):
+        self.padded, self.kernels = padded, kernels
+
+    def __iter__(self):
+        for kernel in self.kernels:
+            yield _spectrum(kernel, self.padded)
+
+
+def _spectrum(kernel: np.ndarray, padded: tuple[int, int]) -> np.ndarray:
+    plane = np.zeros(padded, np.float32)
+    plane[: kernel.shape[0], : kernel.shape[1]] = kernel
+    return cv2.dft(plane)
+
+
+SPECTRUM_CACHE_MAX_PIXELS = 1 << 22  # padded planes up to 4 MP (8 spectra = 128 MiB) are cached
+
+
+@lru_cache(maxsize=2)  # the two passes of the latest image size
+def _cached_spectra(padded: tuple[int, int], length: int, stroke_width: int) -> tuple[np.ndarray, ...]:
+    return tuple(_spectrum(kernel, padded) for kernel in line_kernels(length, stroke_width))
+
+
+def _kernel_spectra(padded: tuple[int, int], length: int, stroke_width: int):
+    if padded[0] * padded[1] <= SPECTRUM_CACHE_MAX_PIXELS:
+        return _cached_spectra(padded, length, stroke_width)
+    return _LazySpectra(padded, line_kernels(length, stroke_width))
+
+
+def classify(magnitude: np.ndarray, lines: LineFilter) -> np.ndarray:
+    """Stage 4: label(p) = argmax_i (L_i * M)(p), uint8 in 0..7 (ties: lowest i)."""
+    responses = lines.responses(magnitude)
+    best = next(responses).copy()
+    label = np.zeros(magnitude.shape, np.uint8)
+    for i, response in enumerate(responses, start=1):
+        better = response > best
+        label[better] = i
+        np.maximum(best, response, out=best)
+    return label
+
+
+def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter, stroke_gamma: float) -> np.ndarray:
+    """Stage 5: S' = sum_i L'_i * C_i with C_i = M where label == i; S = (1 - S'/range)**gamma."""
+    classified = (np.where(label == i, magnitude, np.float32(0)) for i in range(DIRECTIONS))
+    strokes = wide_lines.summed(classified)
+    low, high = float(strokes.min()), float(strokes.max())
+    scale = (high - low) or 1.0
+    sketch = 1.0 - (strokes - low) / np.float32(scale)
+    if stroke_gamma != 1.0:
+        sketch **= np.float32(stroke_gamma)
+    return sketch.astype(np.float32, copy=False)
+
+
+# -------------------------------------------------------------------- tone branch --
+
+
+def histogram(luma_u8: np.ndarray) -> np.ndarray:
+    """Stage 6: (256,) int64 counts of the luma values."""
+    return np.bincount(luma_u8.ravel(), minlength=256)
+
+
+@lru_cache(maxsize=8)
+def target_histogram(weights: tuple[float, float, float]) -> np.ndarray:
+    """Stage 7: Lu's tone model p(v), v = 0..255, as (256,) float64 summing to 1.
+
+    p = (w1 p1 + w2 p2 + w3 p3) / Z: p1 Laplacian from white (SIGMA_B), p2 uniform on
+    [U_A, U_B], p3 Gaussian (MU_D, SIGMA_D); w1 weighs the bright layer.
+    """
+    v = np.arange(256, dtype=np.float64)
+    bright = np.exp(-(255.0 - v) / SIGMA_B) / SIGMA_B
+    mid = np.where((v >= U_A) & (v <= U_B), 1.0 / (U_B - U_A), 0.0)
+    dark = np.exp(-((v - MU_D) ** 2) / (2.0 * SIGMA_D**2)) / np.sqrt(2.0 * np.pi * SIGMA_D**2)
+    w1, w2, w3 = weights
+    p = w1 * bright + w2 * mid + w3 * dark
+    p = p / p.sum()
+    p.setflags(write=False)
+    return p
+
+
+def matching_lut(source_counts: np.ndarray, target_p: np.ndarray) -> np.ndarray:
+    """Stage 8a: (256,) uint8 LUT sending each source value to the target value whose CDF
+    first reaches the source CDF at that value (classic histogram specification)."""
+    source_cdf = np.cumsum(source_counts, dtype=np.float64)
+    source_cdf /= source_cdf[-1]
+    target_cdf = np.cumsum(target_p)
+    target_cdf /= target_cdf[-1]
+    lut = np.searchsorted(target_cdf, source_cdf - 1e-12, side="left")
+    return np.clip(lut, 0, 255).astype(np.uint8)
+
+
+def tone_map(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
+    """Stages 6-8: J = box_blur(LUT[L]) ** tone_gamma, float32 in [0, 1]."""
+    lut = matching_lut(histogram(luma_u8), target_histogram(params.tone_weights))
+    matched = cv2.LUT(luma_u8, lut).astype(np.float32) / 255.0
+    size = params.tone_blur_size(*luma_u8.shape)
+    tone = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)
+    if params.tone_gamma != 1.0:
+        tone **= np.float32(params.tone_gamma)
+    return tone
+
+
+# ----------------------------------------------------------------------- texture --
+
+TONE_FLOOR = 1.0 / 255.0  # J is clamped here so ln J stays finite
+
+
+def texture_for(height: int, width: int) -> np.ndarray:
+    """The pencil texture H tiled over (height, width), float32 in [0.05, 0.95]."""
+    return tile_texture(pencil_texture(), height, width)
+
+
+def lu_energy(beta: np.ndarray, log_texture: np.ndarray, log_tone: np.ndarray, lam: float = LU_LAMBDA) -> float:
+    """Lu's energy ||beta ln H - ln J||^2 + lam ||grad beta||^2 (forward differences)."""
+    data = float(np.sum((beta.astype(np.float64) * log_texture - log_tone) ** 2))
+    smooth = float(np.sum(np.diff(beta, axis=0).astype(np.float64) ** 2) + np.sum(np.diff(beta, axis=1).astype(np.float64) ** 2))
+    return data + lam * smooth
+
+
+# lam * (4 p - sum of the 4 neighbours), scaled by lam at call time
+_LAPLACIAN = np.array([[0, -1, 0], [-1, 4, -1], [0, -1, 0]], np.float32)
+
+
+def solve_beta_lu(
+    log_texture: np.ndarray,
+    log_tone: np.ndarray,
+    lam: float = LU_LAMBDA,
+    tolerance: float = CG_TOLERANCE,
+    max_iterations: int = CG_MAX_ITERATIONS,
+) -> tuple[np.ndarray, int]:
+    """Stage 9 (lu): minimise Lu's energy over beta by Jacobi-preconditioned conjugate
+    gradient, matrix-free. Returns (beta float32 (H, W), iterations used).
+
+    The normal equations are (diag(ln^2 H) + lam * D^T D) beta = ln H * ln J, where D^T D
+    is the graph Laplacian of the pixel grid with free (Neumann) borders: a 3x3 filter
+    with replicated edges, since a replicated neighbour adds a zero difference, which is
+    exactly the free border. The start is the per-pixel solution ln J / ln H, so the
+    energy can only go down. Updates are in place (cv2.scaleAdd) to keep each iteration
+    to a few passes over memory.
+    """
+    diagonal = log_texture * log_texture
+    rhs = log_texture * log_tone
+    preconditioner = 1.0 / (diagonal + np.float32(4 * lam))
+    laplacian = _LAPLACIAN * np.float32(lam)
+    product = np.empty_like(rhs)
+
+    def apply(p: np.ndarray, out: np.ndarray) -> np.ndarray:
+        cv2.filter2D(p, cv2.CV_32F, laplacian, dst=out, borderType=cv2.BORDER_REPLICATE)
+        out += diagonal * p
+        return out
+
+    beta = (log_tone / log_texture).astype(np.float32)
+    residual = rhs - apply(beta, product)
+    z = preconditioner * residual
+    direction = z.copy()
+    rz = float(np.vdot(residual, z))
+    threshold = (tolerance * float(np.linalg.norm(rhs))) ** 2
+    iterations = 0
+    for iterations in range(1, max_iterations + 1):
+        a_direction = apply(direction, product)
+        step = rz / float(np.vdot(direction, a_direction))
+        cv2.scaleAdd(direction, step, beta, dst=beta)
+        cv2.scaleAdd(a_direction, -step, residual, dst=residual)
+        if float(np.vdot(residual, residual)) <= threshold:
+            break
+        np.multiply(preconditioner, residual, out=z)
+        rz_next = float(np.vdot(residual, z))
+        cv2.scaleAdd(direction, rz_next / rz, z, dst=direction)
+        rz = rz_next
+    return beta, iterations
+
+
+def beta_fast(tone: np.ndarray) -> np.ndarray:
+    """Stage 9 (fast): Qiu et al.'s per-pixel closed form beta = 1 - J."""
+    return 1.0 - tone
+
+
+def texture_rendering(tone: np.ndarray, method: str) -> np.ndarray:
+    """Stage 9: T = H ** beta, float32 in [0, 1]."""
+    texture = texture_for(*tone.shape)
+    if method == "lu":
+        log_texture = np.log(texture)
+        log_tone = np.log(np.maximum(tone, np.float32(TONE_FLOOR)))
+        beta, _ = solve_beta_lu(log_texture, log_tone)
+        return np.exp(beta * log_texture)
+    return np.power(texture, beta_fast(tone))
+
+
+# ---------------------------------------------------------------------- pipeline --
+
+
+def render(image: np.ndarray, params: PencilParams) -> np.ndarray:
+    """Photo -> pencil drawing.
+
+    image: (H, W) uint8 gray or (H, W, 3) uint8 RGB. Returns (H', W') uint8 for
+    mode="gray" or (H', W', 3) uint8 RGB for mode="color", where (H', W') is the size after
+    `params.max_side`.
+    """
+    image = fit_max_side(image, params.max_side)
+    luma_u8, ycrcb = split_luma(image)
+    height, width = luma_u8.shape
+
+    length = params.line_length(height, width)
+    magnitude = gradient(median3(luma_u8))
+    label = classify(magnitude, LineFilter(height, width, length, 0))
+    wide_lines = LineFilter(height, width, length, params.stroke_width)
+    sketch = stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
+
+    texture = texture_rendering(tone_map(luma_u8, params), params.texture)
+    drawing_u8 = to_u8(sketch * texture)
+
+    if params.mode == "gray":
+        return drawing_u8
+    if ycrcb is None:  # a gray photo has no chroma to keep
+        return cv2.cvtColor(drawing_u8, cv2.COLOR_GRAY2RGB)
+    ycrcb = ycrcb.copy()
+    ycrcb[..., 0] = drawing_u8
+    return cv2.cvtColor(ycrcb, cv2.COLOR_YCrCb2RGB)
