@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import cv2
 import numpy as np
 
@@ -14,6 +17,13 @@ ENCODE_OPTIONS: tuple[Option, ...] = (
     Option("format", str, "png", "output image format", choices=tuple(MEDIA_TYPES)),
     Option("quality", int, 90, "JPEG/WebP quality (ignored for PNG)", minimum=1, maximum=100),
 )
+
+
+def parse_encode_options(raw: Mapping[str, Any]) -> tuple[str, int]:
+    """(format, quality) from strings or values keyed by option name; missing or empty
+    means the default. Raises ParamError."""
+    fmt, quality = (option.parse(raw[option.name]) if raw.get(option.name) not in (None, "") else option.default for option in ENCODE_OPTIONS)
+    return fmt, quality
 
 
 def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:

@@ -39,24 +39,32 @@ def error_response(status: int, code: str, detail: str, headers: dict[str, str] 
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_format"}
 
 
-async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-    return error_response(exc.status, exc.code, exc.detail, exc.headers)
+def _rejected(request: Request, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The error response, counted in the metrics as a rejected request by its code."""
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.rejected.labels(code).inc()
+    return error_response(status, code, detail, headers)
 
 
-async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return _rejected(request, exc.status, exc.code, exc.detail, exc.headers)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = _CODES.get(exc.status_code, HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"))
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
     if exc.status_code == 413:
         detail = "the request body is larger than this server accepts"
-    return error_response(exc.status_code, code, detail, getattr(exc, "headers", None))
+    return _rejected(request, exc.status_code, code, detail, getattr(exc, "headers", None))
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "query"))
         parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
-    return error_response(422, "invalid_parameter", "; ".join(parts) or "invalid request")
+    return _rejected(request, 422, "invalid_parameter", "; ".join(parts) or "invalid request")
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

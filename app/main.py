@@ -38,8 +38,8 @@ class DeclaredLengthGuard:
     """Answers 413 in our JSON shape when Content-Length already exceeds the limit, before
     any route runs; bodies without a length are cut off by RequestBodyLimitMiddleware."""
 
-    def __init__(self, app, max_body_size: int):
-        self.app, self.max_body_size = app, max_body_size
+    def __init__(self, app, max_body_size: int, metrics: Metrics):
+        self.app, self.max_body_size, self.metrics = app, max_body_size, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -47,6 +47,7 @@ class DeclaredLengthGuard:
             if length.isdigit() and int(length) > self.max_body_size:
                 limit_mib = self.max_body_size / (1024 * 1024)
                 response = error_response(413, "too_large", f"the request body is {int(length):,} bytes; the limit is {limit_mib:.0f} MiB")
+                self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -83,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=limit)
-    app.add_middleware(DeclaredLengthGuard, max_body_size=limit)
+    app.add_middleware(DeclaredLengthGuard, max_body_size=limit, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 

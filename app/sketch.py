@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.datastructures import UploadFile
 
 from app.decode import decode_image
-from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image
+from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image, parse_encode_options
 from app.errors import ERROR_SCHEMA, ApiError
 from gpu import pencil
 from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
@@ -111,7 +111,7 @@ def parse_options(query: dict[str, str], form: dict[str, str]) -> tuple[PencilPa
     raw = {**query, **form}
     try:
         params = PencilParams.from_options(raw)
-        fmt, quality = (o.parse(raw[o.name]) if raw.get(o.name) not in (None, "") else o.default for o in ENCODE_OPTIONS)
+        fmt, quality = parse_encode_options(raw)
     except ParamError as exc:
         raise ApiError(422, "invalid_parameter", str(exc)) from None
     return params, fmt, quality

@@ -1,0 +1,107 @@
+"""The `pencil-gpu` command: `serve` runs the web service, `sketch` draws files.
+
+    pencil-gpu serve [--host 127.0.0.1] [--port 8000]
+    pencil-gpu sketch photo1.jpg photo2.png -o drawings/ [--mode color --tone dark ...]
+
+The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from app.config import get_settings
+from app.decode import decode_image
+from app.encode import ENCODE_OPTIONS, EXTENSIONS, encode_image, parse_encode_options
+from app.errors import ApiError
+from gpu import pencil
+from gpu.backend import BackendUnavailable, select_backend
+from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
+
+
+def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
+    parser.add_argument(
+        "--" + option.name.replace("_", "-"),
+        dest=option.name,
+        default=None,
+        choices=option.choices,
+        metavar=None if option.choices else option.type.__name__.upper(),
+        help=option.describe(),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pencil-gpu", description="Photos to pencil drawings (Lu, Xu & Jia 2012).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the web service (settings: PENCIL_* environment variables)")
+    serve.add_argument("--host", default=None, help="address to bind [default: PENCIL_HOST or 127.0.0.1]")
+    serve.add_argument("--port", type=int, default=None, help="port [default: PENCIL_PORT or 8000]")
+
+    sketch = commands.add_parser("sketch", help="draw image files into a directory")
+    sketch.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="JPEG, PNG or WebP files")
+    sketch.add_argument("-o", "--out", type=Path, required=True, metavar="OUT_DIR", help="directory for the drawings (created if missing)")
+    for option in PENCIL_OPTIONS + ENCODE_OPTIONS:
+        _add_option(sketch, option)
+    return parser
+
+
+def serve(host: str | None, port: int | None) -> int:
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level=settings.log_level,
+        proxy_headers=True,
+    )
+    return 0
+
+
+def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str | None]) -> int:
+    """Draw every input into out_dir as <stem>-sketch.<ext>; returns the exit status
+    (0 all drawn, 1 some failed, 2 bad options or no backend)."""
+    settings = get_settings()
+    try:
+        params = PencilParams.from_options(raw_options)
+        fmt, quality = parse_encode_options(raw_options)
+        backend = select_backend(settings.backend)
+    except (ParamError, BackendUnavailable) as exc:
+        print(f"pencil-gpu: {exc}", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    started = time.perf_counter()
+    with tqdm(inputs, unit="img", desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
+        for path in progress:
+            try:
+                image = decode_image(path.read_bytes(), settings.max_pixels)
+                drawing = pencil.render(image, params, backend.name)
+                target = out_dir / f"{path.stem}-sketch.{EXTENSIONS[fmt]}"
+                target.write_bytes(encode_image(drawing, fmt, quality))
+            except (OSError, ApiError) as exc:
+                failures += 1
+                progress.write(f"{path}: {exc}", file=sys.stderr)
+    elapsed = time.perf_counter() - started
+    print(f"{len(inputs) - failures} of {len(inputs)} drawn into {out_dir} in {elapsed:.1f} s", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args.host, args.port)
+    names = [o.name for o in PENCIL_OPTIONS + ENCODE_OPTIONS]
+    return sketch_files(args.inputs, args.out, {name: getattr(args, name) for name in names})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+/* Pencil: photo -> pencil drawing. Plain JS, no build step, no external assets. */
+(() => {
+  "use strict";
+
+  const ACCEPTED = ["image/jpeg", "image/png", "image/webp"];
+  const MAX_BYTES = 25 * 1024 * 1024;
+  const DEBOUNCE_MS = 300;
+  const EXT = { "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp" };
+  const STATUS_PREFIX = {
+    400: "Could not process the image",
+    413: "Too large",
+    415: "Unsupported type",
+    422: "Invalid options",
+    503: "Service busy",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    file: $("file"),
+    fileLabel: $("file-label"),
+    dropzone: $("dropzone"),
+    original: $("original"),
+    originalPlaceholder: $("original-placeholder"),
+    sketch: $("sketch"),
+    sketchPlaceholder: $("sketch-placeholder"),
+    sketchPanel: $("sketch-panel"),
+    sketchFrame: document.querySelector("#sketch-panel .frame"),
+    busy: $("busy"),
+    status: $("status"),
+    error: $("error"),
+    download: $("download"),
+    backend: $("backend"),
+    form: $("options"),
+    quality: $("quality"),
+  };
+
+  const state = {
+    file: null,          // the current, validated photo
+    originalUrl: null,
+    sketchUrl: null,
+    timer: 0,
+    controller: null,    // AbortController of the in-flight request
+    seq: 0,              // id of the latest request; older answers are ignored
+  };
+
+  /* ---------- messages ---------- */
+
+  function setStatus(text) {
+    els.status.textContent = text;
+  }
+
+  function showError(message) {
+    els.error.textContent = message;
+    els.error.hidden = false;
+  }
+
+  function clearError() {
+    els.error.textContent = "";
+    els.error.hidden = true;
+  }
+
+  function setBusy(busy) {
+    els.busy.hidden = !busy;
+    els.sketchPanel.setAttribute("aria-busy", String(busy));
+    document.body.classList.toggle("is-busy", busy);
+  }
+
+  function formatBytes(n) {
+    if (n >= 1024 * 1024) return (n / (1024 * 1024)).toFixed(1) + " MB";
+    if (n >= 1024) return Math.round(n / 1024) + " KB";
+    return n + " bytes";
+  }
+
+  /* ---------- client-side checks ---------- */
+
+  // Sniff the first bytes: a browser derives file.type from the name only,
+  // so a text file called notes.jpg would otherwise pass as image/jpeg.
+  async function sniffType(file) {
+    const b = new Uint8Array(await file.slice(0, 12).arrayBuffer());
+    if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return "image/jpeg";
+    if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 &&
+        b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) return "image/png";
+    const ascii = (from, to) => String.fromCharCode(...b.slice(from, to));
+    if (b.length >= 12 && ascii(0, 4) === "RIFF" && ascii(8, 12) === "WEBP") return "image/webp";
+    return null;
+  }
+
+  async function checkFile(file) {
+    const name = file.name || "The file";
+    if (file.type && !ACCEPTED.includes(file.type)) {
+      return `Unsupported type: ${name} is ${file.type}; please choose a JPEG, PNG or WebP image.`;
+    }
+    if (file.size > MAX_BYTES) {
+      return `Too large: ${name} is ${formatBytes(file.size)}; the limit is 25 MB.`;
+    }
+    if (file.size === 0) {
+      return `Unsupported type: ${name} is empty.`;
+    }
+    let sniffed = null;
+    try {
+      sniffed = await sniffType(file);
+    } catch (_) {
+      return `Could not read ${name}.`;
+    }
+    if (!sniffed) {
+      return `Unsupported type: ${name} does not look like a JPEG, PNG or WebP image.`;
+    }
+    return null;
+  }
+
+  /* ---------- choosing a photo ---------- */
+
+  // A new photo: the previous sketch (of another photo) goes away.
+  function clearSketch() {
+    els.sketch.hidden = true;
+    els.sketch.removeAttribute("src");
+    els.sketch.alt = "";
+    delete els.sketch.dataset.imageSize;
+    els.sketchPlaceholder.hidden = false;
+    els.sketchFrame.classList.remove("stale");
+    if (state.sketchUrl) URL.revokeObjectURL(state.sketchUrl);
+    state.sketchUrl = null;
+    els.download.removeAttribute("href");
+    els.download.setAttribute("aria-disabled", "true");
+    els.download.removeAttribute("title");
+  }
+
+  async function useFile(file) {
+    if (!file) return;
+    const problem = await checkFile(file);
+    if (problem) {
+      showError(problem);
+      setStatus(state.file ? `Kept ${state.file.name}; the new file was not accepted.` : "No photo loaded.");
+      return;
+    }
+    clearError();
+    state.file = file;
+
+    if (state.originalUrl) URL.revokeObjectURL(state.originalUrl);
+    state.originalUrl = URL.createObjectURL(file);
+    els.original.src = state.originalUrl;
+    els.original.alt = `Original photo: ${file.name}`;
+    els.original.hidden = false;
+    els.originalPlaceholder.hidden = true;
+    els.fileLabel.textContent = "Choose another photo";
+    clearSketch();
+
+    render();
+  }
+
+  els.file.addEventListener("change", () => {
+    const file = els.file.files && els.file.files[0];
+    useFile(file);
+    els.file.value = ""; // so picking the same file again still fires "change"
+  });
+
+  // Clicking anywhere on the drop zone opens the picker (the label handles itself).
+  els.dropzone.addEventListener("click", (e) => {
+    if (e.target === els.dropzone || e.target.classList.contains("dropzone-hint")) els.file.click();
+  });
+
+  // Accept drops anywhere on the page, so a near miss does not navigate away.
+  let dragDepth = 0;
+  const hasFiles = (e) => e.dataTransfer && Array.from(e.dataTransfer.types || []).includes("Files");
+  document.addEventListener("dragenter", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    dragDepth += 1;
+    els.dropzone.classList.add("dragover");
+  });
+  document.addEventListener("dragover", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = "copy";
+  });
+  document.addEventListener("dragleave", () => {
+    dragDepth = Math.max(0, dragDepth - 1);
+    if (dragDepth === 0) els.dropzone.classList.remove("dragover");
+  });
+  document.addEventListener("drop", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    dragDepth = 0;
+    els.dropzone.classList.remove("dragover");
+    const file = e.dataTransfer.files && e.dataTransfer.files[0];
+    useFile(file);
+  });
+
+  // Pasting an image from the clipboard works too.
+  document.addEventListener("paste", (e) => {
+    const items = (e.clipboardData && e.clipboardData.files) || [];
+    if (items.length) {
+      e.preventDefault();
+      useFile(items[0]);
+    }
+  });
+
+  /* ---------- options ---------- */
+
+  const OUTPUTS = {
+    stroke_width: (v) => String(Math.round(v)),
+    line_frac: (v) => Number(v).toFixed(4),
+    stroke_gamma: (v) => Number(v).toFixed(2),
+    tone_gamma: (v) => Number(v).toFixed(2),
+    quality: (v) => String(Math.round(v)),
+  };
+
+  function syncOutputs() {
+    for (const [name, fmt] of Object.entries(OUTPUTS)) {
+      const input = els.form.elements[name];
+      const out = $(`${name}-out`);
+      if (input && out) out.textContent = fmt(input.value);
+    }
+    const format = els.form.elements.format.value;
+    els.quality.disabled = format === "png";
+  }
+
+  function buildForm() {
+    const fd = new FormData(els.form); // disabled fields (quality for PNG) are left out
+    if (!fd.get("max_side")) fd.delete("max_side"); // "original": omit the field
+    fd.append("image", state.file, state.file.name);
+    return fd;
+  }
+
+  function schedule(delay = DEBOUNCE_MS) {
+    clearTimeout(state.timer);
+    if (!state.file) return;
+    state.timer = setTimeout(render, delay);
+  }
+
+  els.form.addEventListener("input", () => {
+    syncOutputs();
+    schedule();
+  });
+  els.form.addEventListener("change", () => {
+    syncOutputs();
+    schedule();
+  });
+  els.form.addEventListener("submit", (e) => e.preventDefault());
+  els.form.addEventListener("reset", () => {
+    // The form resets its fields after this event; read them on the next tick.
+    setTimeout(() => {
+      syncOutputs();
+      schedule();
+    }, 0);
+  });
+
+  /* ---------- rendering ---------- */
+
+  async function errorMessage(res) {
+    let detail = "";
+    try {
+      const body = await res.json();
+      detail = (body && (body.detail || body.error)) || "";
+      if (Array.isArray(detail)) { // FastAPI's own validation format
+        detail = detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
+      } else if (typeof detail !== "string") {
+        detail = JSON.stringify(detail);
+      }
+    } catch (_) {
+      detail = "";
+    }
+    if (!detail) detail = `The server answered ${res.status} ${res.statusText || ""}`.trim() + ".";
+    const prefix = STATUS_PREFIX[res.status];
+    return prefix ? `${prefix}: ${detail}` : detail;
+  }
+
+  function baseName(name) {
+    const base = (name || "photo").replace(/\.[^.]+$/, "");
+    return base.replace(/[\\/:*?"<>|]+/g, "_") || "photo";
+  }
+
+  function setDownload(blob, type) {
+    const ext = EXT[type] || "png";
+    els.download.href = state.sketchUrl;
+    els.download.download = `${baseName(state.file.name)}-sketch.${ext}`;
+    els.download.removeAttribute("aria-disabled");
+    els.download.title = `${els.download.download} (${formatBytes(blob.size)})`;
+  }
+
+  function loadImage(img, url) {
+    return new Promise((resolve, reject) => {
+      img.onload = () => resolve();
+      img.onerror = () => reject(new Error("The sketch could not be decoded."));
+      img.src = url;
+    });
+  }
+
+  async function render() {
+    clearTimeout(state.timer);
+    if (!state.file) return;
+    if (state.controller) state.controller.abort();
+    const controller = new AbortController();
+    state.controller = controller;
+    const seq = ++state.seq;
+    const fileName = state.file.name;
+
+    setBusy(true);
+    setStatus(`Drawing ${fileName}…`);
+
+    try {
+      const res = await fetch("/sketch", { method: "POST", body: buildForm(), signal: controller.signal });
+      if (!res.ok) {
+        const message = await errorMessage(res);
+        if (seq !== state.seq) return;
+        showError(message);
+        els.sketchFrame.classList.toggle("stale", !els.sketch.hidden);
+        setStatus(`Render failed (HTTP ${res.status}).`);
+        return;
+      }
+      const blob = await res.blob();
+      if (seq !== state.seq) return;
+
+      const type = (res.headers.get("Content-Type") || blob.type || "image/png").split(";")[0].trim();
+      const backend = res.headers.get("X-Backend") || "unknown";
+      const ms = parseFloat(res.headers.get("X-Render-Ms") || "");
+      const size = res.headers.get("X-Image-Size") || "";
+      const queueMs = parseFloat(res.headers.get("X-Queue-Ms") || "");
+
+      const url = URL.createObjectURL(blob);
+      await loadImage(new Image(), url); // decode off-screen first
+      if (seq !== state.seq) {
+        URL.revokeObjectURL(url);
+        return;
+      }
+      if (state.sketchUrl) URL.revokeObjectURL(state.sketchUrl);
+      state.sketchUrl = url;
+      els.sketch.src = url;
+
+      els.sketch.alt = `Pencil sketch of ${fileName}`;
+      els.sketch.dataset.imageSize = size;
+      els.sketch.hidden = false;
+      els.sketchPlaceholder.hidden = true;
+      els.sketchFrame.classList.remove("stale");
+      setDownload(blob, type);
+      clearError();
+
+      const parts = [];
+      if (size) parts.push(size.replace("x", " × ") + " px");
+      if (Number.isFinite(ms)) parts.push(ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`);
+      if (Number.isFinite(queueMs) && queueMs >= 50) parts.push(`waited ${Math.round(queueMs)} ms in queue`);
+      parts.push(`backend: ${backend}`);
+      setStatus(`Done · ${parts.join(" · ")}`);
+    } catch (err) {
+      if (err && err.name === "AbortError") return; // superseded by a newer request
+      if (seq !== state.seq) return;
+      const message = err instanceof TypeError
+        ? "Could not reach the server. Check the connection and try again."
+        : (err && err.message) || String(err);
+      showError(message);
+      els.sketchFrame.classList.toggle("stale", !els.sketch.hidden);
+      setStatus("Render failed.");
+    } finally {
+      if (seq === state.seq) {
+        setBusy(false);
+        state.controller = null;
+      }
+    }
+  }
+
+  // The download link does nothing until there is a sketch.
+  els.download.addEventListener("click", (e) => {
+    if (els.download.getAttribute("aria-disabled") === "true") e.preventDefault();
+  });
+
+  /* ---------- footer ---------- */
+
+  async function loadHealth() {
+    try {
+      const res = await fetch("/healthz", { headers: { Accept: "application/json" } });
+      const h = await res.json();
+      const parts = [`Backend: ${h.backend || "unknown"}`];
+      if (Array.isArray(h.devices) && h.devices.length) {
+        parts.push(h.devices.map((d) => (typeof d === "string" ? d : d.name || JSON.stringify(d))).join(", "));
+      }
+      if (h.version) parts.push(`v${h.version}`);
+      els.backend.textContent = parts.join(" · ");
+      els.backend.dataset.backend = h.backend || "";
+      if (!res.ok || h.status !== "ok") els.backend.textContent += ` (${h.status || res.status})`;
+    } catch (_) {
+      els.backend.textContent = "Backend: unavailable";
+    }
+  }
+
+  syncOutputs();
+  loadHealth();
+})();

@@ -1,0 +1,297 @@
+"""Drive the web page in a headless Chromium against a live server.
+
+Needs a system Chromium (Debian's ``chromium`` package) and the ``playwright``
+Python package; the browser bundled by ``playwright install`` is never used.
+Screenshots land in ``test-artifacts/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+APP_FACTORY = "app.main:create_app"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RENDER_TIMEOUT_MS = 60_000
+
+
+def _chromium_path() -> str | None:
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if Path("/usr/bin/chromium").exists():
+        return "/usr/bin/chromium"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str, timeout: float = 2.0) -> tuple[int, dict]:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, json.loads(r.read().decode("utf-8"))
+
+
+@pytest.fixture(scope="module")
+def chromium_path() -> str:
+    path = _chromium_path()
+    if path is None:
+        pytest.skip("Chromium not found (no `chromium` on PATH, no /usr/bin/chromium); "
+                    "install Debian's chromium package to run the browser tests")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(chromium_path):
+    """Start the real app with uvicorn in a subprocess; yield (base_url, healthz)."""
+    port = _free_port()
+    env = dict(os.environ, PENCIL_BACKEND="cpu")
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY,
+           "--host", "127.0.0.1", "--port", str(port)]
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def server_log() -> str:
+        log.seek(0)
+        return log.read().decode("utf-8", "replace")[-4000:]
+
+    health = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited early with code {proc.returncode}:\n{server_log()}")
+        try:
+            status, body = _get_json(f"{base}/healthz")
+            if status == 200:
+                health = body
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.25)
+    try:
+        if health is None:
+            pytest.fail(f"server did not answer GET /healthz with 200 within 30 s:\n{server_log()}")
+        yield base, health
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def chromium_browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page_errors():
+    return []
+
+
+@pytest.fixture
+def web_page(chromium_browser, page_errors):
+    context = chromium_browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.on("pageerror", lambda exc: page_errors.append(str(exc)))
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory) -> Path:
+    from PIL import Image
+    from skimage import data
+
+    path = tmp_path_factory.mktemp("photos") / "astronaut.jpg"
+    Image.fromarray(data.astronaut()).save(path, "JPEG", quality=90)
+    return path
+
+
+def _is_sketch_request(req) -> bool:
+    return req.method == "POST" and req.url.split("?")[0].endswith("/sketch")
+
+
+def _wait_for_sketch(page, backend: str) -> None:
+    page.wait_for_function(
+        """(backend) => {
+            const img = document.querySelector('#sketch');
+            const status = document.querySelector('#status').textContent || '';
+            return img && img.complete && img.naturalWidth > 0 && status.includes(backend);
+        }""",
+        arg=backend,
+        timeout=RENDER_TIMEOUT_MS,
+    )
+
+
+def _shot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_photo_becomes_sketch(server, web_page, page_errors, photo):
+    page = web_page
+    base, health = server
+    backend = health["backend"]
+    page.goto(f"{base}/")
+    # the footer reports the backend from /healthz
+    page.wait_for_function(
+        "(b) => document.querySelector('#backend').textContent.includes(b)", arg=backend, timeout=10_000
+    )
+
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as info:
+        page.set_input_files("#file", str(photo))
+    response = info.value
+    assert response.ok, f"POST /sketch answered {response.status}: {response.text()[:500]}"
+    _wait_for_sketch(page, backend)
+
+    size = response.header_value("x-image-size")
+    assert size, "POST /sketch did not send X-Image-Size"
+    w, h = (int(v) for v in size.lower().split("x"))
+    natural = page.eval_on_selector("#sketch", "img => [img.naturalWidth, img.naturalHeight]")
+    assert natural == [w, h], f"sketch is {natural[0]}x{natural[1]} but X-Image-Size says {size}"
+    assert max(w, h) <= 1024  # default max_side; astronaut is 512x512, same aspect
+    assert w == h
+
+    assert page.is_visible("#sketch")
+    assert page.is_visible("#original")
+    assert page.is_hidden("#error")
+    assert page.get_attribute("#download", "href"), "download link has no target"
+    assert page.get_attribute("#download", "download") == "astronaut-sketch.png"
+    assert page.locator("#sketch").get_attribute("alt")
+    assert page.locator("#original").get_attribute("alt")
+    _shot(page, "browser-sketch.png")
+    assert not page_errors, page_errors
+
+
+RECORD_FORMS = """
+(() => {
+  window.__sketchForms = [];
+  const realFetch = window.fetch.bind(window);
+  window.fetch = (input, init) => {
+    const url = typeof input === 'string' ? input : input.url;
+    if (url.endsWith('/sketch') && init && init.body instanceof FormData) {
+      const fields = {};
+      for (const [k, v] of init.body.entries()) fields[k] = typeof v === 'string' ? v : '<file ' + v.name + '>';
+      window.__sketchForms.push(fields);
+    }
+    return realFetch(input, init);
+  };
+})();
+"""
+
+
+def test_options_rerender_debounced(server, web_page, page_errors, photo):
+    page = web_page
+    base, health = server
+    backend = health["backend"]
+    page.add_init_script(RECORD_FORMS)
+    page.goto(f"{base}/")
+    page.set_input_files("#file", str(photo))
+    _wait_for_sketch(page, backend)
+    first = page.evaluate("window.__sketchForms")
+    assert len(first) == 1
+    assert first[0]["image"] == "<file astronaut.jpg>"
+    assert first[0]["mode"] == "gray" and first[0]["max_side"] == "1024" and first[0]["format"] == "png"
+    assert "quality" not in first[0]  # PNG: no quality field
+
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as info:
+        page.click("label[for=mode-color]")
+        page.focus("#stroke_width")
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
+        page.select_option("#max_side", "")
+    assert info.value.ok, info.value.text()[:500]
+    _wait_for_sketch(page, backend)
+    page.wait_for_timeout(500)
+    forms = page.evaluate("window.__sketchForms")
+    # quick changes inside the debounce window make a single request
+    assert len(forms) == 2, f"expected one debounced request after the changes, saw {len(forms) - 1}"
+    last = forms[-1]
+    assert last["mode"] == "color"
+    assert last["stroke_width"] == "3"
+    assert "max_side" not in last  # "original": the field is omitted
+    assert page.get_attribute("#download", "download") == "astronaut-sketch.png"
+    assert not page_errors, page_errors
+
+
+def test_rejects_text_file(server, web_page, page_errors, tmp_path):
+    page = web_page
+    base, _ = server
+    notes = tmp_path / "notes.jpg"
+    notes.write_text("These are my notes, not a photo.\n" * 20)
+    page.goto(f"{base}/")
+    page.set_input_files("#file", str(notes))
+    page.wait_for_selector("#error", state="visible", timeout=RENDER_TIMEOUT_MS)
+    message = page.inner_text("#error").strip()
+    assert message, "#error is visible but empty"
+    assert "notes.jpg" in message or "unsupported" in message.lower()
+    # the page still works: nothing was drawn, the controls are still there
+    assert page.eval_on_selector("#sketch", "img => img.naturalWidth") == 0
+    assert page.is_enabled("#stroke_width")
+    assert not page_errors, page_errors
+
+
+def test_phone_layout_has_no_horizontal_scroll(server, chromium_browser, photo):
+    base, health = server
+    context = chromium_browser.new_context(viewport={"width": 375, "height": 800}, device_scale_factor=2,
+                                  is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{base}/")
+        page.set_input_files("#file", str(photo))
+        _wait_for_sketch(page, health["backend"])
+        scroll_width = page.evaluate("document.scrollingElement.scrollWidth")
+        assert scroll_width <= 375 + 1, f"page is {scroll_width}px wide on a 375px screen"
+        # stacked: the sketch sits below the original, not beside it
+        orig = page.locator("#original").bounding_box()
+        sketch = page.locator("#sketch").bounding_box()
+        assert orig and sketch and sketch["y"] >= orig["y"] + orig["height"] - 1
+        _shot(page, "browser-phone.png")
+        assert not errors, errors
+    finally:
+        context.close()

@@ -1,0 +1,228 @@
+"""The CPU reference pipeline: each stage against its definition, and the whole render."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import skimage.data
+
+from gpu.pencil import reference as ref
+from gpu.pencil.params import LU_LAMBDA, PencilParams
+
+
+def _photo(size: int = 256) -> np.ndarray:
+    """A real photograph, RGB uint8 (size, size, 3)."""
+    return cv2.resize(skimage.data.astronaut(), (size, size), interpolation=cv2.INTER_AREA)
+
+
+@pytest.fixture()
+def rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+# ------------------------------------------------------------------ stroke branch --
+
+
+def test_median3_matches_brute_force(rng):
+    luma = rng.integers(0, 256, (37, 53), dtype=np.uint8)
+    padded = np.pad(luma, 1, mode="edge")
+    windows = np.stack([padded[dy : dy + 37, dx : dx + 53] for dy in range(3) for dx in range(3)])
+    expected = np.median(windows, axis=0).astype(np.float32) / 255
+    np.testing.assert_array_equal(ref.median3(luma), expected)
+
+
+def test_gradient_is_forward_abs_differences(rng):
+    image = rng.random((20, 30), dtype=np.float32)
+    magnitude = ref.gradient(image)
+    y, x = 7, 11
+    assert magnitude[y, x] == pytest.approx(abs(image[y, x + 1] - image[y, x]) + abs(image[y + 1, x] - image[y, x]))
+    assert magnitude[-1, x] == pytest.approx(abs(image[-1, x + 1] - image[-1, x]))  # no row below
+    assert magnitude[y, -1] == pytest.approx(abs(image[y + 1, -1] - image[y, -1]))  # no column right
+    assert magnitude[-1, -1] == 0
+
+
+@pytest.mark.parametrize("length", [3, 9, 37, 65])
+@pytest.mark.parametrize("width", [0, 1, 3])
+def test_line_kernels_sum_to_one_and_follow_their_angle(length, width):
+    kernels = ref.line_kernels(length, width)
+    assert kernels.shape == (8, length, length) and kernels.dtype == np.float32
+    np.testing.assert_allclose(kernels.sum(axis=(1, 2)), 1.0, rtol=1e-5)
+    half = length // 2
+    for i, kernel in enumerate(kernels):
+        np.testing.assert_allclose(kernel, kernel[::-1, ::-1], atol=1e-7)  # point-symmetric
+        angle = i * np.pi / 8
+        reach = half - 1  # the last full pixel before the anti-aliased end
+        tip = (half + round(reach * np.sin(angle)), half + round(reach * np.cos(angle)))
+        assert kernel[tip] > 0, f"direction {i}: the end of the line at {tip} carries no weight"
+        assert kernel[half, half] == kernel.max()
+
+
+def test_wider_stroke_covers_more_pixels():
+    thin, wide = ref.line_kernels(21, 0), ref.line_kernels(21, 2)
+    assert ((wide > 0).sum(axis=(1, 2)) > 2 * (thin > 0).sum(axis=(1, 2))).all()
+
+
+def test_line_filter_equals_direct_correlation(rng):
+    height, width, length = int(rng.integers(40, 90)), int(rng.integers(40, 90)), 15
+    image = rng.random((height, width), dtype=np.float32)
+    lines = ref.LineFilter(height, width, length, 1)
+    kernels = ref.line_kernels(length, 1)
+    for i, response in enumerate(lines.responses(image)):
+        np.testing.assert_allclose(response, ref.correlate(image, kernels[i]), atol=2e-6)
+    planes = [rng.random((height, width), dtype=np.float32) for _ in range(8)]
+    expected = sum(ref.correlate(p, k) for p, k in zip(planes, kernels, strict=True))
+    np.testing.assert_allclose(lines.summed(planes), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", range(8))
+def test_strokes_follow_a_straight_edge(direction):
+    """A straight edge at angle direction*pi/8 through the centre: its pixels are labelled
+    with that direction, and the stroke map is dark along it and white far from it."""
+    size, length = 161, 21
+    angle = direction * np.pi / 8
+    y, x = np.mgrid[:size, :size] - size // 2
+    side = x * np.sin(angle) - y * np.cos(angle)  # signed distance to the line along angle
+    luma = np.where(side > 0, 200, 60).astype(np.uint8)
+    magnitude = ref.gradient(ref.median3(luma))
+    label = ref.classify(magnitude, ref.LineFilter(size, size, length, 0))
+    inner = (np.abs(x) < size // 3) & (np.abs(y) < size // 3)  # away from the image border
+    on_edge = (magnitude > 0.1) & inner
+    assert on_edge.sum() > size // 3
+    share = np.mean(label[on_edge] == direction)
+    assert share >= 0.8, f"only {share:.0%} of the edge is labelled direction {direction}"
+
+    sketch = ref.stroke_map(magnitude, label, ref.LineFilter(size, size, length, 1), 1.0)
+    far = (np.abs(side) > length) & inner
+    assert sketch[on_edge].mean() < 0.5
+    assert sketch[far].min() == pytest.approx(1.0)
+
+
+# -------------------------------------------------------------------- tone branch --
+
+
+def test_target_histogram_layers():
+    light, dark = ref.target_histogram((76, 22, 2)), ref.target_histogram((42, 29, 29))
+    values = np.arange(256)
+    for p in (light, dark):
+        assert p.shape == (256,) and p.sum() == pytest.approx(1.0) and (p >= 0).all()
+        assert p.argmax() == 255  # the bright layer peaks at white
+    assert (light * values).sum() > (dark * values).sum()
+    assert dark[80:100].sum() > 3 * light[80:100].sum()  # the dark Gaussian at mu_d = 90
+
+
+def _ks_distance(values_u8: np.ndarray, target_p: np.ndarray) -> float:
+    cdf = np.cumsum(np.bincount(values_u8.ravel(), minlength=256)) / values_u8.size
+    return float(np.abs(cdf - np.cumsum(target_p)).max())
+
+
+@pytest.mark.parametrize("tone", ["light", "medium", "dark"])
+def test_matched_tone_histogram_is_close_to_target(tone):
+    luma, _ = ref.split_luma(skimage.data.chelsea())  # a photo with no large flat area
+    target = ref.target_histogram(PencilParams(tone=tone).tone_weights)
+    matched = cv2.LUT(luma, ref.matching_lut(ref.histogram(luma), target))
+    ks = _ks_distance(matched, target)
+    # Matching maps each input grey level to one output level, so the CDFs can differ by
+    # at most the largest share of pixels that sit on a single input level.
+    bound = ref.histogram(luma).max() / luma.size
+    print(f"tone={tone}: KS(matched, target) = {ks:.4f} (bound {bound:.4f})")
+    assert ks <= bound + 1e-9
+    # The box blur only mixes neighbouring tones, so the final J stays close too.
+    tone_map = ref.tone_map(luma, PencilParams(tone=tone))
+    ks_blurred = _ks_distance(ref.to_u8(tone_map), target)
+    print(f"tone={tone}: KS(J after box blur, target) = {ks_blurred:.4f}")
+    assert ks_blurred < 0.1  # measured 0.05-0.07 on this photo
+
+
+def test_matching_lut_is_monotone(rng):
+    counts = rng.integers(1, 1000, 256)
+    lut = ref.matching_lut(counts, ref.target_histogram((52, 37, 11)))
+    assert lut.dtype == np.uint8 and (np.diff(lut.astype(int)) >= 0).all()
+
+
+# ------------------------------------------------------------------------ texture --
+
+
+def _lu_gradient(beta, log_texture, log_tone, lam):
+    """Gradient of Lu's energy / 2, written with np.diff (independent of the solver)."""
+    data = (beta * log_texture - log_tone) * log_texture
+    dx, dy = np.diff(beta, axis=1), np.diff(beta, axis=0)
+    laplace = np.zeros_like(beta)
+    laplace[:, :-1] -= dx
+    laplace[:, 1:] += dx
+    laplace[:-1, :] -= dy
+    laplace[1:, :] += dy
+    return data + lam * laplace
+
+
+def test_lu_texture_lowers_lu_energy_below_per_pixel_solution():
+    luma, _ = ref.split_luma(_photo(256))
+    tone = ref.tone_map(luma, PencilParams())
+    log_texture = np.log(ref.texture_for(*tone.shape))
+    log_tone = np.log(np.maximum(tone, ref.TONE_FLOOR))
+    per_pixel = log_tone / log_texture
+    beta, iterations = ref.solve_beta_lu(log_texture, log_tone)
+    e_lu, e_pp = ref.lu_energy(beta, log_texture, log_tone), ref.lu_energy(per_pixel, log_texture, log_tone)
+    print(f"Lu energy: per-pixel {e_pp:.1f}, conjugate gradient {e_lu:.1f} after {iterations} iterations")
+    assert e_lu < 0.5 * e_pp
+    # ... and beta is (nearly) the minimiser: the energy's gradient almost vanishes.
+    residual = _lu_gradient(beta.astype(np.float64), log_texture, log_tone, LU_LAMBDA)
+    rhs = log_texture * log_tone
+    assert np.linalg.norm(residual) <= 2e-3 * np.linalg.norm(rhs)
+
+
+def test_fast_texture_is_qiu_closed_form(rng):
+    tone = rng.random((40, 60), dtype=np.float32)
+    texture = ref.texture_rendering(tone, "fast")
+    np.testing.assert_allclose(texture, ref.texture_for(40, 60) ** (1 - tone), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------- pipeline --
+
+
+@pytest.mark.parametrize("texture", ["lu", "fast"])
+def test_render_gray_shape_dtype_range(texture):
+    photo = _photo(200)
+    drawing = ref.render(photo, PencilParams(texture=texture))
+    assert drawing.shape == (200, 200) and drawing.dtype == np.uint8
+    assert drawing.std() > 10  # a drawing, not a flat page
+    assert drawing.max() >= 200 and drawing.min() <= 60  # white paper and dark strokes
+
+
+def test_render_is_deterministic():
+    photo = _photo(160)
+    params = PencilParams(mode="color", tone="dark")
+    np.testing.assert_array_equal(ref.render(photo, params), ref.render(photo, params))
+
+
+def test_color_mode_keeps_chroma():
+    photo = _photo(160)
+    drawing = ref.render(photo, PencilParams(mode="color"))
+    assert drawing.shape == photo.shape and drawing.dtype == np.uint8
+    gray = ref.render(photo, PencilParams(mode="gray"))
+    ycrcb = cv2.cvtColor(drawing, cv2.COLOR_RGB2YCrCb)
+    # Y is the drawing, up to rounding and the clipping of saturated colours in RGB
+    assert np.median(np.abs(ycrcb[..., 0].astype(int) - gray)) <= 1
+    photo_chroma = cv2.cvtColor(photo, cv2.COLOR_RGB2YCrCb)[..., 1:]
+    assert np.abs(ycrcb[..., 1:].astype(int) - photo_chroma).mean() < 6  # chroma kept
+
+
+def test_gray_photo_in_color_mode_gives_rgb():
+    gray = cv2.resize(skimage.data.camera(), (128, 128), interpolation=cv2.INTER_AREA)
+    drawing = ref.render(gray, PencilParams(mode="color"))
+    assert drawing.shape == (128, 128, 3)
+    assert (drawing[..., 0] == drawing[..., 1]).all()
+
+
+def test_max_side_downscales_keeping_aspect():
+    photo = cv2.resize(skimage.data.coffee(), (300, 200), interpolation=cv2.INTER_AREA)
+    assert ref.render(photo, PencilParams(max_side=150)).shape == (100, 150)
+    assert ref.render(photo, PencilParams(max_side=1000)).shape == (200, 300)  # never upscales
+
+
+def test_darkness_options_darken():
+    photo = _photo(160)
+    base = ref.render(photo, PencilParams()).mean()
+    assert ref.render(photo, PencilParams(stroke_gamma=3)).mean() < base
+    assert ref.render(photo, PencilParams(tone_gamma=2)).mean() < base
+    assert ref.render(photo, PencilParams(tone="dark")).mean() < base
