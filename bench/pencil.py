@@ -1,0 +1,115 @@
+"""Benchmark of the pencil pipeline on the CPU backend, with its anchors measured in the
+same run: OpenCV's `cv2.pencilSketch` (the CPU peer: a domain-transform pencil filter)
+and the stroke branch written with 16 direct `cv2.filter2D` line convolutions (the
+obvious version of stages 3-5).
+
+    python bench/pencil.py [--sizes 640x480,1920x1080] [--repeats 3]
+
+Prints, per size, the median wall time of each and the ratios; then a per-stage split at
+the largest size. Times drift between machines: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import skimage.data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu.pencil import reference as ref  # noqa: E402
+from gpu.pencil.params import PencilParams  # noqa: E402
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up: caches (texture tile, kernel spectra), first-touch allocations
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def photo(width: int, height: int) -> np.ndarray:
+    """A real photograph (scikit-image's astronaut), resized to width x height, RGB uint8."""
+    return cv2.resize(skimage.data.astronaut(), (width, height), interpolation=cv2.INTER_CUBIC)
+
+
+def strokes_direct(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
+    """Stages 1-5 with 16 direct filter2D convolutions: the obvious version."""
+    height, width = luma_u8.shape
+    length = params.line_length(height, width)
+    magnitude = ref.gradient(ref.median3(luma_u8))
+    thin, wide = ref.line_kernels(length, 0), ref.line_kernels(length, params.stroke_width)
+    responses = np.stack([ref.correlate(magnitude, k) for k in thin])
+    label = responses.argmax(axis=0)
+    strokes = sum(ref.correlate(np.where(label == i, magnitude, 0).astype(np.float32), wide[i]) for i in range(8))
+    return 1 - (strokes - strokes.min()) / (strokes.max() - strokes.min())
+
+
+def strokes_fft(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
+    height, width = luma_u8.shape
+    length = params.line_length(height, width)
+    magnitude = ref.gradient(ref.median3(luma_u8))
+    label = ref.classify(magnitude, ref.LineFilter(height, width, length, 0))
+    return ref.stroke_map(magnitude, label, ref.LineFilter(height, width, length, params.stroke_width), params.stroke_gamma)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="640x480,1280x720,1920x1080,2560x1920")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    params, fast = PencilParams(), PencilParams(texture="fast")
+
+    print(f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}")
+    print(f"# median of {args.repeats} after a warm-up; ratio = ours / anchor (below 1: ours is faster)")
+    header = f"{'size':>10} | {'render lu ms':>12} | {'render fast ms':>14} | {'cv2.pencilSketch ms':>19} | {'lu / pencilSketch':>17} | {'strokes fft ms':>14} | {'strokes direct ms':>17} | {'fft / direct':>12}"
+    print(header)
+    print("-" * len(header))
+    for width, height in sizes:
+        image = photo(width, height)
+        luma = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+        t_lu = median_ms(lambda: ref.render(image, params), args.repeats)
+        t_fast = median_ms(lambda: ref.render(image, fast), args.repeats)
+        t_cv = median_ms(lambda: cv2.pencilSketch(cv2.cvtColor(image, cv2.COLOR_RGB2BGR)), args.repeats)
+        t_fft = median_ms(lambda: strokes_fft(luma, params), args.repeats)
+        t_direct = median_ms(lambda: strokes_direct(luma, params), args.repeats)
+        print(f"{width:>5}x{height:<4} | {t_lu:12.0f} | {t_fast:14.0f} | {t_cv:19.0f} | {t_lu / t_cv:17.2f} | {t_fft:14.0f} | {t_direct:17.0f} | {t_fft / t_direct:12.2f}")
+
+    width, height = sizes[-1]
+    image = photo(width, height)
+    luma, _ = ref.split_luma(image)
+    length = params.line_length(height, width)
+    stages = {}
+
+    def stage(name, fn):
+        stages[name] = median_ms(fn, args.repeats)
+        return fn()
+
+    smooth = stage("1 median 3x3", lambda: ref.median3(luma))
+    magnitude = stage("2 gradient", lambda: ref.gradient(smooth))
+    label = stage("3-4 responses + argmax (FFT)", lambda: ref.classify(magnitude, ref.LineFilter(height, width, length, 0)))
+    stage("5 stroke map (FFT)", lambda: ref.stroke_map(magnitude, label, ref.LineFilter(height, width, length, 1), 1.0))
+    tone = stage("6-8 histogram, LUT, blur", lambda: ref.tone_map(luma, params))
+    stage("9 texture lu (CG)", lambda: ref.texture_rendering(tone, "lu"))
+    stage("9 texture fast", lambda: ref.texture_rendering(tone, "fast"))
+    log_texture = np.log(ref.texture_for(height, width))
+    _, iterations = ref.solve_beta_lu(log_texture, np.log(np.maximum(tone, ref.TONE_FLOOR)))
+    print(f"\n# stages at {width}x{height} (line length {length} px, CG {iterations} iterations)")
+    for name, ms in stages.items():
+        print(f"{name:>30} | {ms:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
