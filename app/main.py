@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -21,6 +22,7 @@ from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers
 from app.metrics import Metrics, MetricsMiddleware
 from app.render_queue import RenderQueue
+from gpu import pencil
 from gpu.backend import select_backend
 
 log = logging.getLogger("pencil")
@@ -62,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(pencil.warm_up, backend.name)
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", settings.workers, settings.max_queue)
         yield
         app.state.render_queue.shutdown()

@@ -16,3 +16,11 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu") -> np.
     from gpu.pencil import reference
 
     return reference.render(image, params)
+
+
+def warm_up(backend: str = "cpu") -> None:
+    """Build what the first render would otherwise build (the pencil texture tile), so
+    the first request is not slower than the rest."""
+    from gpu.pencil.texture import pencil_texture
+
+    pencil_texture()
