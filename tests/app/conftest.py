@@ -1,0 +1,67 @@
+"""Fixtures of the HTTP service tests: an app per test (own metrics registry, own data
+directory, CPU backend) driven through Starlette's TestClient, and a freshly seeded RNG."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import pencil_testkit`
+
+with warnings.catch_warnings():  # Starlette's TestClient warns that httpx is deprecated
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from app.config import Settings  # noqa: E402
+from app.main import create_app  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", "ignore:Using `httpx` with `starlette.testclient` is deprecated")
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator with a fresh seed each run; the seed is printed (shown on failure)."""
+    seed = secrets.randbits(64)
+    print(f"{request.node.nodeid}: numpy seed {seed}")
+    return np.random.default_rng(seed)
+
+
+def make_settings(tmp_path: Path, **overrides) -> Settings:
+    values = {
+        "backend": "cpu",
+        "workers": 2,
+        "max_queue": 16,
+        "data_dir": tmp_path / "data",
+        "log_level": "warning",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def make_client(tmp_path):
+    """make_client(**settings_overrides, raise_server_exceptions=True) -> a started
+    TestClient (lifespan run) on a fresh app; all are closed at teardown."""
+    clients = []
+
+    def make(raise_server_exceptions: bool = True, **overrides) -> TestClient:
+        client = TestClient(create_app(make_settings(tmp_path, **overrides)), raise_server_exceptions=raise_server_exceptions)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in reversed(clients):
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client) -> TestClient:
+    return make_client()

@@ -1,0 +1,131 @@
+"""app/config.py: Settings from PENCIL_* environment variables and a .env file, with
+their bounds; get_settings caches one instance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings, get_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    """No PENCIL_* variable from the caller, and a working directory without .env."""
+    for key in list(os.environ):
+        if key.startswith("PENCIL_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_defaults():
+    settings = Settings()
+    assert settings.host == "127.0.0.1" and settings.port == 8000
+    assert settings.backend == "auto"
+    assert settings.workers == 2 and settings.max_queue == 16
+    assert settings.max_upload_bytes == 25 * 1024 * 1024
+    assert settings.max_pixels == 50_000_000
+    assert settings.data_dir == Path("data")
+    assert settings.log_level == "info"
+
+
+def test_environment_variables_are_read(monkeypatch, tmp_path):
+    values = {
+        "PENCIL_HOST": "0.0.0.0",
+        "PENCIL_PORT": "9000",
+        "PENCIL_BACKEND": "cpu",
+        "PENCIL_WORKERS": "5",
+        "PENCIL_MAX_QUEUE": "0",
+        "PENCIL_MAX_UPLOAD_BYTES": "4096",
+        "PENCIL_MAX_PIXELS": "1000000",
+        "PENCIL_DATA_DIR": str(tmp_path / "store"),
+        "PENCIL_LOG_LEVEL": "debug",
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.host == "0.0.0.0" and settings.port == 9000
+    assert settings.backend == "cpu"
+    assert settings.workers == 5 and settings.max_queue == 0
+    assert settings.max_upload_bytes == 4096 and settings.max_pixels == 1_000_000
+    assert settings.data_dir == tmp_path / "store"
+    assert settings.log_level == "debug"
+
+
+def test_names_are_case_insensitive(monkeypatch):
+    monkeypatch.setenv("pencil_max_queue", "7")
+    assert Settings().max_queue == 7
+
+
+def test_keyword_arguments_win_over_environment(monkeypatch):
+    monkeypatch.setenv("PENCIL_MAX_QUEUE", "3")
+    assert Settings(max_queue=9).max_queue == 9
+
+
+def test_dotenv_file_is_read_and_environment_wins(monkeypatch, tmp_path):
+    (tmp_path / ".env").write_text("PENCIL_WORKERS=3\nPENCIL_MAX_QUEUE=4\nPENCIL_ADMIN_TOKEN=unused\nOTHER=1\n")
+    settings = Settings()
+    assert (settings.workers, settings.max_queue) == (3, 4)
+    monkeypatch.setenv("PENCIL_MAX_QUEUE", "11")
+    assert Settings().max_queue == 11
+
+
+def test_unknown_pencil_variables_are_ignored(monkeypatch):
+    monkeypatch.setenv("PENCIL_STREAMS", "4")
+    monkeypatch.setenv("PENCIL_SOMETHING_NEW", "x")
+    assert Settings().workers == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PENCIL_MAX_QUEUE", "-1"),
+        ("PENCIL_MAX_QUEUE", "10001"),
+        ("PENCIL_MAX_QUEUE", "many"),
+        ("PENCIL_WORKERS", "0"),
+        ("PENCIL_WORKERS", "65"),
+        ("PENCIL_WORKERS", "1.5"),
+        ("PENCIL_PORT", "0"),
+        ("PENCIL_PORT", "70000"),
+        ("PENCIL_BACKEND", "tpu"),
+        ("PENCIL_LOG_LEVEL", "verbose"),
+        ("PENCIL_MAX_UPLOAD_BYTES", "100"),
+        ("PENCIL_MAX_PIXELS", "10"),
+    ],
+)
+def test_invalid_values_raise(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    assert name.removeprefix("PENCIL_").lower() in str(caught.value).lower()
+
+
+def test_get_settings_is_cached(monkeypatch):
+    monkeypatch.setenv("PENCIL_WORKERS", "6")
+    first = get_settings()
+    monkeypatch.setenv("PENCIL_WORKERS", "8")
+    assert get_settings() is first and first.workers == 6
+    get_settings.cache_clear()
+    assert get_settings().workers == 8
+
+
+def test_create_app_reads_the_environment(monkeypatch, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    monkeypatch.setenv("PENCIL_BACKEND", "cpu")
+    monkeypatch.setenv("PENCIL_WORKERS", "3")
+    monkeypatch.setenv("PENCIL_MAX_QUEUE", "1")
+    monkeypatch.setenv("PENCIL_DATA_DIR", str(tmp_path / "env-data"))
+    monkeypatch.setenv("PENCIL_LOG_LEVEL", "warning")
+    with TestClient(create_app()) as client:
+        body = client.get("/healthz").json()
+    assert body["workers"] == 3 and body["queue"]["limit"] == 1 and body["backend"] == "cpu"
+    assert (tmp_path / "env-data").is_dir()

@@ -1,0 +1,188 @@
+"""app/render_queue.py: admission, 503 with Retry-After when full, timing, exceptions,
+the gauges, and refusal after shutdown. Jobs block on threading.Events, so nothing here
+depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from app.errors import ApiError
+from app.metrics import Metrics
+from app.render_queue import RenderQueue, Timed
+
+WAIT = 30  # seconds: an upper bound for events that should happen at once
+
+
+def blocking_job(release: threading.Event, started: threading.Event | None = None, value=None):
+    def job():
+        if started is not None:
+            started.set()
+        assert release.wait(WAIT), "the test never released the job"
+        return value
+
+    return job
+
+
+async def until(predicate, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def gauge(metrics: Metrics, name: str) -> float:
+    return metrics.registry.get_sample_value(name)
+
+
+def test_full_queue_refuses_with_retry_after_then_admits_again():
+    async def scenario():
+        metrics = Metrics()
+        queue = RenderQueue(workers=1, max_queue=0, metrics=metrics, backend="cpu")
+        release, started = threading.Event(), threading.Event()
+        try:
+            first = asyncio.create_task(queue.run(blocking_job(release, started, "first")))
+            await until(lambda: queue.running == 1)
+            assert started.is_set() and queue.waiting == 0
+            assert gauge(metrics, "pencil_renders_running") == 1
+
+            with pytest.raises(ApiError) as caught:
+                await queue.run(lambda: "second")
+            error = caught.value
+            assert (error.status, error.code) == (503, "overloaded")
+            assert error.detail
+            assert int(error.headers["Retry-After"]) >= 1
+
+            release.set()
+            result = await first
+            assert isinstance(result, Timed) and result.value == "first"
+            assert queue.running == 0 and queue.waiting == 0
+
+            third = await queue.run(lambda: "third")
+            assert third.value == "third"
+            assert gauge(metrics, "pencil_renders_running") == 0
+            assert gauge(metrics, "pencil_render_queue_depth") == 0
+        finally:
+            release.set()
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_waiting_slots_then_refusal():
+    async def scenario():
+        metrics = Metrics()
+        queue = RenderQueue(workers=1, max_queue=2, metrics=metrics, backend="cpu")
+        release = threading.Event()
+        try:
+            tasks = [asyncio.create_task(queue.run(blocking_job(release, value=i))) for i in range(3)]
+            await until(lambda: queue.running == 1 and queue.waiting == 2)
+            assert gauge(metrics, "pencil_render_queue_depth") == 2
+            with pytest.raises(ApiError) as caught:
+                await queue.run(lambda: None)
+            assert caught.value.status == 503
+            # Retry-After grows with the queue: ceil(mean run time * (waiting + 1) / workers)
+            assert int(caught.value.headers["Retry-After"]) == queue.retry_after_s() >= 1
+            release.set()
+            results = await asyncio.gather(*tasks)
+            assert [r.value for r in results] == [0, 1, 2]
+            assert max(r.queue_ms for r in results) > 0  # the later ones waited
+            assert queue.waiting == queue.running == 0
+        finally:
+            release.set()
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_timing_and_metrics():
+    async def scenario():
+        metrics = Metrics()
+        queue = RenderQueue(workers=2, max_queue=4, metrics=metrics, backend="cpu")
+        try:
+            result = await queue.run(lambda: time.sleep(0.02) or 42)
+            assert result.value == 42
+            assert result.run_ms >= 15
+            assert result.queue_ms >= 0
+            assert metrics.registry.get_sample_value("pencil_render_seconds_count", {"backend": "cpu"}) == 1
+            assert metrics.registry.get_sample_value("pencil_render_seconds_sum", {"backend": "cpu"}) >= 0.015
+            assert metrics.registry.get_sample_value("pencil_render_queue_wait_seconds_count") == 1
+        finally:
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_job_exceptions_propagate_and_free_the_slot():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=0, metrics=Metrics(), backend="cpu")
+        try:
+
+            def failing():
+                raise ApiError(400, "corrupt_image", "bad bytes")
+
+            with pytest.raises(ApiError) as caught:
+                await queue.run(failing)
+            assert caught.value.code == "corrupt_image"
+            with pytest.raises(ZeroDivisionError):
+                await queue.run(lambda: 1 / 0)
+            assert queue.running == queue.waiting == 0
+            assert (await queue.run(lambda: "ok")).value == "ok"  # the single slot is free again
+        finally:
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_retry_after_is_a_positive_integer():
+    queue = RenderQueue(workers=4, max_queue=0, metrics=Metrics(), backend="cpu")
+    try:
+        assert queue.retry_after_s() >= 1
+        assert isinstance(queue.retry_after_s(), int)
+    finally:
+        queue.shutdown()
+
+
+def test_after_shutdown_jobs_are_refused():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=2, metrics=Metrics(), backend="cpu")
+        queue.shutdown()
+        with pytest.raises(ApiError) as caught:
+            await queue.run(lambda: "late")
+        assert (caught.value.status, caught.value.code) == (503, "shutting_down")
+        assert int(caught.value.headers["Retry-After"]) >= 1
+        assert queue.waiting == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: RenderQueue.run counts a caller in _waiting before submitting; if the caller is cancelled "
+    "while waiting, asyncio.wrap_future cancels the not-yet-started future, timed_job never runs, and the "
+    "slot is never given back (queue permanently smaller, eventually always 503)",
+)
+def test_cancelled_waiter_gives_its_slot_back():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=1, metrics=Metrics(), backend="cpu")
+        release = threading.Event()
+        try:
+            running = asyncio.create_task(queue.run(blocking_job(release, value="running")))
+            await until(lambda: queue.running == 1)
+            waiter = asyncio.create_task(queue.run(lambda: "never needed"))
+            await until(lambda: queue.waiting == 1)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            release.set()
+            assert (await running).value == "running"
+            await until(lambda: queue.running == 0, timeout=5)
+            assert queue.waiting == 0
+        finally:
+            release.set()
+            queue.shutdown()
+
+    asyncio.run(scenario())
