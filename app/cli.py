@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -67,7 +68,8 @@ def serve(host: str | None, port: int | None) -> int:
 
 
 def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str | None]) -> int:
-    """Draw every input into out_dir as <stem>-sketch.<ext>; returns the exit status
+    """Draw every input into out_dir as <stem>-sketch.<ext> (<name>-sketch.<ext> where two
+    inputs share a stem); returns the exit status
     (0 all drawn, 1 some failed, 2 bad options or no backend)."""
     settings = get_settings()
     try:
@@ -79,17 +81,22 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
+    stems = Counter(path.stem for path in inputs)
     started = time.perf_counter()
     with tqdm(inputs, unit="img", desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
         for path in progress:
             try:
                 image = decode_image(path.read_bytes(), settings.max_pixels)
                 drawing = pencil.render(image, params, backend.name)
-                target = out_dir / f"{path.stem}-sketch.{EXTENSIONS[fmt]}"
+                name = path.stem if stems[path.stem] == 1 else path.name  # a.jpg + a.png: keep both
+                target = out_dir / f"{name}-sketch.{EXTENSIONS[fmt]}"
                 target.write_bytes(encode_image(drawing, fmt, quality))
             except (OSError, ApiError) as exc:
                 failures += 1
                 progress.write(f"{path}: {exc}", file=sys.stderr)
+            except Exception as exc:  # a render bug on one photo must not lose the rest
+                failures += 1
+                progress.write(f"{path}: render failed: {exc!r}", file=sys.stderr)
     elapsed = time.perf_counter() - started
     print(f"{len(inputs) - failures} of {len(inputs)} drawn into {out_dir} in {elapsed:.1f} s", file=sys.stderr)
     return 1 if failures else 0

@@ -48,6 +48,8 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     if kind is None:
         raise ApiError(415, "unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
     name = SUPPORTED_FORMATS[kind]
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
+        Image.MAX_IMAGE_PIXELS = max_pixels  # let our limit, checked below, be the one that holds
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -47,8 +47,7 @@ class DeclaredLengthGuard:
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"")
             if length.isdigit() and int(length) > self.max_body_size:
-                limit_mib = self.max_body_size / (1024 * 1024)
-                response = error_response(413, "too_large", f"the request body is {int(length):,} bytes; the limit is {limit_mib:.0f} MiB")
+                response = error_response(413, "too_large", f"the request body is {int(length):,} bytes; the limit is {self.max_body_size:,} bytes")
                 self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return
@@ -81,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.render_queue = RenderQueue(settings.workers, settings.max_queue, metrics, backend.name)
     install_error_handlers(app)
-    app.include_router(sketch.router)
+    sketch.install(app)
     _add_service_routes(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

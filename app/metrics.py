@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _RENDER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -25,6 +26,21 @@ class Metrics:
         self.renders_running = Gauge("pencil_renders_running", "Renders running now", registry=r)
 
 
+def route_label(scope: Scope, request_scope: Scope) -> str:
+    """The path template of the route that handled the request: FastAPI's routes leave it
+    in `scope["route"]`; Starlette's (/docs, the /static mount) are matched here against
+    `request_scope`, the scope as it arrived (routing rewrites root_path in place)."""
+    route = scope.get("route")
+    if route is not None:
+        return route.path
+    app = request_scope.get("app")
+    for candidate in getattr(getattr(app, "router", None), "routes", ()):
+        path = getattr(candidate, "path", None)
+        if isinstance(path, str) and candidate.matches(request_scope)[0] is Match.FULL:
+            return path
+    return "unmatched"
+
+
 class MetricsMiddleware:
     """Counts and times requests; the route label is the matched path template (e.g.
     /sketch), or "unmatched", so client-chosen paths cannot blow up the label set."""
@@ -38,6 +54,7 @@ class MetricsMiddleware:
             return
         status = 500
         start = time.perf_counter()
+        request_scope = dict(scope)
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
@@ -50,7 +67,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_and_record)
         finally:
             self.metrics.in_flight.dec()
-            route = getattr(scope.get("route"), "path", "unmatched")
+            route = route_label(scope, request_scope)
             method = scope["method"]
             self.metrics.requests.labels(route, method, str(status)).inc()
             self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)

@@ -85,6 +85,7 @@ class RenderQueue:
             with self._lock:
                 self._waiting -= 1
             raise ApiError(503, "shutting_down", "the server is shutting down", {"Retry-After": "5"}) from None
+        future.add_done_callback(self._release_if_never_started)
         value = await asyncio.wrap_future(future)
         run_s = time.perf_counter() - started[0]
         queue_s = started[0] - submitted
@@ -92,6 +93,14 @@ class RenderQueue:
         self.metrics.queue_wait.observe(queue_s)
         self.metrics.render_time.labels(self.backend).observe(run_s)
         return Timed(value, queue_s * 1000, run_s * 1000)
+
+    def _release_if_never_started(self, future) -> None:
+        """A job cancelled while waiting (its caller went away) never ran `timed_job`:
+        give its place in the queue back."""
+        if future.cancelled():
+            with self._lock:
+                self._waiting -= 1
+                self.metrics.queue_depth.set(self._waiting)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -9,9 +9,10 @@ parameters (a form field wins); they are described once in `PENCIL_OPTIONS` and
 from __future__ import annotations
 
 from pathlib import PurePath
+from urllib.parse import quote
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
 
 from app.decode import decode_image
@@ -19,8 +20,6 @@ from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image, pa
 from app.errors import ERROR_SCHEMA, ApiError
 from gpu import pencil
 from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
-
-router = APIRouter()
 
 ALL_OPTIONS: tuple[Option, ...] = PENCIL_OPTIONS + ENCODE_OPTIONS
 _OPTION_NAMES = {option.name for option in ALL_OPTIONS}
@@ -117,13 +116,16 @@ def parse_options(query: dict[str, str], form: dict[str, str]) -> tuple[PencilPa
     return params, fmt, quality
 
 
-@router.post(
-    "/sketch",
-    summary="Turn a photo into a pencil drawing",
-    description="Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be a form field or a query parameter.",
-    openapi_extra=OPENAPI,
-    response_class=Response,
-)
+def content_disposition(name: str) -> str:
+    """`inline` with the name as ASCII (unsafe characters as _) and, for any other
+    character, as RFC 5987 UTF-8 too; header values must stay Latin-1."""
+    name = name[-120:]
+    ascii_name = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
+    if ascii_name == name:
+        return f'inline; filename="{name}"'
+    return f"inline; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
 async def sketch(request: Request) -> Response:
     state = request.app.state
     data, filename, form_options = await _read_upload(request)
@@ -138,8 +140,7 @@ async def sketch(request: Request) -> Response:
 
     timed = await state.render_queue.run(job)
     encoded, (width, height) = timed.value
-    stem = PurePath(filename).stem or "image"
-    safe_stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:100] or "image"
+    download_name = f"{PurePath(filename).stem or 'image'}-sketch.{EXTENSIONS[fmt]}"
     return Response(
         content=encoded,
         media_type=MEDIA_TYPES[fmt],
@@ -148,7 +149,19 @@ async def sketch(request: Request) -> Response:
             "X-Render-Ms": f"{timed.run_ms:.1f}",
             "X-Queue-Ms": f"{timed.queue_ms:.1f}",
             "X-Image-Size": f"{width}x{height}",
-            "Content-Disposition": f'inline; filename="{safe_stem}-sketch.{EXTENSIONS[fmt]}"',
+            "Content-Disposition": content_disposition(download_name),
             "Cache-Control": "no-store",
         },
     )
+
+
+def install(app: FastAPI) -> None:
+    """Add POST /sketch to the app (directly on the app, so the route is a plain route
+    that the metrics can name even when a middleware answers before routing)."""
+    app.post(
+        "/sketch",
+        summary="Turn a photo into a pencil drawing",
+        description="Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be a form field or a query parameter.",
+        openapi_extra=OPENAPI,
+        response_class=Response,
+    )(sketch)

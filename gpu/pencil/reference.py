@@ -308,10 +308,15 @@ def solve_beta_lu(
     direction = z.copy()
     rz = float(np.vdot(residual, z))
     threshold = (tolerance * float(np.linalg.norm(rhs))) ** 2
+    if float(np.vdot(residual, residual)) <= threshold:  # e.g. a flat white page: J = 1, beta = 0
+        return beta, 0
     iterations = 0
     for iterations in range(1, max_iterations + 1):
         a_direction = apply(direction, product)
-        step = rz / float(np.vdot(direction, a_direction))
+        curvature = float(np.vdot(direction, a_direction))
+        if curvature <= 0.0:  # direction vanished in float32: nothing left to gain
+            break
+        step = rz / curvature
         cv2.scaleAdd(direction, step, beta, dst=beta)
         cv2.scaleAdd(a_direction, -step, residual, dst=residual)
         if float(np.vdot(residual, residual)) <= threshold:

@@ -171,12 +171,6 @@ def test_help_lists_every_option():
         assert flag in result.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="bug: sketch_files catches only OSError/ApiError, so one render that raises (e.g. the flat-image "
-    "ZeroDivisionError of solve_beta_lu) aborts the whole batch with a traceback instead of returning 1",
-)
 def test_a_failing_render_does_not_abort_the_batch(inputs, tmp_path, monkeypatch):
     real_render = cli.pencil.render
     calls = []

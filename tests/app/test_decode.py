@@ -329,11 +329,6 @@ def test_http_fully_transparent_image_draws_white_fast_texture(client, rng):
     assert decoded(opaque.content).mean() < out.mean()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: any constant image (here fully transparent -> all white) makes solve_beta_lu "
-    "(gpu/pencil/reference.py) divide by zero with texture=lu (the default): 500 internal_error",
-)
 @pytest.mark.parametrize("kind", ["transparent", "solid-gray"])
 def test_http_flat_image_draws_white_default_texture(make_client, rng, kind):
     client = make_client(raise_server_exceptions=False)

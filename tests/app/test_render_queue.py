@@ -159,12 +159,6 @@ def test_after_shutdown_jobs_are_refused():
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: RenderQueue.run counts a caller in _waiting before submitting; if the caller is cancelled "
-    "while waiting, asyncio.wrap_future cancels the not-yet-started future, timed_job never runs, and the "
-    "slot is never given back (queue permanently smaller, eventually always 503)",
-)
 def test_cancelled_waiter_gives_its_slot_back():
     async def scenario():
         queue = RenderQueue(workers=1, max_queue=1, metrics=Metrics(), backend="cpu")
