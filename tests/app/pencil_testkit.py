@@ -6,10 +6,20 @@ puts this directory on sys.path)."""
 from __future__ import annotations
 
 import io
+import os
 import socket
 import struct
+import subprocess
+import sys
+import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
+
+import httpx
+import pytest
 
 import numpy as np
 from PIL import Image
@@ -131,6 +141,53 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def live_server(workdir: Path, startup_timeout_s: float = 60, **settings: str) -> Iterator[str]:
+    """uvicorn serving app.main:create_app on a free port in a subprocess, with the given
+    PENCIL_* settings (e.g. workers="1") and the others at their defaults; yields its
+    base URL once GET /healthz answers 200, and stops the server afterwards."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
+    env.update({f"PENCIL_{key.upper()}": value for key, value in settings.items()})
+    env.setdefault("PENCIL_BACKEND", "cpu")
+    env.setdefault("PENCIL_DATA_DIR", str(workdir / "data"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    log_path = workdir / "server.log"
+    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "wb") as log:
+        # cwd is the scratch directory so that no .env file of the checkout is read
+        proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def server_log() -> str:
+        return log_path.read_text(errors="replace")[-4000:]
+
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"uvicorn exited with {proc.returncode}:\n{server_log()}")
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"uvicorn did not answer /healthz within {startup_timeout_s:.0f} s:\n{server_log()}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
 
 
 def multipart_body(boundary: str, image: bytes, filename: str = "photo.jpg", fields: dict[str, str] | None = None) -> bytes:

@@ -7,25 +7,17 @@ Screenshots land in ``test-artifacts/`` at the repository root.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
+from pencil_testkit import live_server
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
-APP_FACTORY = "app.main:create_app"
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -48,17 +40,6 @@ def _chromium_path() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get_json(url: str, timeout: float = 2.0) -> tuple[int, dict]:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, json.loads(r.read().decode("utf-8"))
-
-
 @pytest.fixture(scope="module")
 def chromium_path() -> str:
     path = _chromium_path()
@@ -69,45 +50,10 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def server(chromium_path):
-    """Start the real app with uvicorn in a subprocess; yield (base_url, healthz)."""
-    port = _free_port()
-    env = dict(os.environ, PENCIL_BACKEND="cpu")
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY,
-           "--host", "127.0.0.1", "--port", str(port)]
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-
-    def server_log() -> str:
-        log.seek(0)
-        return log.read().decode("utf-8", "replace")[-4000:]
-
-    health = None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited early with code {proc.returncode}:\n{server_log()}")
-        try:
-            status, body = _get_json(f"{base}/healthz")
-            if status == 200:
-                health = body
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.25)
-    try:
-        if health is None:
-            pytest.fail(f"server did not answer GET /healthz with 200 within 30 s:\n{server_log()}")
-        yield base, health
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+def server(chromium_path, tmp_path_factory):
+    """The real app under uvicorn; yields (base_url, healthz body)."""
+    with live_server(tmp_path_factory.mktemp("browser")) as base:
+        yield base, httpx.get(f"{base}/healthz", timeout=5).json()
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,14 @@ in-process check where the render is held on an Event, so overload is determinis
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from pencil_testkit import assert_api_error, free_port, metric_value, photo_bytes, sketch_files
+import pencil_testkit
+from pencil_testkit import assert_api_error, metric_value, photo_bytes, sketch_files
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS = 32
@@ -22,49 +20,9 @@ REQUEST_TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
-    """uvicorn serving app.main:create_app on a free port; yields its base URL."""
-    tmp = tmp_path_factory.mktemp("live")
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
-    env.update(
-        PENCIL_BACKEND="cpu",
-        PENCIL_WORKERS="1",
-        PENCIL_MAX_QUEUE="2",
-        PENCIL_DATA_DIR=str(tmp / "data"),
-        PENCIL_LOG_LEVEL="warning",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-    )
-    log_path = tmp / "server.log"
-    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    with open(log_path, "wb") as log:
-        # cwd is a scratch directory so that no .env file of the checkout is read
-        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-
-    def server_log() -> str:
-        return log_path.read_text(errors="replace")[-4000:]
-
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"uvicorn exited with {proc.returncode}:\n{server_log()}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"uvicorn did not answer /healthz within 60 s:\n{server_log()}")
-            time.sleep(0.1)
+    """One render worker and a queue of two, so 32 clients overload it."""
+    with pencil_testkit.live_server(tmp_path_factory.mktemp("live"), workers="1", max_queue="2", log_level="warning") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 def test_live_server_reports_its_settings(live_server):

@@ -3,7 +3,6 @@ route template so that client-chosen paths cannot grow the label set."""
 
 from __future__ import annotations
 
-import pytest
 from pencil_testkit import metric_samples, metric_value
 
 from app.metrics import Metrics
