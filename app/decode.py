@@ -11,11 +11,16 @@ from __future__ import annotations
 import io
 import warnings
 
+import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from app.errors import ApiError
 from gpu.pencil.params import MIN_SIDE
+
+# Our own pixel limit, checked from the header before decoding, is the guard against
+# decompression bombs; Pillow's warning about large images would only repeat it.
+warnings.simplefilter("ignore", Image.DecompressionBombWarning)
 
 # Pillow format name -> what we call it in messages
 SUPPORTED_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP"}
@@ -49,11 +54,11 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
         raise ApiError(415, "unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
     name = SUPPORTED_FORMATS[kind]
     if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
-        Image.MAX_IMAGE_PIXELS = max_pixels  # let our limit, checked below, be the one that holds
+        # Pillow refuses images over 2x this process-wide limit inside open(); raise it
+        # (only ever up, so concurrent calls agree) so that our limit is the one that holds.
+        Image.MAX_IMAGE_PIXELS = max_pixels
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=[kind])
+        image = Image.open(io.BytesIO(data), formats=[kind])
     except Image.DecompressionBombError:
         raise ApiError(413, "too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
@@ -66,9 +71,7 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
         raise ApiError(400, "image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image.load()
+        image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ApiError(400, "corrupt_image", f"the {name} file is corrupt or truncated ({exc})") from None
     return to_array(_upright(image))
@@ -85,11 +88,12 @@ def _upright(image: Image.Image) -> Image.Image:
 def to_array(image: Image.Image) -> np.ndarray:
     """A decoded Pillow image of any mode -> (H, W) uint8 gray or (H, W, 3) uint8 RGB."""
     mode = image.mode
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        values = np.asarray(image, dtype=np.float64)
-        full_scale = 1.0 if mode == "F" and values.max(initial=0.0) <= 1.0 else 65535.0
-        return np.ascontiguousarray(np.clip(values * (255.0 / full_scale) + 0.5, 0, 255).astype(np.uint8))
-    if mode == "P":
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit gray PNG
+        values = np.asarray(image)
+        return cv2.convertScaleAbs(np.clip(values, 0, 65535).astype(np.uint16, copy=False), alpha=255.0 / 65535.0)
+    if "transparency" in image.info and mode in ("L", "RGB"):  # PNG tRNS: one colour is transparent
+        image = image.convert("LA" if mode == "L" else "RGBA")
+    elif mode == "P":
         image = image.convert("RGBA" if "transparency" in image.info else "RGB")
     elif mode == "PA":
         image = image.convert("RGBA")

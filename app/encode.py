@@ -8,10 +8,12 @@ from typing import Any
 import cv2
 import numpy as np
 
+from app.errors import ApiError
 from gpu.pencil.params import Option
 
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 EXTENSIONS = {"png": "png", "jpeg": "jpg", "webp": "webp"}
+MAX_SIDE = {"png": 65535, "jpeg": 65500, "webp": 16383}  # px: what each encoder can write
 
 ENCODE_OPTIONS: tuple[Option, ...] = (
     Option("format", str, "png", "output image format", choices=tuple(MEDIA_TYPES)),
@@ -24,6 +26,13 @@ def parse_encode_options(raw: Mapping[str, Any]) -> tuple[str, int]:
     means the default. Raises ParamError."""
     fmt, quality = (option.parse(raw[option.name]) if raw.get(option.name) not in (None, "") else option.default for option in ENCODE_OPTIONS)
     return fmt, quality
+
+
+def check_encodable(width: int, height: int, fmt: str) -> None:
+    """Raise ApiError 422 before rendering when `fmt` cannot hold a width x height image."""
+    limit = MAX_SIDE[fmt]
+    if max(width, height) > limit:
+        raise ApiError(422, "too_large_for_format", f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side")
 
 
 def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:

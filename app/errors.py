@@ -32,6 +32,12 @@ class ApiError(Exception):
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
 
 
+def too_large_detail(body_bytes: int | None, max_upload_bytes: int) -> str:
+    """The one wording of a 413 for an oversize body, with or without its length."""
+    size = f"the request body is {body_bytes:,} bytes" if body_bytes is not None else "the request body is too large"
+    return f"{size}; uploads are limited to {max_upload_bytes:,} bytes (PENCIL_MAX_UPLOAD_BYTES)"
+
+
 def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
@@ -54,8 +60,8 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = _CODES.get(exc.status_code, HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"))
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
-    if exc.status_code == 413:
-        detail = "the request body is larger than this server accepts"
+    if exc.status_code == 413:  # from RequestBodyLimitMiddleware: a body without Content-Length
+        detail = too_large_detail(None, request.app.state.settings.max_upload_bytes)
     return _rejected(request, exc.status_code, code, detail, getattr(exc, "headers", None))
 
 

@@ -19,7 +19,7 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from app import sketch
 from app.config import Settings, get_settings
-from app.errors import error_response, install_error_handlers
+from app.errors import error_response, install_error_handlers, too_large_detail
 from app.metrics import Metrics, MetricsMiddleware
 from app.render_queue import RenderQueue
 from gpu import pencil
@@ -40,14 +40,15 @@ class DeclaredLengthGuard:
     """Answers 413 in our JSON shape when Content-Length already exceeds the limit, before
     any route runs; bodies without a length are cut off by RequestBodyLimitMiddleware."""
 
-    def __init__(self, app, max_body_size: int, metrics: Metrics):
+    def __init__(self, app, max_body_size: int, max_upload_bytes: int, metrics: Metrics):
         self.app, self.max_body_size, self.metrics = app, max_body_size, metrics
+        self.max_upload_bytes = max_upload_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"")
             if length.isdigit() and int(length) > self.max_body_size:
-                response = error_response(413, "too_large", f"the request body is {int(length):,} bytes; the limit is {self.max_body_size:,} bytes")
+                response = error_response(413, "too_large", too_large_detail(int(length), self.max_upload_bytes))
                 self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return
@@ -63,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(pencil.warm_up, backend.name)
+        await asyncio.to_thread(pencil.warm_up)
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", settings.workers, settings.max_queue)
         yield
         app.state.render_queue.shutdown()
@@ -78,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.backend = backend
     app.state.metrics = metrics
-    app.state.render_queue = RenderQueue(settings.workers, settings.max_queue, metrics, backend.name)
+    app.state.render_queue = RenderQueue(settings.workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
     install_error_handlers(app)
     sketch.install(app)
     _add_service_routes(app)
@@ -86,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=limit)
-    app.add_middleware(DeclaredLengthGuard, max_body_size=limit, metrics=metrics)
+    app.add_middleware(DeclaredLengthGuard, max_body_size=limit, max_upload_bytes=settings.max_upload_bytes, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 
@@ -109,6 +110,7 @@ def _add_service_routes(app: FastAPI) -> None:
             "devices": state.backend.devices,
             "version": VERSION,
             "workers": state.settings.workers,
+            "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
             "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
         }
 

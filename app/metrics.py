@@ -17,7 +17,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("pencil_http_requests", "HTTP requests by route template, method and status", ["route", "method", "status"], registry=r)
-        self.latency = Histogram("pencil_http_request_seconds", "HTTP request latency, whole request", ["route", "method"], buckets=_RENDER_BUCKETS, registry=r)
+        self.latency = Histogram("pencil_http_request_seconds", "HTTP request latency, whole request", ["route", "method", "status"], buckets=_RENDER_BUCKETS, registry=r)
         self.in_flight = Gauge("pencil_http_in_flight", "HTTP requests being handled now", registry=r)
         self.rejected = Counter("pencil_rejected_requests", "Requests refused with a 4xx/503, by error code", ["code"], registry=r)
         self.queue_wait = Histogram("pencil_render_queue_wait_seconds", "Time a render waited for a worker", buckets=_RENDER_BUCKETS, registry=r)
@@ -70,4 +70,4 @@ class MetricsMiddleware:
             route = route_label(scope, request_scope)
             method = scope["method"]
             self.metrics.requests.labels(route, method, str(status)).inc()
-            self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)
+            self.metrics.latency.labels(route, method, str(status)).observe(time.perf_counter() - start)

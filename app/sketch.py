@@ -14,12 +14,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.decode import decode_image
-from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image, parse_encode_options
+from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, check_encodable, encode_image, parse_encode_options
 from app.errors import ERROR_SCHEMA, ApiError
 from gpu import pencil
-from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
+from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams, fitted_size
 
 ALL_OPTIONS: tuple[Option, ...] = PENCIL_OPTIONS + ENCODE_OPTIONS
 _OPTION_NAMES = {option.name for option in ALL_OPTIONS}
@@ -82,21 +83,34 @@ OPENAPI = {
 }
 
 
-async def _read_upload(request: Request) -> tuple[bytes, str, dict[str, str]]:
+async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, dict[str, str]]:
     """The image bytes, its file name, and the options given as form fields."""
     content_type = request.headers.get("content-type", "").lower()
     if content_type.startswith("image/") or content_type.startswith("application/octet-stream"):
-        return await request.body(), "image", {}
-    if not content_type.startswith("multipart/form-data"):
+        data, filename, fields = await request.body(), "image", {}
+    elif content_type.startswith("multipart/form-data"):
+        data, filename, fields = await _read_form(request)
+    else:
         raise ApiError(415, "unsupported_media_type", "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the raw body with an image/* Content-Type")
-    form = await request.form(max_files=4, max_fields=len(ALL_OPTIONS) + 8, max_part_size=64 * 1024)
+    if len(data) > max_bytes:
+        raise ApiError(413, "too_large", f"the image is {len(data):,} bytes; uploads are limited to {max_bytes:,} bytes")
+    return data, filename, fields
+
+
+async def _read_form(request: Request) -> tuple[bytes, str, dict[str, str]]:
+    try:
+        form = await request.form(max_files=4, max_fields=len(ALL_OPTIONS) + 8, max_part_size=64 * 1024)
+    except StarletteHTTPException as exc:
+        if exc.status_code != 400:
+            raise
+        raise ApiError(400, "bad_request", f"{exc.detail} The photo must be a file part: curl -F image=@photo.jpg") from None
     try:
         upload = form.get("image")
         if upload is None:
             given = ", ".join(sorted(set(form.keys()))) or "none"
             raise ApiError(400, "missing_image", f"the form has no field named 'image' (fields sent: {given})")
         if not isinstance(upload, UploadFile):
-            raise ApiError(400, "missing_image", "the 'image' field must be a file upload, not a text value")
+            raise ApiError(400, "missing_image", "the 'image' field must be a file upload, not a text value (curl -F image=@photo.jpg)")
         data = await upload.read()
         fields = {key: value for key, value in form.multi_items() if key in _OPTION_NAMES and isinstance(value, str)}
         return data, upload.filename or "image", fields
@@ -128,17 +142,21 @@ def content_disposition(name: str) -> str:
 
 async def sketch(request: Request) -> Response:
     state = request.app.state
-    data, filename, form_options = await _read_upload(request)
-    query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
-    params, fmt, quality = parse_options(query_options, form_options)
-    settings, backend = state.settings, state.backend
+    settings, backend, queue = state.settings, state.backend, state.render_queue
+    async with queue.admission() as place:  # before the body: an overload costs no upload
+        data, filename, form_options = await _read_upload(request, settings.max_upload_bytes)
+        query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
+        params, fmt, quality = parse_options(query_options, form_options)
 
-    def job() -> tuple[bytes, tuple[int, int]]:
-        image = decode_image(data, settings.max_pixels)
-        drawing = pencil.render(image, params, backend.name)
-        return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
+        def job() -> tuple[bytes, tuple[int, int]]:
+            image = decode_image(data, settings.max_pixels)
+            height, width = fitted_size(image.shape[0], image.shape[1], params.max_side)
+            check_encodable(width, height, fmt)
+            with queue.pixels.reserve(height * width):
+                drawing = pencil.render(image, params, backend.name)
+            return encode_image(drawing, fmt, quality), (width, height)
 
-    timed = await state.render_queue.run(job)
+        timed = await place.run(job, client_gone=request.is_disconnected)
     encoded, (width, height) = timed.value
     download_name = f"{PurePath(filename).stem or 'image'}-sketch.{EXTENSIONS[fmt]}"
     return Response(

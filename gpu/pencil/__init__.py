@@ -18,7 +18,7 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu") -> np.
     return reference.render(image, params)
 
 
-def warm_up(backend: str = "cpu") -> None:
+def warm_up() -> None:
     """Build what the first render would otherwise build (the pencil texture tile), so
     the first request is not slower than the rest."""
     from gpu.pencil.texture import pencil_texture

@@ -78,6 +78,14 @@ class Option:
         return value
 
     def check(self, value: Any) -> None:
+        """Raise ParamError unless `value` has this option's type and lies in its range."""
+        if self.type is str:
+            if not isinstance(value, str):
+                raise ParamError(self.name, f"expected a string, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int if self.type is int else (int, float)):
+            raise ParamError(self.name, f"expected {'an integer' if self.type is int else 'a number'}, got {value!r}")
+        elif not math.isfinite(value):
+            raise ParamError(self.name, f"expected a finite number, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ParamError(self.name, f"must be one of {', '.join(self.choices)}; got {value!r}")
         if self.minimum is not None and value < self.minimum:
@@ -105,9 +113,17 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
     Option("stroke_width", int, 1, "stroke width w: the drawn line is 2w+1 px wide", minimum=0, maximum=5),
     Option("stroke_gamma", float, 1.0, "darkness of the strokes: S ** stroke_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
     Option("tone_gamma", float, 1.0, "darkness of the tone: J ** tone_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
-    Option("max_side", int, None, "downscale (area filter) so the longer side is at most this many px before rendering; omit to keep the size", minimum=MIN_SIDE, maximum=65535),
+    Option("max_side", int, None, "downscale (area filter) so the longer side is at most this many px before rendering; omit to keep the size", minimum=MIN_SIDE, maximum=65500),
 )
 _OPTIONS_BY_NAME = {option.name: option for option in PENCIL_OPTIONS}
+
+
+def fitted_size(height: int, width: int, max_side: int | None) -> tuple[int, int]:
+    """(height, width) after downscaling so the longer side is at most max_side (never up)."""
+    if not max_side or max(height, width) <= max_side:
+        return height, width
+    scale = max_side / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
 
 
 @dataclass(frozen=True)
@@ -126,8 +142,10 @@ class PencilParams:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None:
-                _OPTIONS_BY_NAME[field.name].check(value)
+            option = _OPTIONS_BY_NAME[field.name]
+            if value is None and option.default is None:
+                continue  # an optional parameter left out
+            option.check(value)
 
     @classmethod
     def from_options(cls, raw: Mapping[str, Any]) -> PencilParams:

@@ -30,6 +30,7 @@ from gpu.pencil.params import (
     U_A,
     U_B,
     PencilParams,
+    fitted_size,
 )
 from gpu.pencil.texture import pencil_texture, tile_texture
 
@@ -38,12 +39,10 @@ from gpu.pencil.texture import pencil_texture, tile_texture
 
 def fit_max_side(image: np.ndarray, max_side: int | None) -> np.ndarray:
     """Downscale (area filter) so that max(height, width) <= max_side; never upscales."""
-    height, width = image.shape[:2]
-    if not max_side or max(height, width) <= max_side:
+    height, width = fitted_size(image.shape[0], image.shape[1], max_side)
+    if (height, width) == image.shape[:2]:
         return image
-    scale = max_side / max(height, width)
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    return cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
 
 
 def split_luma(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -194,13 +194,26 @@ def test_decode_ignores_broken_exif(rng):
     assert decode_image(data, MAX_PIXELS).shape == (80, 120, 3)
 
 
-def test_to_array_float_and_int_modes():
-    ramp = np.linspace(0.1, 0.9, 64 * 64, dtype=np.float32).reshape(64, 64)
-    unit = to_array(Image.fromarray(ramp, "F"))
-    assert unit.dtype == np.uint8 and unit.shape == (64, 64)
-    assert abs(int(unit[0, 0]) - 26) <= 1 and abs(int(unit[-1, -1]) - 230) <= 1
-    wide = to_array(Image.fromarray((ramp * 65535).astype(np.int32), "I"))
-    assert np.abs(wide.astype(int) - unit.astype(int)).max() <= 1
+def test_to_array_16_bit_gray_modes():
+    """16-bit gray PNGs decode as I;16 (or I in older Pillow): scaled to 8 bits."""
+    ramp = np.linspace(0.1, 0.9, 64 * 64).reshape(64, 64)
+    sixteen = Image.fromarray((ramp * 65535).astype(np.uint16))
+    assert sixteen.mode == "I;16"
+    for image in (sixteen, sixteen.convert("I")):
+        unit = to_array(image)
+        assert unit.dtype == np.uint8 and unit.shape == (64, 64)
+        assert abs(int(unit[0, 0]) - 26) <= 1 and abs(int(unit[-1, -1]) - 230) <= 1
+
+
+def test_png_with_trns_colour_is_composited_on_white():
+    """A gray or RGB PNG may mark one colour transparent (tRNS): it becomes paper white."""
+    for mode, transparent in (("L", 0), ("RGB", (0, 0, 0))):
+        pixels = np.full((32, 32) if mode == "L" else (32, 32, 3), 120, np.uint8)
+        pixels[:8, :8] = 0
+        buffer = io.BytesIO()
+        Image.fromarray(pixels, mode).save(buffer, "PNG", transparency=transparent)
+        decoded_pixels = decode_image(buffer.getvalue(), MAX_PIXELS)
+        assert (decoded_pixels[:8, :8] == 255).all() and (decoded_pixels[8:, 8:] == 120).all()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pencil_testkit import assert_api_error, multipart_body, photo_bytes, sketch
 
 from app.main import MULTIPART_OVERHEAD
 
-SMALL_UPLOAD = 2048  # Settings.max_upload_bytes for these tests (its minimum is 1024)
+SMALL_UPLOAD = 16384  # Settings.max_upload_bytes for these tests: the largest image
 LIMIT = SMALL_UPLOAD + MULTIPART_OVERHEAD  # what the middleware enforces on the whole body
 
 
@@ -44,10 +44,18 @@ def test_declared_length_over_limit_is_413(small_client):
     assert f"{LIMIT + 1:,}" in detail
 
 
-def test_declared_length_at_limit_passes_the_guard(small_client):
-    body = b"\xff\xd8\xff" + b"\x00" * (LIMIT - 3)  # exactly LIMIT bytes: reaches the decoder
+def test_image_of_exactly_the_upload_limit_reaches_the_decoder(small_client):
+    body = b"\xff\xd8\xff" + b"\x00" * (SMALL_UPLOAD - 3)
     response = small_client.post("/sketch", content=body, headers={"content-type": "image/jpeg"})
     assert_api_error(response, 400, "corrupt_image", small_client)
+
+
+def test_image_over_the_upload_limit_within_the_body_allowance_is_413(small_client):
+    """The body may carry MULTIPART_OVERHEAD more for the form, the image itself may not."""
+    body = b"\xff\xd8\xff" + b"\x00" * (SMALL_UPLOAD - 2)  # one byte over, far under LIMIT
+    response = small_client.post("/sketch", content=body, headers={"content-type": "image/jpeg"})
+    detail = assert_api_error(response, 413, "too_large", small_client)["detail"]
+    assert f"{SMALL_UPLOAD:,}" in detail
 
 
 def test_multipart_upload_over_limit_is_413(small_client, rng):
@@ -66,7 +74,7 @@ def test_streamed_raw_body_over_limit_is_413(small_client):
 
 
 def test_streamed_raw_body_at_limit_is_read(small_client):
-    body = b"\xff\xd8\xff" + b"\x00" * (LIMIT - 3)
+    body = b"\xff\xd8\xff" + b"\x00" * (SMALL_UPLOAD - 3)
     response = small_client.post("/sketch", content=chunks(body), headers={"content-type": "image/jpeg"})
     assert_api_error(response, 400, "corrupt_image", small_client)
 

@@ -12,9 +12,18 @@ import pytest
 
 from app.errors import ApiError
 from app.metrics import Metrics
-from app.render_queue import RenderQueue, Timed
+from app.render_queue import PixelBudget, RenderQueue, Timed
 
 WAIT = 30  # seconds: an upper bound for events that should happen at once
+
+
+PIXELS = 1_000_000
+
+
+async def run(queue: RenderQueue, job, client_gone=None):
+    """Admit and run one job, as the /sketch route does."""
+    async with queue.admission() as place:
+        return await place.run(job, client_gone)
 
 
 def blocking_job(release: threading.Event, started: threading.Event | None = None, value=None):
@@ -41,16 +50,16 @@ def gauge(metrics: Metrics, name: str) -> float:
 def test_full_queue_refuses_with_retry_after_then_admits_again():
     async def scenario():
         metrics = Metrics()
-        queue = RenderQueue(workers=1, max_queue=0, metrics=metrics, backend="cpu")
+        queue = RenderQueue(workers=1, max_queue=0, max_concurrent_pixels=PIXELS, metrics=metrics, backend="cpu")
         release, started = threading.Event(), threading.Event()
         try:
-            first = asyncio.create_task(queue.run(blocking_job(release, started, "first")))
+            first = asyncio.create_task(run(queue, blocking_job(release, started, "first")))
             await until(lambda: queue.running == 1)
             assert started.is_set() and queue.waiting == 0
             assert gauge(metrics, "pencil_renders_running") == 1
 
             with pytest.raises(ApiError) as caught:
-                await queue.run(lambda: "second")
+                await run(queue, lambda: "second")
             error = caught.value
             assert (error.status, error.code) == (503, "overloaded")
             assert error.detail
@@ -61,7 +70,7 @@ def test_full_queue_refuses_with_retry_after_then_admits_again():
             assert isinstance(result, Timed) and result.value == "first"
             assert queue.running == 0 and queue.waiting == 0
 
-            third = await queue.run(lambda: "third")
+            third = await run(queue, lambda: "third")
             assert third.value == "third"
             assert gauge(metrics, "pencil_renders_running") == 0
             assert gauge(metrics, "pencil_render_queue_depth") == 0
@@ -75,14 +84,14 @@ def test_full_queue_refuses_with_retry_after_then_admits_again():
 def test_waiting_slots_then_refusal():
     async def scenario():
         metrics = Metrics()
-        queue = RenderQueue(workers=1, max_queue=2, metrics=metrics, backend="cpu")
+        queue = RenderQueue(workers=1, max_queue=2, max_concurrent_pixels=PIXELS, metrics=metrics, backend="cpu")
         release = threading.Event()
         try:
-            tasks = [asyncio.create_task(queue.run(blocking_job(release, value=i))) for i in range(3)]
+            tasks = [asyncio.create_task(run(queue, blocking_job(release, value=i))) for i in range(3)]
             await until(lambda: queue.running == 1 and queue.waiting == 2)
             assert gauge(metrics, "pencil_render_queue_depth") == 2
             with pytest.raises(ApiError) as caught:
-                await queue.run(lambda: None)
+                await run(queue, lambda: None)
             assert caught.value.status == 503
             # Retry-After grows with the queue: ceil(mean run time * (waiting + 1) / workers)
             assert int(caught.value.headers["Retry-After"]) == queue.retry_after_s() >= 1
@@ -101,9 +110,9 @@ def test_waiting_slots_then_refusal():
 def test_timing_and_metrics():
     async def scenario():
         metrics = Metrics()
-        queue = RenderQueue(workers=2, max_queue=4, metrics=metrics, backend="cpu")
+        queue = RenderQueue(workers=2, max_queue=4, max_concurrent_pixels=PIXELS, metrics=metrics, backend="cpu")
         try:
-            result = await queue.run(lambda: time.sleep(0.02) or 42)
+            result = await run(queue, lambda: time.sleep(0.02) or 42)
             assert result.value == 42
             assert result.run_ms >= 15
             assert result.queue_ms >= 0
@@ -118,19 +127,19 @@ def test_timing_and_metrics():
 
 def test_job_exceptions_propagate_and_free_the_slot():
     async def scenario():
-        queue = RenderQueue(workers=1, max_queue=0, metrics=Metrics(), backend="cpu")
+        queue = RenderQueue(workers=1, max_queue=0, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
         try:
 
             def failing():
                 raise ApiError(400, "corrupt_image", "bad bytes")
 
             with pytest.raises(ApiError) as caught:
-                await queue.run(failing)
+                await run(queue, failing)
             assert caught.value.code == "corrupt_image"
             with pytest.raises(ZeroDivisionError):
-                await queue.run(lambda: 1 / 0)
+                await run(queue, lambda: 1 / 0)
             assert queue.running == queue.waiting == 0
-            assert (await queue.run(lambda: "ok")).value == "ok"  # the single slot is free again
+            assert (await run(queue, lambda: "ok")).value == "ok"  # the single slot is free again
         finally:
             queue.shutdown()
 
@@ -138,7 +147,7 @@ def test_job_exceptions_propagate_and_free_the_slot():
 
 
 def test_retry_after_is_a_positive_integer():
-    queue = RenderQueue(workers=4, max_queue=0, metrics=Metrics(), backend="cpu")
+    queue = RenderQueue(workers=4, max_queue=0, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
     try:
         assert queue.retry_after_s() >= 1
         assert isinstance(queue.retry_after_s(), int)
@@ -148,10 +157,10 @@ def test_retry_after_is_a_positive_integer():
 
 def test_after_shutdown_jobs_are_refused():
     async def scenario():
-        queue = RenderQueue(workers=1, max_queue=2, metrics=Metrics(), backend="cpu")
+        queue = RenderQueue(workers=1, max_queue=2, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
         queue.shutdown()
         with pytest.raises(ApiError) as caught:
-            await queue.run(lambda: "late")
+            await run(queue, lambda: "late")
         assert (caught.value.status, caught.value.code) == (503, "shutting_down")
         assert int(caught.value.headers["Retry-After"]) >= 1
         assert queue.waiting == 0
@@ -161,12 +170,12 @@ def test_after_shutdown_jobs_are_refused():
 
 def test_cancelled_waiter_gives_its_slot_back():
     async def scenario():
-        queue = RenderQueue(workers=1, max_queue=1, metrics=Metrics(), backend="cpu")
+        queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
         release = threading.Event()
         try:
-            running = asyncio.create_task(queue.run(blocking_job(release, value="running")))
+            running = asyncio.create_task(run(queue, blocking_job(release, value="running")))
             await until(lambda: queue.running == 1)
-            waiter = asyncio.create_task(queue.run(lambda: "never needed"))
+            waiter = asyncio.create_task(run(queue, lambda: "never needed"))
             await until(lambda: queue.waiting == 1)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -180,3 +189,83 @@ def test_cancelled_waiter_gives_its_slot_back():
             queue.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_leaving_without_running_gives_the_place_back():
+    """A request admitted, then refused while its body is read (e.g. 400), frees its place."""
+
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=0, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
+        try:
+            with pytest.raises(ApiError):
+                async with queue.admission():
+                    assert queue.waiting == 1
+                    raise ApiError(400, "empty_file", "the uploaded file is empty")
+            assert queue.waiting == 0
+            assert (await run(queue, lambda: "next")).value == "next"
+        finally:
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_render_of_a_client_that_left_is_dropped_before_it_starts():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
+        release = threading.Event()
+        ran = threading.Event()
+        gone = asyncio.Event()
+
+        async def client_gone() -> bool:
+            return gone.is_set()
+
+        try:
+            running = asyncio.create_task(run(queue, blocking_job(release, value="running")))
+            await until(lambda: queue.running == 1)
+            waiter = asyncio.create_task(run(queue, ran.set, client_gone))
+            await until(lambda: queue.waiting == 1)
+            gone.set()
+            with pytest.raises(ApiError) as caught:
+                await waiter
+            assert (caught.value.status, caught.value.code) == (499, "client_closed_request")
+            assert queue.waiting == 0
+            release.set()
+            assert (await running).value == "running"
+            await until(lambda: queue.running == 0, timeout=5)
+            assert not ran.is_set()
+        finally:
+            release.set()
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_pixel_budget_serialises_renders_that_do_not_fit_together():
+    budget = PixelBudget(100)
+    order: list[str] = []
+    first_in = threading.Event()
+    release_first = threading.Event()
+
+    def big(name: str, pixels: int, hold: threading.Event | None = None) -> None:
+        with budget.reserve(pixels):
+            order.append(f"{name} in")
+            if hold is not None:
+                first_in.set()
+                assert hold.wait(WAIT)
+            order.append(f"{name} out")
+
+    first = threading.Thread(target=big, args=("a", 70, release_first))
+    first.start()
+    assert first_in.wait(WAIT)
+    small = threading.Thread(target=big, args=("small", 30))
+    small.start()
+    small.join(WAIT)  # 70 + 30 fit together
+    second = threading.Thread(target=big, args=("b", 250))  # larger than the budget: waits for all of it
+    second.start()
+    time.sleep(0.1)
+    assert "b in" not in order and budget.in_use == 70
+    release_first.set()
+    first.join(WAIT)
+    second.join(WAIT)
+    assert order == ["a in", "small in", "small out", "a out", "b in", "b out"]
+    assert budget.in_use == 0

@@ -70,7 +70,7 @@ def test_metrics_after_a_sketch(client):
 
 
 def test_metrics_count_rejections(make_client):
-    client = make_client(max_upload_bytes=1024)
+    client = make_client(max_upload_bytes=4096)
     image = photo_bytes("chelsea", "jpeg", 64)
     client.post("/sketch", files=sketch_files(b"", "empty.jpg"))  # 400 empty_file
     client.post("/sketch", files=sketch_files(b"GIF89a" + b"\x01" * 64, "x.gif", "image/gif"))  # 415
