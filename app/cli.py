@@ -67,9 +67,22 @@ def serve(host: str | None, port: int | None) -> int:
     return 0
 
 
+def output_paths(inputs: list[Path], out_dir: Path, extension: str) -> list[Path]:
+    """out_dir/<stem>-sketch.<extension> for each input; inputs whose names would collide
+    (a/x.jpg and b/x.jpg, or x.jpg and x.png) get -2, -3, ... so no drawing overwrites
+    another."""
+    taken: Counter[str] = Counter()
+    paths = []
+    for path in inputs:
+        name = f"{path.stem}-sketch"
+        taken[name] += 1
+        suffix = "" if taken[name] == 1 else f"-{taken[name]}"
+        paths.append(out_dir / f"{name}{suffix}.{extension}")
+    return paths
+
+
 def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str | None]) -> int:
-    """Draw every input into out_dir as <stem>-sketch.<ext> (<name>-sketch.<ext> where two
-    inputs share a stem); returns the exit status
+    """Draw every input into out_dir (names from `output_paths`); returns the exit status
     (0 all drawn, 1 some failed, 2 bad options or no backend)."""
     settings = get_settings()
     try:
@@ -81,15 +94,13 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
-    stems = Counter(path.stem for path in inputs)
+    targets = output_paths(inputs, out_dir, EXTENSIONS[fmt])
     started = time.perf_counter()
     with tqdm(inputs, unit="img", desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
-        for path in progress:
+        for path, target in zip(progress, targets, strict=True):
             try:
                 image = decode_image(path.read_bytes(), settings.max_pixels)
                 drawing = pencil.render(image, params, backend.name)
-                name = path.stem if stems[path.stem] == 1 else path.name  # a.jpg + a.png: keep both
-                target = out_dir / f"{name}-sketch.{EXTENSIONS[fmt]}"
                 target.write_bytes(encode_image(drawing, fmt, quality))
             except (OSError, ApiError) as exc:
                 failures += 1

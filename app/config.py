@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     max_queue: int = Field(16, ge=0, le=10_000, description="renders allowed to wait; past it /sketch answers 503")
     max_upload_bytes: int = Field(25 * MIB, ge=1024, description="largest uploaded image in bytes (413 past it)")
     max_pixels: int = Field(50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)")
-    max_concurrent_pixels: int = Field(50_000_000, ge=256, description="pixels rendered at once across all workers; bounds memory (the CPU backend needs ~64 bytes a pixel)")
+    max_concurrent_pixels: int = Field(50_000_000, ge=256, description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)")
     data_dir: Path = Field(Path("data"), description="directory for the service's persistent data (created at start-up)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
 

@@ -39,8 +39,9 @@ def _option_schema(option: Option) -> dict[str, Any]:
     return schema
 
 
-def _error_response(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+def _error_response(description: str, codes: tuple[str, ...]) -> dict[str, Any]:
+    schema = {**ERROR_SCHEMA, "properties": {**ERROR_SCHEMA["properties"], "error": {"type": "string", "enum": list(codes)}}}
+    return {"description": f"{description}. Codes: {', '.join(codes)}", "content": {"application/json": {"schema": schema}}}
 
 
 _image_headers = {
@@ -74,11 +75,12 @@ OPENAPI = {
             "headers": _image_headers,
             "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in MEDIA_TYPES.values()},
         },
-        "400": _error_response("no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form"),
-        "413": _error_response("body larger than PENCIL_MAX_UPLOAD_BYTES, or more pixels than PENCIL_MAX_PIXELS (decided from the header)"),
-        "415": _error_response("not a JPEG, PNG or WebP, or a request body that is neither a form nor an image"),
-        "422": _error_response("an option out of range or not one of its choices; `detail` names it"),
-        "503": _error_response("too many renders waiting (see the Retry-After header)"),
+        "400": _error_response("no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form", ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request")),
+        "413": _error_response("image larger than PENCIL_MAX_UPLOAD_BYTES (with or without Content-Length), or more pixels than PENCIL_MAX_PIXELS (decided from the header, before decoding)", ("too_large", "too_many_pixels")),
+        "415": _error_response("not a JPEG, PNG or WebP, or a request body that is neither a form nor an image", ("unsupported_format", "unsupported_media_type")),
+        "422": _error_response("an option out of range or not one of its choices (`detail` names it), or a drawing too large for the chosen format (WebP: 16383 px a side, JPEG: 65500)", ("invalid_parameter", "too_large_for_format")),
+        "500": _error_response("a bug: the server logged it and keeps serving", ("internal_error",)),
+        "503": _error_response("too many renders already waiting, or the server is stopping; see the Retry-After header", ("overloaded", "shutting_down")),
     },
 }
 

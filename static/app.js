@@ -3,7 +3,7 @@
   "use strict";
 
   const ACCEPTED = ["image/jpeg", "image/png", "image/webp"];
-  const MAX_BYTES = 25 * 1024 * 1024;
+  let maxBytes = 25 * 1024 * 1024; // the server's default; /healthz tells the real limit
   const DEBOUNCE_MS = 300;
   const EXT = { "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp" };
   const STATUS_PREFIX = {
@@ -18,6 +18,7 @@
   const els = {
     file: $("file"),
     fileLabel: $("file-label"),
+    fileHint: $("file-hint"),
     dropzone: $("dropzone"),
     original: $("original"),
     originalPlaceholder: $("original-placeholder"),
@@ -90,8 +91,8 @@
     if (file.type && !ACCEPTED.includes(file.type)) {
       return `Unsupported type: ${name} is ${file.type}; please choose a JPEG, PNG or WebP image.`;
     }
-    if (file.size > MAX_BYTES) {
-      return `Too large: ${name} is ${formatBytes(file.size)}; the limit is 25 MB.`;
+    if (file.size > maxBytes) {
+      return `Too large: ${name} is ${formatBytes(file.size)}; the limit is ${formatBytes(maxBytes)}.`;
     }
     if (file.size === 0) {
       return `Unsupported type: ${name} is empty.`;
@@ -374,6 +375,10 @@
         parts.push(h.devices.map((d) => (typeof d === "string" ? d : d.name || JSON.stringify(d))).join(", "));
       }
       if (h.version) parts.push(`v${h.version}`);
+      if (h.limits && Number.isFinite(h.limits.max_upload_bytes)) {
+        maxBytes = h.limits.max_upload_bytes;
+        els.fileHint.textContent = `or drop it here · JPEG, PNG or WebP, up to ${formatBytes(maxBytes)}`;
+      }
       els.backend.textContent = parts.join(" · ");
       els.backend.dataset.backend = h.backend || "";
       if (!res.ok || h.status !== "ok") els.backend.textContent += ` (${h.status || res.status})`;

@@ -118,6 +118,7 @@ class LineFilter:
 
     def __init__(self, height: int, width: int, length: int, stroke_width: int):
         self.length = length
+        self.kernels = line_kernels(length, stroke_width)
         self.shape = (height, width)
         self.padded = (cv2.getOptimalDFTSize(height + length - 1), cv2.getOptimalDFTSize(width + length - 1))
         self.spectra = _kernel_spectra(self.padded, length, stroke_width)
@@ -192,13 +193,27 @@ def classify(magnitude: np.ndarray, lines: LineFilter) -> np.ndarray:
     return label
 
 
+# An edge of this contrast (a quarter of the grey range) or more may draw a full-black
+# stroke; weaker ones only when nothing in the image is stronger than they are.
+FULL_STROKE_CONTRAST = 0.25
+
+
 def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter, stroke_gamma: float) -> np.ndarray:
-    """Stage 5: S' = sum_i L'_i * C_i with C_i = M where label == i; S = (1 - S'/range)**gamma."""
+    """Stage 5: S' = sum_i L'_i * C_i with C_i = M where label == i, normalised to [0, 1];
+    S = (1 - S') ** stroke_gamma, float32 (H, W).
+
+    Lu et al. normalise S' by its range. On a photo the strongest edges set that range;
+    on a flat, noisy image (fog, a wall) the range is tiny and normalising it would turn
+    noise into black scribbles, so the range is never taken below the S' of a straight
+    edge of contrast FULL_STROKE_CONTRAST (that contrast times the share of the widened
+    line's weight on its centre line). Photos are unaffected: their range is 3-6x that.
+    """
     classified = (np.where(label == i, magnitude, np.float32(0)) for i in range(DIRECTIONS))
     strokes = wide_lines.summed(classified)
+    half = wide_lines.length // 2
+    floor = FULL_STROKE_CONTRAST * float(wide_lines.kernels[0][half].sum())
     low, high = float(strokes.min()), float(strokes.max())
-    scale = (high - low) or 1.0
-    sketch = 1.0 - (strokes - low) / np.float32(scale)
+    sketch = 1.0 - (strokes - low) / np.float32(max(high - low, floor))
     if stroke_gamma != 1.0:
         sketch **= np.float32(stroke_gamma)
     return sketch.astype(np.float32, copy=False)
@@ -291,22 +306,22 @@ def solve_beta_lu(
     to a few passes over memory.
     """
     diagonal = log_texture * log_texture
-    rhs = log_texture * log_tone
     preconditioner = 1.0 / (diagonal + np.float32(4 * lam))
     laplacian = _LAPLACIAN * np.float32(lam)
-    product = np.empty_like(rhs)
+    product, scratch = np.empty_like(diagonal), np.empty_like(diagonal)
 
     def apply(p: np.ndarray, out: np.ndarray) -> np.ndarray:
         cv2.filter2D(p, cv2.CV_32F, laplacian, dst=out, borderType=cv2.BORDER_REPLICATE)
-        out += diagonal * p
+        cv2.add(out, cv2.multiply(diagonal, p, dst=scratch), dst=out)
         return out
 
     beta = (log_tone / log_texture).astype(np.float32)
-    residual = rhs - apply(beta, product)
+    residual = log_texture * log_tone  # the right-hand side, then b - A beta in place
+    threshold = (tolerance * float(np.linalg.norm(residual))) ** 2
+    cv2.subtract(residual, apply(beta, product), dst=residual)
     z = preconditioner * residual
     direction = z.copy()
     rz = float(np.vdot(residual, z))
-    threshold = (tolerance * float(np.linalg.norm(rhs))) ** 2
     if float(np.vdot(residual, residual)) <= threshold:  # e.g. a flat white page: J = 1, beta = 0
         return beta, 0
     iterations = 0
@@ -336,11 +351,11 @@ def texture_rendering(tone: np.ndarray, method: str) -> np.ndarray:
     """Stage 9: T = H ** beta, float32 in [0, 1]."""
     texture = texture_for(*tone.shape)
     if method == "lu":
-        log_texture = np.log(texture)
+        log_texture = np.log(texture, out=texture)
         log_tone = np.log(np.maximum(tone, np.float32(TONE_FLOOR)))
         beta, _ = solve_beta_lu(log_texture, log_tone)
-        return np.exp(beta * log_texture)
-    return np.power(texture, beta_fast(tone))
+        return np.exp(np.multiply(beta, log_texture, out=beta), out=beta)
+    return np.power(texture, beta_fast(tone), out=texture)
 
 
 # ---------------------------------------------------------------------- pipeline --
@@ -362,9 +377,11 @@ def render(image: np.ndarray, params: PencilParams) -> np.ndarray:
     label = classify(magnitude, LineFilter(height, width, length, 0))
     wide_lines = LineFilter(height, width, length, params.stroke_width)
     sketch = stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
+    del magnitude, label  # large images: hold as few full planes as possible at once
 
     texture = texture_rendering(tone_map(luma_u8, params), params.texture)
-    drawing_u8 = to_u8(sketch * texture)
+    drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))
+    del sketch, texture
 
     if params.mode == "gray":
         return drawing_u8

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from pencil_testkit import live_server
+from PIL import Image
 
 pytestmark = pytest.mark.browser
 
@@ -217,6 +218,21 @@ def test_rejects_text_file(server, web_page, page_errors, tmp_path):
     # the page still works: nothing was drawn, the controls are still there
     assert page.eval_on_selector("#sketch", "img => img.naturalWidth") == 0
     assert page.is_enabled("#stroke_width")
+    assert not page_errors, page_errors
+
+
+def test_shows_the_servers_error(server, web_page, page_errors, tmp_path):
+    """A file the page accepts but the server refuses (8x8 px: 400 image_too_small): the
+    page shows the server's `detail`, with its prefix for a 400."""
+    page = web_page
+    base, _ = server
+    tiny = tmp_path / "tiny.png"
+    Image.new("RGB", (8, 8), (200, 120, 40)).save(tiny)
+    page.goto(f"{base}/")
+    page.set_input_files("#file", str(tiny))
+    page.wait_for_selector("#error", state="visible", timeout=RENDER_TIMEOUT_MS)
+    message = page.inner_text("#error").strip()
+    assert message.startswith("Could not process the image") and "16 px" in message, message
     assert not page_errors, page_errors
 
 

@@ -185,3 +185,16 @@ def test_a_failing_render_does_not_abort_the_batch(inputs, tmp_path, monkeypatch
     out = tmp_path / "out"
     assert cli.main(["sketch", str(inputs["a"][0]), str(inputs["b"][0]), "-o", str(out)]) == 1
     assert [p.name for p in out.iterdir()] == ["b-sketch.png"]
+
+
+def test_inputs_with_the_same_name_do_not_overwrite_each_other(tmp_path):
+    first, second = tmp_path / "a" / "x.jpg", tmp_path / "b" / "x.jpg"
+    third = tmp_path / "b" / "x.png"
+    for path, name in ((first, "chelsea"), (second, "coffee"), (third, "astronaut")):
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(encode(photo(name, 96), "png" if path.suffix == ".png" else "jpeg"))
+    out = tmp_path / "out"
+    assert cli.main(["sketch", str(first), str(second), str(third), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["x-sketch-2.png", "x-sketch-3.png", "x-sketch.png"]
+    drawings = [np.asarray(open_image((out / name).read_bytes())) for name in ("x-sketch.png", "x-sketch-2.png", "x-sketch-3.png")]
+    assert not np.array_equal(drawings[0], drawings[1]) and not np.array_equal(drawings[1], drawings[2])

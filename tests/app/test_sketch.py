@@ -364,3 +364,25 @@ def test_extreme_valid_values_render(client, option):
         value = int(value) if option.type is int else value
         response = post(client, data, **{option.name: value})
         assert response.status_code == 200, f"{option.name}={value}: {response.text}"
+
+
+@pytest.mark.parametrize(("fmt", "width"), [("webp", 16384), ("jpeg", 65501)])
+def test_drawing_too_wide_for_the_format_is_422_before_rendering(client, monkeypatch, fmt, width):
+    """WebP holds at most 16383 px a side and JPEG 65500: refused before any render work."""
+    import gpu.pencil
+
+    def must_not_render(*args, **kwargs):
+        raise AssertionError("rendered a drawing that cannot be encoded")
+
+    monkeypatch.setattr(gpu.pencil, "render", must_not_render)
+    strip = np.tile(np.linspace(0, 255, width, dtype=np.uint8), (16, 1))
+    response = post(client, encode(strip, "png"), "strip.png", "image/png", format=fmt)
+    detail = assert_api_error(response, 422, "too_large_for_format", client)["detail"]
+    assert f"{width}x16" in detail and "max_side" in detail
+
+
+def test_max_side_brings_a_wide_photo_within_the_format(client):
+    strip = np.tile(np.linspace(0, 255, 16400, dtype=np.uint8), (32, 1))
+    response = post(client, encode(strip, "png"), "strip.png", "image/png", format="webp", max_side=16000)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-image-size"] == "16000x31"

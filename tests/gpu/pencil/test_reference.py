@@ -18,7 +18,9 @@ def _photo(size: int = 256) -> np.ndarray:
 
 @pytest.fixture()
 def rng() -> np.random.Generator:
-    return np.random.default_rng()
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"rng seed {seed}")  # shown on failure, to replay it
+    return np.random.default_rng(seed)
 
 
 # ------------------------------------------------------------------ stroke branch --
@@ -96,6 +98,34 @@ def test_strokes_follow_a_straight_edge(direction):
     far = (np.abs(side) > length) & inner
     assert sketch[on_edge].mean() < 0.5
     assert sketch[far].min() == pytest.approx(1.0)
+
+
+def _strokes(luma_u8: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S' before normalisation, S) of a uint8 luma image with the default parameters."""
+    height, width = luma_u8.shape
+    length = PencilParams().line_length(height, width)
+    magnitude = ref.gradient(ref.median3(luma_u8))
+    label = ref.classify(magnitude, ref.LineFilter(height, width, length, 0))
+    wide = ref.LineFilter(height, width, length, 1)
+    raw = wide.summed(np.where(label == i, magnitude, np.float32(0)) for i in range(8))
+    return raw, ref.stroke_map(magnitude, label, wide, 1.0)
+
+
+def test_photo_strokes_are_normalised_by_their_range():
+    """On a photo the strongest edge sets the scale, as in Lu et al.: S spans [0, 1]."""
+    raw, sketch = _strokes(cv2.cvtColor(skimage.data.coffee(), cv2.COLOR_RGB2GRAY))
+    expected = 1 - (raw - raw.min()) / (raw.max() - raw.min())
+    np.testing.assert_allclose(sketch, expected, atol=1e-5)
+    assert sketch.min() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_noise_on_a_flat_image_stays_light(rng):
+    flat = np.clip(128 + rng.normal(0, 3, (160, 240)), 0, 255).astype(np.uint8)
+    _, sketch = _strokes(flat)
+    assert np.mean(sketch < 0.7) < 0.01, "noise was drawn as dark strokes"
+    ramp = np.tile(np.linspace(40, 230, 240), (160, 1)).astype(np.uint8)
+    _, sketch = _strokes(ramp)
+    assert sketch.min() > 0.9, "the steps of a smooth ramp were drawn as strokes"
 
 
 # -------------------------------------------------------------------- tone branch --
