@@ -306,7 +306,13 @@ def solve_beta_lu(
     to a few passes over memory.
     """
     diagonal = log_texture * log_texture
-    preconditioner = 1.0 / (diagonal + np.float32(4 * lam))
+    degree = np.full(diagonal.shape, 4, np.float32)  # neighbours inside the image
+    degree[0, :] -= 1
+    degree[-1, :] -= 1
+    degree[:, 0] -= 1
+    degree[:, -1] -= 1
+    preconditioner = 1.0 / (diagonal + np.float32(lam) * degree)  # Jacobi: 1 / diag(A)
+    del degree
     laplacian = _LAPLACIAN * np.float32(lam)
     product, scratch = np.empty_like(diagonal), np.empty_like(diagonal)
 
