@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="pencil-gpu",
         version=VERSION,
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
-        description="Errors are JSON `{\"error\": code, \"detail\": sentence}` with status 400, 413, 415, 422 or 503.",
+        description="Errors are JSON `{\"error\": code, \"detail\": sentence}` with status 400, 413, 415, 422, 499, 500 or 503 (see POST /sketch for the codes).",
         lifespan=lifespan,
     )
     app.state.settings = settings

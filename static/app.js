@@ -67,7 +67,7 @@
   }
 
   function formatBytes(n) {
-    if (n >= 1024 * 1024) return (n / (1024 * 1024)).toFixed(1) + " MB";
+    if (n >= 1024 * 1024) return (n / (1024 * 1024)).toFixed(1).replace(/\.0$/, "") + " MB";
     if (n >= 1024) return Math.round(n / 1024) + " KB";
     return n + " bytes";
   }
