@@ -69,14 +69,15 @@ def serve(host: str | None, port: int | None) -> int:
 
 def output_paths(inputs: list[Path], out_dir: Path, extension: str) -> list[Path]:
     """out_dir/<stem>-sketch.<extension> for each input; inputs whose names would collide
-    (a/x.jpg and b/x.jpg, or x.jpg and x.png) get -2, -3, ... so no drawing overwrites
+    (a/x.jpg and b/x.jpg, x.jpg and x.png, X.jpg and x.jpg) get -2, -3, ... so no drawing overwrites
     another."""
-    taken: Counter[str] = Counter()
+    taken: Counter[str] = Counter()  # by case-folded name: A.jpg and a.jpg collide on macOS and Windows
     paths = []
     for path in inputs:
         name = f"{path.stem}-sketch"
-        taken[name] += 1
-        suffix = "" if taken[name] == 1 else f"-{taken[name]}"
+        taken[name.casefold()] += 1
+        count = taken[name.casefold()]
+        suffix = "" if count == 1 else f"-{count}"
         paths.append(out_dir / f"{name}{suffix}.{extension}")
     return paths
 

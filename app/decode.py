@@ -40,11 +40,11 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
-    """Decode an uploaded image.
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
+    """Read an uploaded image's header only (nothing is decoded): a lazy Pillow image
+    whose `.size` is the stored (width, height).
 
-    Returns (H, W) uint8 for gray images or (H, W, 3) uint8 RGB, C-contiguous.
-    Raises ApiError: 400 empty/corrupt/truncated/too small, 413 more than `max_pixels`,
+    Raises ApiError: 400 empty/corrupt header/too small, 413 more than `max_pixels`,
     415 not a JPEG, PNG or WebP.
     """
     if not data:
@@ -52,7 +52,6 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     kind = sniff_format(data)
     if kind is None:
         raise ApiError(415, "unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
-    name = SUPPORTED_FORMATS[kind]
     if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
         # Pillow refuses images over 2x this process-wide limit inside open(); raise it
         # (only ever up, so concurrent calls agree) so that our limit is the one that holds.
@@ -62,18 +61,26 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     except Image.DecompressionBombError:
         raise ApiError(413, "too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ApiError(400, "corrupt_image", f"the file starts like a {name} but its header is invalid ({exc})") from None
+        raise ApiError(400, "corrupt_image", f"the file starts like a {SUPPORTED_FORMATS[kind]} but its header is invalid ({exc})") from None
 
     width, height = image.size
     if width * height > max_pixels:
         raise ApiError(413, "too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}")
     if min(width, height) < MIN_SIDE:
         raise ApiError(400, "image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
+    return image
 
+
+def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
+    """Decode an uploaded image (checked as `open_image` does).
+
+    Returns (H, W) uint8 for gray images or (H, W, 3) uint8 RGB, C-contiguous, upright.
+    """
+    image = open_image(data, max_pixels)
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ApiError(400, "corrupt_image", f"the {name} file is corrupt or truncated ({exc})") from None
+        raise ApiError(400, "corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})") from None
     return to_array(_upright(image))
 
 

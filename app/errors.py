@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 log = logging.getLogger("pencil.errors")
 
@@ -73,6 +74,11 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return _rejected(request, 422, "invalid_parameter", "; ".join(parts) or "invalid request")
 
 
+async def _client_disconnect(request: Request, exc: ClientDisconnect) -> JSONResponse:
+    """The client left during its upload: nobody reads this answer, the metrics do."""
+    return _rejected(request, 499, "client_closed_request", "the client closed the connection during its upload")
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(500, "internal_error", "the server failed to handle this request; it has been logged")
@@ -82,4 +88,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnect)
     app.add_exception_handler(Exception, _unexpected)

@@ -120,7 +120,7 @@ def _add_service_routes(app: FastAPI) -> None:
         problems = []
         if not state.settings.data_dir.is_dir():
             problems.append(f"data directory {state.settings.data_dir} is missing")
-        if state.render_queue.waiting >= state.settings.max_queue and state.render_queue.running >= state.settings.workers:
+        if state.render_queue.is_full():
             problems.append("render queue is full")
         if problems:
             return JSONResponse({"ready": False, "problems": problems}, status_code=503, headers={"Retry-After": "1"})

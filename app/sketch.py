@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.decode import decode_image
+from app.decode import decode_image, open_image
 from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, check_encodable, encode_image, parse_encode_options
 from app.errors import ERROR_SCHEMA, ApiError
 from gpu import pencil
@@ -145,20 +145,20 @@ def content_disposition(name: str) -> str:
 async def sketch(request: Request) -> Response:
     state = request.app.state
     settings, backend, queue = state.settings, state.backend, state.render_queue
-    async with queue.admission() as place:  # before the body: an overload costs no upload
-        data, filename, form_options = await _read_upload(request, settings.max_upload_bytes)
-        query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
-        params, fmt, quality = parse_options(query_options, form_options)
+    queue.refuse_if_full()  # before the upload: an overload costs the client no transfer
+    data, filename, form_options = await _read_upload(request, settings.max_upload_bytes)
+    query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
+    params, fmt, quality = parse_options(query_options, form_options)
+    # From the header alone: bad files, bombs and undrawable sizes fail before any queueing.
+    stored_width, stored_height = open_image(data, settings.max_pixels).size
+    out_height, out_width = fitted_size(stored_height, stored_width, params.max_side)
+    check_encodable(out_width, out_height, fmt)  # only the longer side matters: EXIF rotation cannot change it
 
-        def job() -> tuple[bytes, tuple[int, int]]:
-            image = decode_image(data, settings.max_pixels)
-            height, width = fitted_size(image.shape[0], image.shape[1], params.max_side)
-            check_encodable(width, height, fmt)
-            with queue.pixels.reserve(height * width):
-                drawing = pencil.render(image, params, backend.name)
-            return encode_image(drawing, fmt, quality), (width, height)
+    def job() -> tuple[bytes, tuple[int, int]]:
+        drawing = pencil.render(decode_image(data, settings.max_pixels), params, backend.name)
+        return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
 
-        timed = await place.run(job, client_gone=request.is_disconnected)
+    timed = await queue.run(job, pixels=out_width * out_height, receive=request.receive)
     encoded, (width, height) = timed.value
     download_name = f"{PurePath(filename).stem or 'image'}-sketch.{EXTENSIONS[fmt]}"
     return Response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,16 +83,16 @@ class Option:
         if self.type is str:
             if not isinstance(value, str):
                 raise ParamError(self.name, f"expected a string, got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, int if self.type is int else (int, float)):
+        elif isinstance(value, bool) or not isinstance(value, numbers.Integral if self.type is int else numbers.Real):
             raise ParamError(self.name, f"expected {'an integer' if self.type is int else 'a number'}, got {value!r}")
-        elif not math.isfinite(value):
+        elif not isinstance(value, numbers.Integral) and not math.isfinite(value):
             raise ParamError(self.name, f"expected a finite number, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ParamError(self.name, f"must be one of {', '.join(self.choices)}; got {value!r}")
         if self.minimum is not None and value < self.minimum:
-            raise ParamError(self.name, f"must be >= {self.minimum:g}; got {value:g}")
+            raise ParamError(self.name, f"must be >= {self.minimum:g}; got {value}")
         if self.maximum is not None and value > self.maximum:
-            raise ParamError(self.name, f"must be <= {self.maximum:g}; got {value:g}")
+            raise ParamError(self.name, f"must be <= {self.maximum:g}; got {value}")
 
     def describe(self) -> str:
         """The help sentence with the range or choices and the default, for docs and --help."""

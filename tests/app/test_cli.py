@@ -198,3 +198,8 @@ def test_inputs_with_the_same_name_do_not_overwrite_each_other(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["x-sketch-2.png", "x-sketch-3.png", "x-sketch.png"]
     drawings = [np.asarray(open_image((out / name).read_bytes())) for name in ("x-sketch.png", "x-sketch-2.png", "x-sketch-3.png")]
     assert not np.array_equal(drawings[0], drawings[1]) and not np.array_equal(drawings[1], drawings[2])
+
+
+def test_output_names_ignore_case():
+    paths = cli.output_paths([Path("X.jpg"), Path("d/x.png"), Path("y.webp")], Path("out"), "png")
+    assert [p.name for p in paths] == ["X-sketch.png", "x-sketch-2.png", "y-sketch.png"]

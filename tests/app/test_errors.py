@@ -131,3 +131,33 @@ def test_validation_errors_use_the_error_shape(client):
     assert body["detail"].startswith("count:")
     body = assert_api_error(client.get("/typed-for-test"), 422, "invalid_parameter", client)
     assert "count" in body["detail"]
+
+
+def test_client_leaving_mid_upload_is_499_not_a_500(client):
+    """Drive the ASGI app directly: the body stops with http.disconnect half way."""
+    import asyncio
+
+    messages = [
+        {"type": "http.request", "body": b"\xff\xd8\xff" + b"\x00" * 1000, "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict] = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/sketch", "raw_path": b"/sketch", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"image/jpeg"), (b"host", b"testserver")],
+        "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+    }
+    asyncio.run(client.app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert start["status"] == 499
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert b"client_closed_request" in body
+    assert client.get("/healthz").status_code == 200

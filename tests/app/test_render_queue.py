@@ -20,10 +20,24 @@ WAIT = 30  # seconds: an upper bound for events that should happen at once
 PIXELS = 1_000_000
 
 
-async def run(queue: RenderQueue, job, client_gone=None):
-    """Admit and run one job, as the /sketch route does."""
-    async with queue.admission() as place:
-        return await place.run(job, client_gone)
+async def run(queue: RenderQueue, job, receive=None, pixels: int = 1000):
+    """Run one job as the /sketch route does."""
+    return await queue.run(job, pixels=pixels, receive=receive)
+
+
+class FakeConnection:
+    """An ASGI receive channel after the body was read: it answers http.disconnect once
+    `leave()` is called, and blocks until then."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    def leave(self) -> None:
+        self.gone.set()
+
+    async def receive(self) -> dict:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
 
 
 def blocking_job(release: threading.Event, started: threading.Event | None = None, value=None):
@@ -168,42 +182,28 @@ def test_after_shutdown_jobs_are_refused():
     asyncio.run(scenario())
 
 
-def test_cancelled_waiter_gives_its_slot_back():
+@pytest.mark.parametrize("watched", [False, True])
+def test_cancelled_waiter_gives_its_slot_back_and_never_runs(watched):
     async def scenario():
         queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
-        release = threading.Event()
+        release, ran = threading.Event(), threading.Event()
+        connection = FakeConnection()
         try:
             running = asyncio.create_task(run(queue, blocking_job(release, value="running")))
             await until(lambda: queue.running == 1)
-            waiter = asyncio.create_task(run(queue, lambda: "never needed"))
+            waiter = asyncio.create_task(run(queue, ran.set, connection.receive if watched else None))
             await until(lambda: queue.waiting == 1)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiter
+            assert queue.waiting == 0
             release.set()
             assert (await running).value == "running"
             await until(lambda: queue.running == 0, timeout=5)
-            assert queue.waiting == 0
+            assert not ran.is_set()
+            assert queue.pixels.in_use == 0
         finally:
             release.set()
-            queue.shutdown()
-
-    asyncio.run(scenario())
-
-
-def test_leaving_without_running_gives_the_place_back():
-    """A request admitted, then refused while its body is read (e.g. 400), frees its place."""
-
-    async def scenario():
-        queue = RenderQueue(workers=1, max_queue=0, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
-        try:
-            with pytest.raises(ApiError):
-                async with queue.admission():
-                    assert queue.waiting == 1
-                    raise ApiError(400, "empty_file", "the uploaded file is empty")
-            assert queue.waiting == 0
-            assert (await run(queue, lambda: "next")).value == "next"
-        finally:
             queue.shutdown()
 
     asyncio.run(scenario())
@@ -211,28 +211,24 @@ def test_leaving_without_running_gives_the_place_back():
 
 def test_render_of_a_client_that_left_is_dropped_before_it_starts():
     async def scenario():
-        queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
-        release = threading.Event()
-        ran = threading.Event()
-        gone = asyncio.Event()
-
-        async def client_gone() -> bool:
-            return gone.is_set()
-
+        metrics = Metrics()
+        queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=metrics, backend="cpu")
+        release, ran = threading.Event(), threading.Event()
+        connection = FakeConnection()
         try:
             running = asyncio.create_task(run(queue, blocking_job(release, value="running")))
             await until(lambda: queue.running == 1)
-            waiter = asyncio.create_task(run(queue, ran.set, client_gone))
+            waiter = asyncio.create_task(run(queue, ran.set, connection.receive))
             await until(lambda: queue.waiting == 1)
-            gone.set()
+            connection.leave()
             with pytest.raises(ApiError) as caught:
                 await waiter
             assert (caught.value.status, caught.value.code) == (499, "client_closed_request")
-            assert queue.waiting == 0
+            assert queue.waiting == 0 and gauge(metrics, "pencil_render_queue_depth") == 0
             release.set()
             assert (await running).value == "running"
             await until(lambda: queue.running == 0, timeout=5)
-            assert not ran.is_set()
+            assert not ran.is_set() and queue.pixels.in_use == 0
         finally:
             release.set()
             queue.shutdown()
@@ -240,32 +236,85 @@ def test_render_of_a_client_that_left_is_dropped_before_it_starts():
     asyncio.run(scenario())
 
 
-def test_pixel_budget_serialises_renders_that_do_not_fit_together():
-    budget = PixelBudget(100)
-    order: list[str] = []
-    first_in = threading.Event()
-    release_first = threading.Event()
+def test_a_client_that_stays_gets_its_render():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=1, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
+        try:
+            assert (await run(queue, lambda: "drawn", FakeConnection().receive)).value == "drawn"
+        finally:
+            queue.shutdown()
 
-    def big(name: str, pixels: int, hold: threading.Event | None = None) -> None:
-        with budget.reserve(pixels):
-            order.append(f"{name} in")
-            if hold is not None:
-                first_in.set()
-                assert hold.wait(WAIT)
-            order.append(f"{name} out")
+    asyncio.run(scenario())
 
-    first = threading.Thread(target=big, args=("a", 70, release_first))
-    first.start()
-    assert first_in.wait(WAIT)
-    small = threading.Thread(target=big, args=("small", 30))
-    small.start()
-    small.join(WAIT)  # 70 + 30 fit together
-    second = threading.Thread(target=big, args=("b", 250))  # larger than the budget: waits for all of it
-    second.start()
-    time.sleep(0.1)
-    assert "b in" not in order and budget.in_use == 70
-    release_first.set()
-    first.join(WAIT)
-    second.join(WAIT)
-    assert order == ["a in", "small in", "small out", "a out", "b in", "b out"]
-    assert budget.in_use == 0
+
+def test_refuse_if_full_reserves_nothing():
+    async def scenario():
+        queue = RenderQueue(workers=1, max_queue=0, max_concurrent_pixels=PIXELS, metrics=Metrics(), backend="cpu")
+        try:
+            for _ in range(3):
+                queue.refuse_if_full()  # e.g. requests still uploading
+            assert queue.waiting == 0 and not queue.is_full()
+            assert (await run(queue, lambda: "next")).value == "next"
+            queue.shutdown()
+            assert queue.is_full()
+            with pytest.raises(ApiError) as caught:
+                queue.refuse_if_full()
+            assert caught.value.code == "shutting_down"
+        finally:
+            queue.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_pixel_budget_is_first_come_first_served():
+    """Jobs that fit together run together; a job larger than the whole budget waits for
+    all of it, and small jobs arriving after it do not overtake it."""
+
+    async def scenario():
+        budget = PixelBudget(100)
+        order: list[str] = []
+
+        async def hold(name: str, pixels: int, release: asyncio.Event) -> None:
+            weight = await budget.acquire(pixels)
+            order.append(name)
+            await release.wait()
+            budget.release(weight)
+
+        releases = {name: asyncio.Event() for name in ("a", "b", "big", "late")}
+        a = asyncio.create_task(hold("a", 70, releases["a"]))
+        b = asyncio.create_task(hold("b", 30, releases["b"]))
+        await until(lambda: order == ["a", "b"])
+        big = asyncio.create_task(hold("big", 250, releases["big"]))  # capped at 100: waits for all
+        await asyncio.sleep(0)
+        late = asyncio.create_task(hold("late", 10, releases["late"]))
+        releases["a"].set()
+        await a
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b"], "a small late job overtook the big one, or the big one ran early"
+        releases["b"].set()
+        await until(lambda: order == ["a", "b", "big"])
+        assert budget.in_use == 100
+        releases["big"].set()
+        await until(lambda: order == ["a", "b", "big", "late"])
+        releases["late"].set()
+        await asyncio.gather(b, big, late)
+        assert budget.in_use == 0
+
+    asyncio.run(scenario())
+
+
+def test_cancelled_budget_waiter_lets_the_next_one_in():
+    async def scenario():
+        budget = PixelBudget(100)
+        first = await budget.acquire(80)
+        blocked = asyncio.create_task(budget.acquire(50))
+        small = asyncio.create_task(budget.acquire(20))
+        await asyncio.sleep(0.01)
+        assert not blocked.done() and not small.done()  # small waits behind the head
+        blocked.cancel()
+        assert await small == 20
+        budget.release(first)
+        budget.release(20)
+        assert budget.in_use == 0
+
+    asyncio.run(scenario())
