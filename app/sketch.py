@@ -9,8 +9,8 @@ parameters (a form field wins); they are described once in `PENCIL_OPTIONS` and
 from __future__ import annotations
 
 from pathlib import PurePath
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
