@@ -17,10 +17,23 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.decode import decode_image, open_image
-from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, check_encodable, encode_image, parse_encode_options
+from app.encode import (
+    ENCODE_OPTIONS,
+    EXTENSIONS,
+    MEDIA_TYPES,
+    check_encodable,
+    encode_image,
+    parse_encode_options,
+)
 from app.errors import ERROR_SCHEMA, ApiError
 from gpu import pencil
-from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams, fitted_size
+from gpu.pencil.params import (
+    PENCIL_OPTIONS,
+    Option,
+    ParamError,
+    PencilParams,
+    fitted_size,
+)
 
 ALL_OPTIONS: tuple[Option, ...] = PENCIL_OPTIONS + ENCODE_OPTIONS
 _OPTION_NAMES = {option.name for option in ALL_OPTIONS}
