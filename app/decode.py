@@ -72,11 +72,13 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
 
 
 def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
-    """Decode an uploaded image (checked as `open_image` does).
+    """Decode an uploaded image (checked as `open_image` does); see `load_pixels`."""
+    return load_pixels(open_image(data, max_pixels))
 
-    Returns (H, W) uint8 for gray images or (H, W, 3) uint8 RGB, C-contiguous, upright.
-    """
-    image = open_image(data, max_pixels)
+
+def load_pixels(image: Image.Image) -> np.ndarray:
+    """Decode an image from `open_image`: (H, W) uint8 gray or (H, W, 3) uint8 RGB,
+    C-contiguous, upright. Raises ApiError 400 when the data is corrupt or truncated."""
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.decode import decode_image, open_image
+from app.decode import load_pixels, open_image
 from app.encode import (
     ENCODE_OPTIONS,
     EXTENSIONS,
@@ -163,12 +163,12 @@ async def sketch(request: Request) -> Response:
     query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
     params, fmt, quality = parse_options(query_options, form_options)
     # From the header alone: bad files, bombs and undrawable sizes fail before any queueing.
-    stored_width, stored_height = open_image(data, settings.max_pixels).size
-    out_height, out_width = fitted_size(stored_height, stored_width, params.max_side)
+    photo = open_image(data, settings.max_pixels)
+    out_height, out_width = fitted_size(photo.height, photo.width, params.max_side)
     check_encodable(out_width, out_height, fmt)  # only the longer side matters: EXIF rotation cannot change it
 
     def job() -> tuple[bytes, tuple[int, int]]:
-        drawing = pencil.render(decode_image(data, settings.max_pixels), params, backend.name)
+        drawing = pencil.render(load_pixels(photo), params, backend.name)
         return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
 
     timed = await queue.run(job, pixels=out_width * out_height, receive=request.receive)
