@@ -9,7 +9,7 @@ gradient |dx|+|dy|, (3) 8 normalised line kernels, (4) responses and argmax labe
 
 Images are float32 in [0, 1] unless a name says `_u8`. Shapes are (height, width).
 Borders: the median and the tone blur replicate the edge; the line convolutions see
-zero gradient outside the image (the GPU kernels pad their halos the same way).
+zero gradient outside the image (a GPU version must pad its halos the same way).
 """
 
 from __future__ import annotations
