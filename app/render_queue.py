@@ -45,6 +45,11 @@ class ClientGone(ApiError):
         super().__init__(499, "client_closed_request", "the client closed the connection before its render started")
 
 
+class ShuttingDown(ApiError):
+    def __init__(self) -> None:
+        super().__init__(503, "shutting_down", "the server is shutting down", {"Retry-After": "5"})
+
+
 class PixelBudget:
     """A first-come-first-served budget of pixels, used from the event loop only. A request
     larger than the whole budget waits until it can have all of it."""
@@ -117,7 +122,7 @@ class RenderQueue:
     def refuse_if_full(self) -> None:
         """Raise ApiError 503 (with Retry-After) when a render would not be admitted now."""
         if self._closed:
-            raise ApiError(503, "shutting_down", "the server is shutting down", {"Retry-After": "5"})
+            raise ShuttingDown()
         if self.is_full():
             retry = self.retry_after_s()
             raise ApiError(503, "overloaded", f"the server is busy ({self._waiting} renders waiting); retry in {retry} s", {"Retry-After": str(retry)})
@@ -166,7 +171,7 @@ class RenderQueue:
             result = asyncio.wrap_future(future)
             await self._first(started.wait(), disconnect, result)
             if future.cancelled():  # the executor dropped it: shutdown
-                raise ApiError(503, "shutting_down", "the server is shutting down", {"Retry-After": "5"})
+                raise ShuttingDown()
             value = await result
         except BaseException:
             if future is None:
@@ -215,7 +220,7 @@ class RenderQueue:
         try:
             return self._executor.submit(timed_job)
         except RuntimeError:  # the executor was shut down: the server is stopping
-            raise ApiError(503, "shutting_down", "the server is shutting down", {"Retry-After": "5"}) from None
+            raise ShuttingDown() from None
 
     def _job_finished(self) -> None:
         self._running -= 1

@@ -36,11 +36,6 @@ def cuda_devices() -> list[str]:
         return []
 
 
-def has_cuda() -> bool:
-    """Whether CuPy imports and at least one CUDA device answers."""
-    return bool(cuda_devices())
-
-
 def cuda_pipeline_available() -> bool:
     """Whether this build carries the CUDA pencil pipeline (gpu/pencil/cuda.py)."""
     return importlib.util.find_spec("gpu.pencil.cuda") is not None
