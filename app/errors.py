@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from gpu.pool import DeviceOutOfMemory, PoolBusy
+
 log = logging.getLogger("pencil.errors")
 
 ERROR_SCHEMA = {
@@ -84,7 +86,18 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal_error", "the server failed to handle this request; it has been logged")
 
 
+async def _pool_busy(request: Request, exc: PoolBusy) -> JSONResponse:
+    return _rejected(request, 503, "overloaded", f"every GPU is busy ({exc}); retry shortly", {"Retry-After": "2"})
+
+
+async def _out_of_memory(request: Request, exc: DeviceOutOfMemory) -> JSONResponse:
+    log.warning("%s", exc)
+    return _rejected(request, 503, "gpu_out_of_memory", "the GPU ran out of memory for this render; retry shortly, or send a smaller image (or max_side)", {"Retry-After": "5"})
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(PoolBusy, _pool_busy)
+    app.add_exception_handler(DeviceOutOfMemory, _out_of_memory)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

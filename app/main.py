@@ -23,7 +23,8 @@ from app.errors import error_response, install_error_handlers, too_large_detail
 from app.metrics import Metrics, MetricsMiddleware
 from app.render_queue import RenderQueue
 from gpu import pencil
-from gpu.backend import select_backend
+from gpu.backend import Backend, BackendUnavailable, select_backend
+from gpu.pool import DevicePool, parse_devices
 
 log = logging.getLogger("pencil")
 
@@ -58,14 +59,18 @@ class DeclaredLengthGuard:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    backend = select_backend(settings.backend)
+    backend, pool = _backend_and_pool(settings)
     metrics = Metrics()
+    if pool is not None:
+        metrics.watch_pool(pool)
+    # With CUDA, one render thread per GPU lease unless PENCIL_WORKERS says otherwise.
+    workers = pool.size if pool is not None and "workers" not in settings.model_fields_set else settings.workers
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(pencil.warm_up)
-        log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", settings.workers, settings.max_queue)
+        await asyncio.to_thread(pencil.warm_up, backend.name, pool)
+        log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)
         yield
         app.state.render_queue.shutdown()
 
@@ -79,7 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.backend = backend
     app.state.metrics = metrics
-    app.state.render_queue = RenderQueue(settings.workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
+    app.state.pool = pool
+    app.state.workers = workers
+    app.state.render_queue = RenderQueue(workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
     install_error_handlers(app)
     sketch.install(app)
     _add_service_routes(app)
@@ -90,6 +97,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DeclaredLengthGuard, max_body_size=limit, max_upload_bytes=settings.max_upload_bytes, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
+
+
+def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
+    """The backend PENCIL_BACKEND asks for and, with CUDA, the pool of the PENCIL_DEVICES.
+    'auto' falls back to the CPU when the pool cannot be built; 'cuda' fails loudly."""
+    backend = select_backend(settings.backend)
+    if backend.name != "cuda":
+        return backend, None
+    try:
+        pool = DevicePool(parse_devices(settings.devices), settings.streams, settings.gpu_memory_fraction, settings.batch_share)
+    except Exception as exc:  # no pool means no GPU backend, whatever the cause
+        if settings.backend == "cuda":
+            raise BackendUnavailable(f"PENCIL_BACKEND=cuda but the GPU pool could not be built: {exc}") from exc
+        log.warning("CUDA found but the GPU pool could not be built (%s); using the CPU", exc)
+        return Backend("cpu"), None
+    chosen = set(pool.device_ids)
+    return Backend("cuda", [d for d in backend.devices if int(d.split(":")[0]) in chosen]), pool
 
 
 def _add_service_routes(app: FastAPI) -> None:
@@ -109,7 +133,8 @@ def _add_service_routes(app: FastAPI) -> None:
             "backend": state.backend.name,
             "devices": state.backend.devices,
             "version": VERSION,
-            "workers": state.settings.workers,
+            "workers": state.workers,
+            "gpus": state.pool.snapshot() if state.pool is not None else [],
             "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
             "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,6 +25,41 @@ class Metrics:
         self.render_time = Histogram("pencil_render_seconds", "Decode + render + encode time of one render, excluding queue wait", ["backend"], buckets=_RENDER_BUCKETS, registry=r)
         self.queue_depth = Gauge("pencil_render_queue_depth", "Renders waiting for a worker", registry=r)
         self.renders_running = Gauge("pencil_renders_running", "Renders running now", registry=r)
+
+
+    def watch_pool(self, pool) -> None:
+        """Export the GPU pool's per-device state (read at each scrape)."""
+        self.registry.register(_PoolCollector(pool))
+
+
+class _PoolCollector:
+    """Per-device gauges of a gpu.pool.DevicePool, read from its snapshot at scrape time."""
+
+    _GAUGES = (
+        ("leases", "pencil_gpu_leases", "GPU leases (stream pairs) per device"),
+        ("leases_in_use", "pencil_gpu_leases_in_use", "GPU leases held now"),
+        ("batch_leases_in_use", "pencil_gpu_batch_leases_in_use", "GPU leases held by batch jobs now"),
+        ("memory_used_bytes", "pencil_gpu_memory_used_bytes", "device memory held by the pool's arrays"),
+        ("memory_cap_bytes", "pencil_gpu_memory_cap_bytes", "device memory the pool may hold"),
+    )
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def collect(self):
+        rows = self.pool.snapshot()
+        for key, name, help_text in self._GAUGES:
+            gauge = GaugeMetricFamily(name, help_text, labels=["device"])
+            for row in rows:
+                gauge.add_metric([str(row["device"])], row[key])
+            yield gauge
+        granted = CounterMetricFamily("pencil_gpu_leases_granted", "GPU leases handed out since start", labels=["device"])
+        for row in rows:
+            granted.add_metric([str(row["device"])], row["leases_granted"])
+        yield granted
+        waiting = GaugeMetricFamily("pencil_gpu_lease_waiting", "work waiting for a GPU lease")
+        waiting.add_metric([], rows[0]["waiting"] if rows else 0)
+        yield waiting
 
 
 def route_label(scope: Scope, request_scope: Scope) -> str:

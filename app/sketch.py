@@ -93,7 +93,7 @@ OPENAPI = {
         "415": _error_response("not a JPEG, PNG or WebP, or a request body that is neither a form nor an image", ("unsupported_format", "unsupported_media_type")),
         "422": _error_response("an option out of range or not one of its choices (`detail` names it), or a drawing too large for the chosen format (WebP: 16383 px a side, JPEG: 65500)", ("invalid_parameter", "too_large_for_format")),
         "500": _error_response("a bug: the server logged it and keeps serving", ("internal_error",)),
-        "503": _error_response("too many renders already waiting, or the server is stopping; see the Retry-After header", ("overloaded", "shutting_down")),
+        "503": _error_response("too many renders already waiting, no GPU free in time, the GPU out of memory, or the server is stopping; see the Retry-After header", ("overloaded", "shutting_down", "gpu_out_of_memory")),
     },
 }
 
@@ -168,7 +168,7 @@ async def sketch(request: Request) -> Response:
     check_encodable(out_width, out_height, fmt)  # only the longer side matters: EXIF rotation cannot change it
 
     def job() -> tuple[bytes, tuple[int, int]]:
-        drawing = pencil.render(load_pixels(photo), params, backend.name)
+        drawing = pencil.render(load_pixels(photo), params, backend.name, pool=state.pool)
         return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
 
     timed = await queue.run(job, pixels=out_width * out_height, receive=request.receive)

@@ -1,12 +1,19 @@
-"""Benchmark of the pencil pipeline on the CPU backend, with its anchors measured in the
-same run: OpenCV's `cv2.pencilSketch` (the CPU peer: a domain-transform pencil filter)
-and the stroke branch written with 16 direct `cv2.filter2D` line convolutions (the
-obvious version of stages 3-5).
+"""Benchmark of the pencil pipeline with its anchors measured in the same run.
 
-    python bench/pencil.py [--sizes 640x480,1920x1080] [--repeats 3]
+    python bench/pencil.py [--sizes 640x480,1920x1080] [--repeats 3]            # CPU backend
+    python bench/pencil.py --backend cuda [--sizes ...] [--e2e]                 # GPU backend
 
-Prints, per size, the median wall time of each and the ratios; then a per-stage split at
-the largest size. Times drift between machines: read the ratios.
+CPU: the reference against OpenCV's `cv2.pencilSketch` (the CPU peer: a domain-transform
+pencil filter) and the stroke branch written with 16 direct `cv2.filter2D` line
+convolutions (the obvious version of stages 3-5); then a per-stage split.
+
+CUDA: per-stage GPU times (CUDA events, branches serialised), the whole render (two
+streams) compute only and with transfers, for texture fast and lu; the same stages
+written the obvious CuPy way (cupyx.scipy.ndimage median_filter and convolve with the
+dense line kernels) and the CPU reference as anchors, with ratios; renders per second
+with 1, 2, 4, 8 concurrent leases; with --e2e, POST /sketch under 1..32 concurrent
+clients against a local server. Inputs rotate among 4 real photos; medians after a
+warm-up. Times drift between machines: read the ratios.
 """
 
 from __future__ import annotations
@@ -66,10 +73,18 @@ def strokes_fft(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="640x480,1280x720,1920x1080,2560x1920")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--sizes", default=None, help="WxH,... (default: per backend)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (default: 3 on the CPU, 30 on the GPU)")
+    parser.add_argument("--e2e", action="store_true", help="CUDA: also load-test POST /sketch on a local server")
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    if args.backend == "cuda":
+        import pencil_cuda  # beside this script: the GPU half of the benchmark
+
+        pencil_cuda.main(args)
+        return
+    sizes = [tuple(int(v) for v in s.split("x")) for s in (args.sizes or "640x480,1280x720,1920x1080,2560x1920").split(",")]
+    args.repeats = args.repeats or 3
     params, fast = PencilParams(), PencilParams(texture="fast")
 
     print(f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}")

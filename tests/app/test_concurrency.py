@@ -113,10 +113,10 @@ def held_renders(monkeypatch):
     started = threading.Semaphore(0)
     real_render = gpu.pencil.render
 
-    def held(image, params, backend="cpu"):
+    def held(image, params, backend="cpu", pool=None):
         started.release()
         assert release.wait(REQUEST_TIMEOUT), "the test never released the render"
-        return real_render(image, params, backend)
+        return real_render(image, params, backend, pool)
 
     monkeypatch.setattr(gpu.pencil, "render", held)
     yield release, started

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything the pencil GPU work needs measured, in one call on the GPU machine: the GPU
+# tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
+# /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
+# are installed first when present: the end-to-end benchmark needs them.
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e]    (default: all four)
+set -uo pipefail
+out=${OUT:-/tmp/pencil-gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+steps=${*:-tests sanitize bench e2e}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
+for step in $steps; do
+  case $step in
+    tests) python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -x 2>&1 | tee "$out/gpu-tests.log" | tail -25 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --print-limit 20 python3 bench/sanitize_pencil.py 2>&1 | tee "$out/sanitize-$tool.log" | tail -6
+      done ;;
+    bench) python3 bench/pencil.py --backend cuda 2>&1 | tee "$out/bench.log" ;;
+    e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
+  esac
+done

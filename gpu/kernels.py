@@ -1,0 +1,53 @@
+"""CUDA C sources (gpu/**/*.cu) compiled at run time with NVRTC through cupy.RawModule:
+no build step at install time. Each (source, device) is compiled once per process and
+its kernels are cached; callers ask for a kernel on the current device.
+
+Importing this module needs CuPy; nothing in `app/` or the CPU backend imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import cupy
+
+# Exact IEEE division and square root, as the reference's float32 NumPy arithmetic:
+# the median and gradient stages are compared bit for bit.
+COMPILE_OPTIONS = ("-std=c++17", "--prec-div=true", "--prec-sqrt=true", "--fmad=true")
+
+_lock = threading.Lock()
+_modules: dict[tuple[Path, int], cupy.RawModule] = {}
+_kernels: dict[tuple[Path, int, str], cupy.RawKernel] = {}
+
+
+def _module(source: Path, device: int) -> cupy.RawModule:
+    key = (source, device)
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            module = cupy.RawModule(code=source.read_text(), options=COMPILE_OPTIONS)
+            with cupy.cuda.Device(device):
+                module.compile()  # NVRTC for this device's architecture, now rather than at first launch
+            _modules[key] = module
+        return module
+
+
+def kernel(source: Path, name: str) -> cupy.RawKernel:
+    """The kernel `name` of `source`, loaded on the current device (compiled on first use).
+    Its dynamic shared memory limit is raised to the device's opt-in maximum."""
+    device = cupy.cuda.Device().id
+    key = (source, device, name)
+    found = _kernels.get(key)
+    if found is not None:
+        return found
+    function = _module(source, device).get_function(name)
+    function.max_dynamic_shared_size_bytes = max_shared_bytes() - function.shared_size_bytes
+    with _lock:
+        return _kernels.setdefault(key, function)
+
+
+def max_shared_bytes() -> int:
+    """Shared memory one block may use on the current device (opt-in limit), in bytes."""
+    device = cupy.cuda.Device()
+    return int(device.attributes["MaxSharedMemoryPerBlockOptin"])

@@ -1,0 +1,444 @@
+"""The pencil pipeline on the GPU: the ten stages of `reference.py` as the CUDA kernels
+of `pencil.cu`, launched through CuPy on a lease of the device pool.
+
+One render, on the lease's two streams:
+
+    stream    upload -> luma+histogram -> median+gradient -> line pass 1 (label)
+                 -> line pass 2 (S') ------------------------------ wait B -> merge -> download
+    side               wait luma -> LUT -> box blur (J) [-> CG for beta: texture "lu"] -> event B
+
+Copies go through the lease's pinned staging buffers, so they are asynchronous and
+renders on other leases overlap them. Per device, the kernels, the texture tile (H and
+ln H), the target CDFs and the line tables are built once and cached.
+
+Stage functions take and return device arrays; tests call them one by one against the
+reference (tests/gpu/pencil/test_cuda.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+from gpu import kernels
+from gpu.pencil import reference
+from gpu.pencil.params import CG_MAX_ITERATIONS, CG_TOLERANCE, DIRECTIONS, LU_LAMBDA, PencilParams
+from gpu.pencil.texture import pencil_texture
+
+log = logging.getLogger("pencil.cuda")
+
+SOURCE = Path(__file__).with_name("pencil.cu")
+
+# Launch geometry, mirrored from pencil.cu.
+LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 4, 8
+LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
+TABLE_HEADER = 11
+CG_BLOCK = (32, 8)
+TONE_RUN, TONE_ROW_BLOCK = 32, 256
+CG_CHUNK = 4  # CG iterations queued between looks at the "done" flag
+# Directions whose line is nearer vertical than horizontal: their runs go along y.
+ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
+
+
+# Tests set this: every plane a stage allocates is filled with 0xFF bytes first (NaN as
+# float32), so a pixel a kernel forgot to write shows up in the comparison.
+POISON_ALLOCATIONS = False
+
+
+def _empty(shape, dtype) -> cupy.ndarray:
+    array = cupy.empty(shape, dtype)
+    if POISON_ALLOCATIONS:
+        array.view(cupy.uint8).fill(0xFF)
+    return array
+
+
+def _k(name: str) -> cupy.RawKernel:
+    return kernels.kernel(SOURCE, name)
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ------------------------------------------------------------------ line tables --
+
+
+@lru_cache(maxsize=32)
+def line_table(length: int, width: int) -> np.ndarray:
+    """The 8 line kernels of `reference.line_kernels(length, width)` as an int32 run table
+    for pencil.cu (layout there). Runs follow each direction's major axis; every
+    non-zero tap of the dense kernel appears once, with its float32 weight."""
+    dense = reference.line_kernels(length, width)
+    half = length // 2
+    starts, runs, weights = [], [], []
+    for direction in range(DIRECTIONS):
+        starts.append(len(runs))
+        kernel = dense[direction].T if direction in ALONG_Y else dense[direction]
+        for line_index, line in enumerate(kernel):  # rows (or columns, transposed)
+            nonzero = np.flatnonzero(line)
+            if nonzero.size == 0:
+                continue
+            # split into maximal runs of consecutive taps
+            breaks = np.flatnonzero(np.diff(nonzero) > 1) + 1
+            for run in np.split(nonzero, breaks):
+                along, across = int(run[0]) - half, line_index - half
+                dx, dy = (across, along) if direction in ALONG_Y else (along, across)
+                runs.append(((dy << 16) | (dx & 0xFFFF), run.size, len(weights)))
+                weights.extend(line[run].tolist())
+    starts.append(len(runs))
+    along_y_bits = sum(1 << d for d in ALONG_Y)
+    header = np.array([*starts, len(weights), along_y_bits], np.int64)
+    table = np.concatenate([header, np.array(runs, np.int64).ravel(), np.array(weights, np.float32).view(np.int32).astype(np.int64)]).astype(np.int32)
+    table.setflags(write=False)
+    return table
+
+
+@dataclass(frozen=True)
+class LinePlan:
+    """How a line pass runs for one (length, width) on one device."""
+
+    table: cupy.ndarray  # int32 run table on the device
+    halo: int
+    runs: int
+    weights: int
+
+    def shared_bytes(self, tiled: bool) -> int:
+        tile = (LINE_TILE_W + 2 * self.halo) * (LINE_TILE_H + 2 * self.halo) * 4 if tiled else 0
+        return tile + self.runs * 12 + (self.weights * 4 if tiled else 0)
+
+
+def stroke_floor(length: int, width: int) -> float:
+    """The smallest range S' is normalised by (reference.stroke_map's floor)."""
+    kernel = reference.line_kernels(length, width)[0]
+    return reference.FULL_STROKE_CONTRAST * float(kernel[length // 2].sum())
+
+
+# --------------------------------------------------------------- device caches --
+
+
+class DeviceAssets:
+    """What every render on one device shares: the texture tile (H, ln H), the target
+    CDFs per tone preset and the line tables per (length, width)."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self._lock = threading.Lock()
+        with cupy.cuda.Device(device):
+            texture = pencil_texture()
+            self.texture = cupy.asarray(texture)
+            self.log_texture = cupy.asarray(np.log(texture))
+            self.texture_size = texture.shape[0]
+            for name in ("luma_histogram", "median_gradient", "line_label_tiled", "line_strokes_tiled", "matching_lut", "merge"):
+                _k(name)  # compile now, not inside the first request
+        self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
+        self._lines: OrderedDict[tuple[int, int], LinePlan] = OrderedDict()
+
+    def target_cdf(self, weights: tuple[float, float, float]) -> cupy.ndarray:
+        """float64 (256,) target CDF of Lu's tone model, as reference.matching_lut builds it."""
+        with self._lock:
+            cdf = self._cdfs.get(weights)
+            if cdf is None:
+                target = np.cumsum(reference.target_histogram(weights))
+                target /= target[-1]
+                with cupy.cuda.Device(self.device):
+                    cdf = self._cdfs[weights] = cupy.asarray(target)
+            return cdf
+
+    def line_plan(self, length: int, width: int) -> LinePlan:
+        key = (length, width)
+        with self._lock:
+            plan = self._lines.get(key)
+            if plan is None:
+                table = line_table(length, width)
+                with cupy.cuda.Device(self.device):
+                    plan = LinePlan(cupy.asarray(table), length // 2, int(table[8]), int(table[9]))
+                self._lines[key] = plan
+                while len(self._lines) > 16:
+                    self._lines.popitem(last=False)
+            else:
+                self._lines.move_to_end(key)
+            return plan
+
+
+_assets: dict[int, DeviceAssets] = {}
+_assets_lock = threading.Lock()
+
+
+def assets(device: int) -> DeviceAssets:
+    with _assets_lock:
+        found = _assets.get(device)
+        if found is None:
+            found = _assets[device] = DeviceAssets(device)
+        return found
+
+
+# --------------------------------------------------------------------- stages --
+
+
+@dataclass
+class Planes:
+    """Device planes of one render (H, W): luma uint8 and its histogram."""
+
+    luma: cupy.ndarray
+    histogram: cupy.ndarray
+
+
+def luma_and_histogram(image: cupy.ndarray) -> Planes:
+    """(H, W) or (H, W, 3) uint8 -> luma (H, W) uint8 (OpenCV's Y of YCrCb) and the
+    (256,) uint32 histogram of it (stage 6)."""
+    height, width = image.shape[:2]
+    channels = 1 if image.ndim == 2 else 3
+    luma = _empty((height, width), cupy.uint8)
+    histogram = cupy.zeros(256, cupy.uint32)
+    pixels = height * width
+    blocks = min(_div_up(pixels, 256), 132 * 8)
+    _k("luma_histogram")((blocks,), (256,), (image, np.int32(channels), np.int64(pixels), luma, histogram))
+    return Planes(luma, histogram)
+
+
+def padded_shape(height: int, width: int, halo: int) -> tuple[int, int]:
+    return _div_up(height, LINE_TILE_H) * LINE_TILE_H + 2 * halo, _div_up(width, LINE_TILE_W) * LINE_TILE_W + 2 * halo
+
+
+def gradient_padded(luma: cupy.ndarray, halo: int) -> cupy.ndarray:
+    """Stages 1-2: M of the 3x3 median of luma, float32, in a zero-bordered padded plane
+    (see padded_shape); M itself is padded[halo:halo+H, halo:halo+W]."""
+    height, width = luma.shape
+    rows, pitch = padded_shape(height, width, halo)
+    magnitude = _empty((rows, pitch), cupy.float32)
+    grid = (_div_up(pitch, 32), _div_up(rows, 8))
+    _k("median_gradient")(grid, (32, 8), (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(rows), np.int32(halo)))
+    return magnitude
+
+
+# Tests and the sanitizer run set this to exercise the untiled line passes (taps read
+# from the padded plane in global memory), which real renders use only for huge halos.
+FORCE_UNTILED_LINE_PASSES = False
+
+
+def _line_pass(pass_number: int, plan: LinePlan, source: cupy.ndarray, height: int, width: int, **outputs) -> None:
+    tiled = plan.shared_bytes(True) <= kernels.max_shared_bytes() and not FORCE_UNTILED_LINE_PASSES
+    if not tiled and plan.shared_bytes(False) > kernels.max_shared_bytes():
+        raise LineKernelTooLarge(f"line kernels with {plan.runs} runs do not fit in shared memory")
+    name = ("line_label_" if pass_number == 1 else "line_strokes_") + ("tiled" if tiled else "global")
+    grid = (_div_up(width, LINE_TILE_W), _div_up(height, LINE_TILE_H))
+    null = np.uint64(0)
+    args = (
+        source,
+        np.int32(source.shape[1]),
+        np.int32(plan.halo),
+        np.int32(height),
+        np.int32(width),
+        plan.table,
+        outputs.get("label", null),
+        outputs.get("packed", null),
+        outputs.get("strokes", null),
+        outputs.get("extrema", null),
+    )
+    _k(name)(grid, (32, LINE_WARPS), args, shared_mem=plan.shared_bytes(tiled))
+
+
+class LineKernelTooLarge(RuntimeError):
+    """The line kernels (huge line length and width) do not fit the GPU line passes."""
+
+
+def classify(magnitude_padded: cupy.ndarray, plan: LinePlan, height: int, width: int, with_label: bool = True):
+    """Stages 3-4: argmax label (H, W) uint8 (None unless with_label) and the packed plane
+    for pass 2 (padded float32: M with the label in its 3 low mantissa bits)."""
+    label = _empty((height, width), cupy.uint8) if with_label else None
+    packed = cupy.zeros_like(magnitude_padded)
+    _line_pass(1, plan, magnitude_padded, height, width, label=label if label is not None else np.uint64(0), packed=packed)
+    return label, packed
+
+
+def strokes(packed: cupy.ndarray, plan: LinePlan, height: int, width: int) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Stage 5 before normalisation: S' (H, W) float32 and its (min, max) as uint32 bits."""
+    out = _empty((height, width), cupy.float32)
+    extrema = cupy.full(2, 0x7F800000, cupy.uint32)  # (+inf, then 0 below)
+    extrema[1] = 0
+    _line_pass(2, plan, packed, height, width, strokes=out, extrema=extrema)
+    return out, extrema
+
+
+def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: bool):
+    """Stages 7-8: J = box_blur(LUT[luma]) ** gamma, float32 (H, W), and ln max(J, 1/255)
+    when with_log (texture "lu"), else None. Also returns the uint8 LUT."""
+    height, width = planes.luma.shape
+    lut = _empty(256, cupy.uint8)
+    _k("matching_lut")((1,), (256,), (planes.histogram, cdf, lut))
+    colsum = _empty((height, width), cupy.int32)
+    _k("tone_columns")((_div_up(width, 128), _div_up(height, TONE_RUN)), (128,), (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum))
+    j = _empty((height, width), cupy.float32)
+    log_j = _empty((height, width), cupy.float32) if with_log else None
+    _k("tone_rows")(
+        (_div_up(width, TONE_ROW_BLOCK), height),
+        (TONE_ROW_BLOCK,),
+        (colsum, np.int32(height), np.int32(width), np.int32(blur), np.float32(gamma), j, log_j if with_log else np.uint64(0)),
+        shared_mem=(TONE_ROW_BLOCK + blur - 1) * 4,
+    )
+    return j, log_j, lut
+
+
+def solve_beta(
+    log_tone: cupy.ndarray,
+    texture: DeviceAssets,
+    staging: np.ndarray | None = None,
+    lam: float = LU_LAMBDA,
+    tolerance: float = CG_TOLERANCE,
+    max_iterations: int = CG_MAX_ITERATIONS,
+):
+    """Stage 9 (lu): Lu's beta by Jacobi-preconditioned CG on the device, as
+    reference.solve_beta_lu. Returns (beta float32 (H, W), scalars float64 device array;
+    scalars[6] is the number of iterations). `staging`: >= 8 pinned bytes to read the
+    done flag through, so the host stops queueing iterations soon after convergence."""
+    height, width = log_tone.shape
+    grid = (_div_up(width, CG_BLOCK[0]), _div_up(height, CG_BLOCK[1]))
+    blocks = grid[0] * grid[1]
+    stream = cupy.cuda.get_current_stream()
+    beta = _empty(log_tone.shape, cupy.float32)
+    residual = _empty(log_tone.shape, cupy.float32)
+    directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
+    product = _empty(log_tone.shape, cupy.float32)
+    partials = _empty(3 * blocks, cupy.float64)
+    scalars = cupy.zeros(8, cupy.float64)
+    tex = (texture.log_texture, np.int32(texture.texture_size))
+    size = (np.int32(height), np.int32(width), np.float32(lam))
+    reduce = _k("cg_scalars")
+    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, partials))
+    reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(0), np.float64(tolerance), np.int32(max_iterations), scalars))
+    direction_kernel, update_kernel = _k("cg_direction"), _k("cg_update")
+    done_flag = staging[:8].view(np.float64) if staging is not None else None
+    previous_check: cupy.cuda.Event | None = None
+    for iteration in range(max_iterations):
+        previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
+        direction_kernel(grid, CG_BLOCK, (residual, previous, *tex, *size, scalars, current, product, partials))
+        reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(1), np.float64(tolerance), np.int32(max_iterations), scalars))
+        update_kernel(grid, CG_BLOCK, (current, product, *tex, *size, scalars, beta, residual, partials))
+        reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(2), np.float64(tolerance), np.int32(max_iterations), scalars))
+        if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
+            # Look at the flag of the chunk before this one: the device is busy with this one.
+            if previous_check is not None:
+                previous_check.synchronize()
+                if done_flag[0] != 0.0:
+                    break
+            cupy.cuda.runtime.memcpyAsync(done_flag.ctypes.data, scalars.data.ptr + 5 * 8, 8, cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+            previous_check = stream.record()
+    return beta, scalars
+
+
+def merge(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, beta, texture: DeviceAssets, image: cupy.ndarray, color: bool) -> cupy.ndarray:
+    """Stages 9-10 fused: normalised S, texture T, R = S * T as uint8, (H, W) or, with
+    color, (H, W, 3) RGB with the photo's chroma."""
+    height, width = strokes_plane.shape
+    channels_in = 1 if image.ndim == 2 else 3
+    out = _empty((height, width, 3) if color else (height, width), cupy.uint8)
+    _k("merge")(
+        (_div_up(width, 32), _div_up(height, 8)),
+        (32, 8),
+        (
+            strokes_plane,
+            extrema,
+            np.float32(floor_range),
+            np.float32(stroke_gamma),
+            j,
+            beta if beta is not None else np.uint64(0),
+            texture.texture,
+            texture.log_texture,
+            np.int32(texture.texture_size),
+            np.int32(height),
+            np.int32(width),
+            image,
+            np.int32(channels_in),
+            np.int32(3 if color else 1),
+            out,
+        ),
+    )
+    return out
+
+
+# -------------------------------------------------------------------- pipeline --
+
+
+def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False) -> np.ndarray:
+    """Photo -> drawing on `lease` (a gpu.pool.Lease); shapes as reference.render.
+
+    For timing: with `marks` a list, (stage name, cupy Event) pairs recorded on the main
+    stream are appended to it, from "start" to "download"; with `serial`, the tone
+    branch runs on the main stream too, so that the marks time every stage alone.
+    """
+    image = np.ascontiguousarray(reference.fit_max_side(image, params.max_side))
+    height, width = image.shape[:2]
+    length = params.line_length(height, width)
+    device_assets = assets(lease.device)
+    main = lease.stream
+    side = main if serial else lease.side_stream
+    runtime = cupy.cuda.runtime
+
+    def mark(name: str, stream=main) -> None:
+        if marks is not None and stream is main:
+            marks.append((name, main.record()))
+
+    with cupy.cuda.Device(lease.device), main:
+        mark("start")
+        pinned_in = lease.staging("in", image.nbytes)
+        pinned_in[:] = image.reshape(-1).view(np.uint8)
+        d_image = _empty(image.shape, cupy.uint8)
+        runtime.memcpyAsync(d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, main.ptr)
+        mark("upload")
+        planes = luma_and_histogram(d_image)
+        luma_ready = main.record()
+        mark("luma+histogram")
+
+        # Tone branch (stages 6-9) on the side stream.
+        side.wait_event(luma_ready)
+        with side:
+            cdf = device_assets.target_cdf(params.tone_weights)
+            j, log_j, _ = tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu")
+            mark("tone", side)
+            beta = None
+            if params.texture == "lu":
+                beta, _ = solve_beta(log_j, device_assets, lease.staging("cg", 8))
+                mark("texture lu (CG)", side)
+            tone_ready = side.record()
+
+        # Stroke branch (stages 1-5). Both line tables span length x length: one halo.
+        thin, wide = device_assets.line_plan(length, 0), device_assets.line_plan(length, params.stroke_width)
+        magnitude = gradient_padded(planes.luma, thin.halo)
+        mark("median+gradient")
+        _, packed = classify(magnitude, thin, height, width, with_label=False)
+        mark("responses+argmax")
+        del magnitude
+        stroke_plane, extrema = strokes(packed, wide, height, width)
+        mark("stroke map")
+        del packed
+
+        main.wait_event(tone_ready)
+        floor = stroke_floor(length, params.stroke_width)
+        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, j, beta, device_assets, d_image, params.mode == "color")
+        mark("merge")
+        pinned_out = lease.staging("out", out.nbytes)
+        runtime.memcpyAsync(pinned_out.ctypes.data, out.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, main.ptr)
+        mark("download")
+        main.synchronize()
+        return pinned_out.copy().reshape(out.shape)
+
+
+def render(image: np.ndarray, params: PencilParams, pool=None) -> np.ndarray:
+    """Photo -> drawing on a lease of `pool` (default: the process-wide pool of every
+    visible GPU). Line kernels too large for the GPU passes (an extreme line length on a
+    huge photo) render on the CPU reference instead."""
+    from gpu.pool import default_pool
+
+    pool = pool or default_pool()
+    try:
+        return pool.run(lambda lease: render_on(lease, image, params))
+    except LineKernelTooLarge as exc:
+        log.warning("%s; rendering on the CPU", exc)
+        return reference.render(image, params)

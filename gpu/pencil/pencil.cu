@@ -1,0 +1,585 @@
+// The pencil pipeline of Lu, Xu & Jia (2012) as CUDA kernels, in the parallel layout of
+// Qiu et al. (2019). gpu/pencil/reference.py is the definition; each kernel names the
+// stage(s) it implements. Compiled at run time by NVRTC (gpu/kernels.py), once per device.
+//
+// Planes are row-major. "Padded" planes carry a zero border of `halo` px and are sized
+// (rows_padded, pitch) = (round_up(H, LINE_TILE_H) + 2 halo, round_up(W, LINE_TILE_W) + 2 halo),
+// so the line passes read every tap without a bounds check.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+// ------------------------------------------------------------------ colour (OpenCV) --
+// OpenCV's 8-bit YCrCb conversions, fixed point with 14 fraction bits, bit for bit.
+#define YCC_SHIFT 14
+__device__ __forceinline__ int descale(int x) { return (x + (1 << (YCC_SHIFT - 1))) >> YCC_SHIFT; }
+__device__ __forceinline__ int clamp_u8(int v) { return min(max(v, 0), 255); }
+
+__device__ __forceinline__ int luma_of(int r, int g, int b) { return descale(r * 4899 + g * 9617 + b * 1868); }
+
+// ------------------------------------------- stage 6 (and the luma every stage reads) --
+// image: (H, W, channels) uint8, channels 1 or 3 (RGB). Writes luma (H, W) and adds the
+// 256-bin histogram of luma into `hist` (zeroed by the caller). Integer atomics: exact.
+extern "C" __global__ void luma_histogram(const u8* __restrict__ image, int channels, long long pixels,
+                                          u8* __restrict__ luma, u32* __restrict__ hist) {
+    __shared__ u32 local[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) local[i] = 0;
+    __syncthreads();
+    for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < pixels; p += (long long)gridDim.x * blockDim.x) {
+        int y;
+        if (channels == 3) {
+            y = luma_of(image[3 * p], image[3 * p + 1], image[3 * p + 2]);
+        } else {
+            y = image[p];
+        }
+        luma[p] = (u8)y;
+        atomicAdd(&local[y], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        if (local[i]) atomicAdd(&hist[i], local[i]);
+}
+
+// ------------------------------------------------------------- stages 1-2: M plane --
+#define MG_BX 32
+#define MG_BY 8
+
+// Median of 9 by a fixed exchange network (partial sort: only the middle is kept exact).
+__device__ __forceinline__ void sort2(int& a, int& b) { int t = min(a, b); b = max(a, b); a = t; }
+__device__ __forceinline__ int median9(int p0, int p1, int p2, int p3, int p4, int p5, int p6, int p7, int p8) {
+    sort2(p1, p2); sort2(p4, p5); sort2(p7, p8); sort2(p0, p1); sort2(p3, p4); sort2(p6, p7);
+    sort2(p1, p2); sort2(p4, p5); sort2(p7, p8); sort2(p0, p3); sort2(p5, p8); sort2(p4, p7);
+    sort2(p3, p6); sort2(p1, p4); sort2(p2, p5); sort2(p4, p7); sort2(p4, p2); sort2(p6, p4);
+    sort2(p4, p2);
+    return p4;
+}
+
+// Stage 1, median 3x3 of luma (edges replicated), and stage 2, M = |dx| + |dy| of the
+// median / 255 (0 past the last column/row), written into the padded plane `mag`
+// (pitch x rows_padded, zero outside the image). One thread per padded pixel.
+extern "C" __global__ void __launch_bounds__(MG_BX * MG_BY)
+median_gradient(const u8* __restrict__ luma, int height, int width,
+                float* __restrict__ mag, int pitch, int rows_padded, int halo) {
+    __shared__ u8 tile[MG_BY + 3][MG_BX + 3];   // luma, rows y0-1 .. y0+MG_BY+1
+    __shared__ u8 med[MG_BY + 1][MG_BX + 1];    // medians at y0 .. y0+MG_BY
+    const int px = blockIdx.x * MG_BX + threadIdx.x, py = blockIdx.y * MG_BY + threadIdx.y;
+    const int x0 = blockIdx.x * MG_BX - halo, y0 = blockIdx.y * MG_BY - halo;  // image coords
+    const bool block_touches_image = x0 + MG_BX > 0 && x0 < width && y0 + MG_BY > 0 && y0 < height;
+    if (block_touches_image) {   // uniform across the block: barriers below are safe
+        const int tid = threadIdx.y * MG_BX + threadIdx.x;
+        for (int i = tid; i < (MG_BY + 3) * (MG_BX + 3); i += MG_BX * MG_BY) {
+            int ty = i / (MG_BX + 3), tx = i - ty * (MG_BX + 3);
+            int gy = min(max(y0 - 1 + ty, 0), height - 1), gx = min(max(x0 - 1 + tx, 0), width - 1);
+            tile[ty][tx] = luma[(long long)gy * width + gx];
+        }
+        __syncthreads();
+        for (int i = tid; i < (MG_BY + 1) * (MG_BX + 1); i += MG_BX * MG_BY) {
+            int my = i / (MG_BX + 1), mx = i - my * (MG_BX + 1);
+            med[my][mx] = (u8)median9(tile[my][mx], tile[my][mx + 1], tile[my][mx + 2],
+                                      tile[my + 1][mx], tile[my + 1][mx + 1], tile[my + 1][mx + 2],
+                                      tile[my + 2][mx], tile[my + 2][mx + 1], tile[my + 2][mx + 2]);
+        }
+        __syncthreads();
+    }
+    if (px >= pitch || py >= rows_padded) return;
+    const int x = px - halo, y = py - halo;
+    float m = 0.0f;
+    if (x >= 0 && x < width && y >= 0 && y < height) {
+        const int tx = threadIdx.x, ty = threadIdx.y;
+        const float here = (float)med[ty][tx] / 255.0f;
+        if (x + 1 < width) m += fabsf((float)med[ty][tx + 1] / 255.0f - here);
+        if (y + 1 < height) m += fabsf((float)med[ty + 1][tx] / 255.0f - here);
+    }
+    mag[(long long)py * pitch + px] = m;
+}
+
+// ----------------------------------------------------- stages 3-5: the line passes --
+// A line kernel is a list of runs: taps that are consecutive along one axis (x for the
+// near-horizontal directions, y for the near-vertical ones). Each thread computes a
+// block of LINE_ROWS x LINE_COLS pixels and slides a window of registers along a run,
+// so one shared-memory load feeds up to LINE_COLS (or LINE_ROWS) multiply-adds.
+// LINE_COLS is odd so that the 32 lanes of a warp, LINE_COLS words apart, never share
+// a bank.
+//
+// Table (int32, built by gpu/pencil/cuda.py from reference.line_kernels):
+//   [0..8]  first run of each direction (run_start[8] = number of runs)
+//   [9]     number of weights      [10] bit d set: direction d runs along y
+//   [11 + 3 r ..]  run r: (dy << 16 | dx & 0xffff) of its first tap, length, first weight
+//   then the float32 weights, run after run.
+#define LINE_COLS 3
+#define LINE_ROWS 4
+#define LINE_WARPS 8
+#define LINE_TILE_W (32 * LINE_COLS)
+#define LINE_TILE_H (LINE_WARPS * LINE_ROWS)
+#define TABLE_HEADER 11
+
+struct LineShared {
+    int* run_offset;   // offset of the run's first tap in the source, in elements
+    int* run_length;
+    int* run_weight;   // index of the run's first weight
+    float* weight;
+};
+
+// Stage the run table into shared memory, converting (dx, dy) to offsets for `pitch`.
+__device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineShared s, int pitch, int tid) {
+    const int runs = table[8], weights = table[9];
+    const int* run = table + TABLE_HEADER;
+    const float* w = (const float*)(run + 3 * runs);
+    for (int r = tid; r < runs; r += 32 * LINE_WARPS) {
+        int packed = run[3 * r];
+        int dx = (short)(packed & 0xffff), dy = packed >> 16;
+        s.run_offset[r] = dy * pitch + dx;
+        s.run_length[r] = run[3 * r + 1];
+        s.run_weight[r] = run[3 * r + 2];
+    }
+    if (s.weight != w)   // tiled: the weights go to shared memory too
+        for (int i = tid; i < weights; i += 32 * LINE_WARPS) s.weight[i] = w[i];
+}
+
+// A source value: pass 1 reads M; pass 2 reads the packed plane (M with the label in
+// its 3 low mantissa bits) and keeps only the pixels labelled `dir` (C_dir of stage 5).
+template <int PASS>
+__device__ __forceinline__ float source(const float* src, int index, int dir) {
+    if (PASS == 1) return src[index];
+    u32 bits = __float_as_uint(src[index]);
+    return (bits & 7u) == (u32)dir ? __uint_as_float(bits & ~7u) : 0.0f;
+}
+
+// acc[i][j] += sum over the runs of direction `dir` of w * src(pixel (i, j) + tap).
+// `base` indexes the thread's top-left pixel in src (row stride `pitch`).
+template <int PASS>
+__device__ __forceinline__ void accumulate_direction(const float* src, int pitch, int base, int dir, bool along_y,
+                                                     int first_run, int last_run, LineShared s,
+                                                     float (&acc)[LINE_ROWS][LINE_COLS]) {
+    for (int r = first_run; r < last_run; ++r) {
+        const int start = base + s.run_offset[r], n = s.run_length[r];
+        const float* w = s.weight + s.run_weight[r];
+        if (!along_y) {   // window of LINE_COLS columns per row, sliding right
+            float win[LINE_ROWS][LINE_COLS];
+#pragma unroll
+            for (int i = 0; i < LINE_ROWS; ++i)
+#pragma unroll
+                for (int j = 0; j < LINE_COLS - 1; ++j) win[i][j] = source<PASS>(src, start + i * pitch + j, dir);
+            for (int t = 0; t < n; ++t) {
+                const float wt = w[t];
+#pragma unroll
+                for (int i = 0; i < LINE_ROWS; ++i) {
+                    win[i][LINE_COLS - 1] = source<PASS>(src, start + i * pitch + t + LINE_COLS - 1, dir);
+#pragma unroll
+                    for (int j = 0; j < LINE_COLS; ++j) acc[i][j] = fmaf(wt, win[i][j], acc[i][j]);
+#pragma unroll
+                    for (int j = 0; j < LINE_COLS - 1; ++j) win[i][j] = win[i][j + 1];
+                }
+            }
+        } else {          // window of LINE_ROWS rows per column, sliding down
+            float win[LINE_COLS][LINE_ROWS];
+#pragma unroll
+            for (int j = 0; j < LINE_COLS; ++j)
+#pragma unroll
+                for (int i = 0; i < LINE_ROWS - 1; ++i) win[j][i] = source<PASS>(src, start + i * pitch + j, dir);
+            for (int t = 0; t < n; ++t) {
+                const float wt = w[t];
+#pragma unroll
+                for (int j = 0; j < LINE_COLS; ++j) {
+                    win[j][LINE_ROWS - 1] = source<PASS>(src, start + (t + LINE_ROWS - 1) * pitch + j, dir);
+#pragma unroll
+                    for (int i = 0; i < LINE_ROWS; ++i) acc[i][j] = fmaf(wt, win[j][i], acc[i][j]);
+#pragma unroll
+                    for (int i = 0; i < LINE_ROWS - 1; ++i) win[j][i] = win[j][i + 1];
+                }
+            }
+        }
+    }
+}
+
+// Pass 1 (PASS == 1, stages 3-4): the 8 responses L_i * M and their argmax. Reads the
+// padded M plane; writes `label` (H, W) and the packed plane (padded, M with the label
+// in the low 3 bits, for pass 2; its border must be zero).
+// Pass 2 (PASS == 2, stage 5): S' = sum_i L'_i * C_i, from the packed plane; writes
+// `strokes` (H, W) and folds min/max of S' (>= 0, so ordered as uint bits) into extrema.
+// TILED: the block's source tile (+ halo) is first copied to shared memory; otherwise
+// the taps read the padded plane in global memory (for halos too large for a tile).
+template <int PASS, bool TILED>
+__device__ void line_pass(const float* __restrict__ src, int pitch, int halo, int height, int width,
+                          const int* __restrict__ table, u8* __restrict__ label, float* __restrict__ packed,
+                          float* __restrict__ strokes, u32* __restrict__ extrema) {
+    extern __shared__ float shared[];
+    const int tile_pitch = LINE_TILE_W + 2 * halo, tile_rows = LINE_TILE_H + 2 * halo;
+    const int runs = table[8];
+    float* tile = shared;
+    LineShared s;
+    s.run_offset = (int*)(TILED ? tile + tile_pitch * tile_rows : shared);
+    s.run_length = s.run_offset + runs;
+    s.run_weight = s.run_length + runs;
+    // Tiled, the weights sit in shared memory after the runs; otherwise they are read from
+    // the table (a table that large with the tile would not fit in shared memory).
+    s.weight = TILED ? (float*)(s.run_weight + runs) : (float*)(table + TABLE_HEADER + 3 * runs);
+    __shared__ int run_start[9];
+    __shared__ u32 labels_present;
+
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    const int bx = blockIdx.x * LINE_TILE_W, by = blockIdx.y * LINE_TILE_H;   // image coords
+    const int src_pitch = TILED ? tile_pitch : pitch;
+    stage_runs(table, s, src_pitch, tid);
+    if (tid < 9) run_start[tid] = table[tid];
+    if (tid == 0) labels_present = PASS == 1 ? 0xffu : 0u;
+    __syncthreads();
+    const float* from = src;
+    if (TILED) {
+        u32 seen = 0;
+        for (int ty = threadIdx.y; ty < tile_rows; ty += LINE_WARPS) {
+            const float* row = src + (long long)(by + ty) * pitch + bx;
+            for (int tx = threadIdx.x; tx < tile_pitch; tx += 32) {
+                float v = row[tx];
+                tile[ty * tile_pitch + tx] = v;
+                if (PASS == 2) seen |= 1u << (__float_as_uint(v) & 7u);
+            }
+        }
+        if (PASS == 2 && seen) atomicOr(&labels_present, seen);
+        from = tile;
+        __syncthreads();
+    } else if (PASS == 2) {
+        if (tid == 0) labels_present = 0xffu;
+        __syncthreads();
+    }
+    const int x = bx + threadIdx.x * LINE_COLS, y = by + threadIdx.y * LINE_ROWS;   // thread's top-left
+    const int base = TILED ? (threadIdx.y * LINE_ROWS + halo) * tile_pitch + threadIdx.x * LINE_COLS + halo
+                           : (y + halo) * pitch + x + halo;
+    const int along_y_bits = table[10];
+
+    float acc[LINE_ROWS][LINE_COLS];
+    float best[LINE_ROWS][LINE_COLS];
+    int best_dir[LINE_ROWS][LINE_COLS];
+#pragma unroll
+    for (int i = 0; i < LINE_ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < LINE_COLS; ++j) { acc[i][j] = 0.0f; best[i][j] = 0.0f; best_dir[i][j] = 0; }
+
+    for (int dir = 0; dir < 8; ++dir) {
+        if (!((labels_present >> dir) & 1u)) continue;   // no pixel of this direction near the tile
+        accumulate_direction<PASS>(from, src_pitch, base, dir, (along_y_bits >> dir) & 1, run_start[dir], run_start[dir + 1], s, acc);
+        if (PASS == 1) {   // argmax, ties to the lowest direction as in the reference
+#pragma unroll
+            for (int i = 0; i < LINE_ROWS; ++i)
+#pragma unroll
+                for (int j = 0; j < LINE_COLS; ++j) {
+                    if (dir == 0 || acc[i][j] > best[i][j]) { best[i][j] = acc[i][j]; best_dir[i][j] = dir; }
+                    acc[i][j] = 0.0f;
+                }
+        }
+    }
+
+    float low = __int_as_float(0x7f800000), high = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LINE_ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < LINE_COLS; ++j) {
+            const int xi = x + j, yi = y + i;
+            if (xi >= width || yi >= height) continue;
+            const long long p = (long long)yi * width + xi;
+            if (PASS == 1) {
+                if (label) label[p] = (u8)best_dir[i][j];
+                const long long q = (long long)(yi + halo) * pitch + xi + halo;
+                packed[q] = __uint_as_float((__float_as_uint(src[q]) & ~7u) | (u32)best_dir[i][j]);
+            } else {
+                strokes[p] = acc[i][j];
+                low = fminf(low, acc[i][j]);
+                high = fmaxf(high, acc[i][j]);
+            }
+        }
+    if (PASS == 2) {
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            low = fminf(low, __shfl_xor_sync(0xffffffffu, low, offset));
+            high = fmaxf(high, __shfl_xor_sync(0xffffffffu, high, offset));
+        }
+        if (threadIdx.x == 0) {
+            atomicMin(&extrema[0], __float_as_uint(low));
+            atomicMax(&extrema[1], __float_as_uint(high));
+        }
+    }
+}
+
+#define LINE_KERNEL(name, PASS, TILED)                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * LINE_WARPS)                                       \
+    name(const float* __restrict__ src, int pitch, int halo, int height, int width,                     \
+         const int* __restrict__ table, u8* __restrict__ label, float* __restrict__ packed,             \
+         float* __restrict__ strokes, u32* __restrict__ extrema) {                                      \
+        line_pass<PASS, TILED>(src, pitch, halo, height, width, table, label, packed, strokes, extrema); \
+    }
+LINE_KERNEL(line_label_tiled, 1, true)
+LINE_KERNEL(line_label_global, 1, false)
+LINE_KERNEL(line_strokes_tiled, 2, true)
+LINE_KERNEL(line_strokes_global, 2, false)
+
+// ------------------------------------------------------------- stages 7-8: tone map --
+// Histogram specification: lut[v] = number of target CDF entries below the source CDF
+// at v (minus 1e-12), i.e. numpy's searchsorted(target, source - 1e-12, 'left'). The
+// same float64 operations as the reference: bit-exact. One block of 256 threads.
+extern "C" __global__ void matching_lut(const u32* __restrict__ hist, const double* __restrict__ target_cdf,
+                                        u8* __restrict__ lut) {
+    __shared__ unsigned long long cumulative[256];
+    __shared__ double target[256];
+    const int v = threadIdx.x;
+    cumulative[v] = hist[v];
+    target[v] = target_cdf[v];
+    __syncthreads();
+    for (int step = 1; step < 256; step <<= 1) {   // inclusive scan (Hillis-Steele)
+        unsigned long long add = v >= step ? cumulative[v - step] : 0ull;
+        __syncthreads();
+        cumulative[v] += add;
+        __syncthreads();
+    }
+    const double source = (double)cumulative[v] / (double)cumulative[255] - 1e-12;
+    int below = 0;
+    for (int j = 0; j < 256; ++j) below += target[j] < source;
+    lut[v] = (u8)min(below, 255);
+}
+
+// Stage 8, vertical half of the k x k box blur (edges replicated) of lut[luma], as exact
+// integer sums: colsum[y][x] = sum_{i<k} lut[luma[clamp(y - k/2 + i)][x]]. One thread per
+// column run of TONE_RUN rows, sliding.
+#define TONE_RUN 32
+extern "C" __global__ void tone_columns(const u8* __restrict__ luma, const u8* __restrict__ lut, int height, int width,
+                                        int k, int* __restrict__ colsum) {
+    __shared__ int table[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = lut[i];
+    __syncthreads();
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = blockIdx.y * TONE_RUN;
+    if (x >= width) return;
+    const int before = k / 2;
+    int sum = 0;
+    for (int i = 0; i < k; ++i) sum += table[luma[(long long)min(max(y0 - before + i, 0), height - 1) * width + x]];
+    const int y1 = min(y0 + TONE_RUN, height);
+    for (int y = y0; y < y1; ++y) {
+        colsum[(long long)y * width + x] = sum;
+        const int leaving = min(max(y - before, 0), height - 1), entering = min(max(y - before + k, 0), height - 1);
+        sum += table[luma[(long long)entering * width + x]] - table[luma[(long long)leaving * width + x]];
+    }
+}
+
+// Stage 8, horizontal half: J = (sum of k colsums / (255 k^2)) ** gamma, float32 (H, W).
+// With log_tone != nullptr (texture "lu") also writes ln max(J, 1/255).
+#define TONE_ROW_BLOCK 256
+extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height, int width, int k, float gamma,
+                                     float* __restrict__ tone, float* __restrict__ log_tone) {
+    extern __shared__ int row[];   // TONE_ROW_BLOCK + k - 1 colsums
+    const int y = blockIdx.y, x0 = blockIdx.x * TONE_ROW_BLOCK, before = k / 2;
+    const int* src = colsum + (long long)y * width;
+    for (int i = threadIdx.x; i < TONE_ROW_BLOCK + k - 1; i += blockDim.x)
+        row[i] = src[min(max(x0 - before + i, 0), width - 1)];
+    __syncthreads();
+    const int x = x0 + threadIdx.x;
+    if (x >= width) return;
+    long long sum = 0;
+    for (int i = 0; i < k; ++i) sum += row[threadIdx.x + i];
+    float j = (float)((double)sum / (255.0 * (double)k * (double)k));
+    if (gamma != 1.0f) j = powf(j, gamma);
+    tone[(long long)y * width + x] = j;
+    if (log_tone) log_tone[(long long)y * width + x] = logf(fmaxf(j, 1.0f / 255.0f));
+}
+
+// ------------------------------------------------- stage 9 (lu): conjugate gradient --
+// Minimises ||beta ln H - ln J||^2 + lambda ||grad beta||^2 matrix-free, as
+// reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
+// Jacobi preconditioner P = 1 / diag(A). ln H comes from the texture tile (L2-resident),
+// so P and diag(A) are never stored. Block partial sums go to `partials` (float64) and
+// a one-block kernel reduces them in a fixed order: results are deterministic.
+// scalars (float64): see CG_* below. Every kernel returns at once when DONE is set, so
+// the host can queue all iterations without waiting.
+#define CG_RR0 0
+#define CG_THRESHOLD 1
+#define CG_RZ 2
+#define CG_ALPHA 3
+#define CG_GAMMA 4
+#define CG_DONE 5
+#define CG_ITERATIONS 6
+#define CG_BX 32
+#define CG_BY 8
+
+struct Texture {
+    const float* log_h;   // ln H, (size, size)
+    int size;
+};
+__device__ __forceinline__ float log_texture(Texture t, int y, int x) { return t.log_h[(y % t.size) * t.size + (x % t.size)]; }
+
+__device__ __forceinline__ int degree(int y, int x, int height, int width) {
+    return (x > 0) + (x + 1 < width) + (y > 0) + (y + 1 < height);
+}
+
+__device__ __forceinline__ float preconditioner(float lh, int deg, float lambda) { return 1.0f / (lh * lh + lambda * (float)deg); }
+
+// Block sum of up to 3 doubles into partials[k * blocks + block].
+__device__ void block_sums(double a, double b, double c, int count, double* partials) {
+    __shared__ double warp_sums[3][CG_BX * CG_BY / 32];
+    const int tid = threadIdx.y * CG_BX + threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, offset);
+        b += __shfl_down_sync(0xffffffffu, b, offset);
+        c += __shfl_down_sync(0xffffffffu, c, offset);
+    }
+    if (lane == 0) { warp_sums[0][warp] = a; warp_sums[1][warp] = b; warp_sums[2][warp] = c; }
+    __syncthreads();
+    if (tid == 0) {
+        const int blocks = gridDim.x * gridDim.y, block = blockIdx.y * gridDim.x + blockIdx.x;
+        double s[3] = {0.0, 0.0, 0.0};
+        for (int w = 0; w < CG_BX * CG_BY / 32; ++w)
+            for (int k = 0; k < 3; ++k) s[k] += warp_sums[k][w];
+        for (int k = 0; k < count; ++k) partials[k * blocks + block] = s[k];
+    }
+}
+
+// beta0 = ln J / ln H (the per-pixel solution), r0 = b - A beta0 with b = ln H ln J.
+// Partials: |b|^2, |r0|^2, r0 . P r0.
+extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
+cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
+         float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials) {
+    const Texture tex{log_h, tex_size};
+    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
+    double bb = 0.0, rr = 0.0, rz = 0.0;
+    if (x < width && y < height) {
+        const long long p = (long long)y * width + x;
+        const float lh = log_texture(tex, y, x), lj = log_tone[p];
+        const float b0 = lj / lh;
+        float neighbours = 0.0f;
+        if (x > 0) neighbours += log_tone[p - 1] / log_texture(tex, y, x - 1);
+        if (x + 1 < width) neighbours += log_tone[p + 1] / log_texture(tex, y, x + 1);
+        if (y > 0) neighbours += log_tone[p - width] / log_texture(tex, y - 1, x);
+        if (y + 1 < height) neighbours += log_tone[p + width] / log_texture(tex, y + 1, x);
+        const int deg = degree(y, x, height, width);
+        const float b = lh * lj;
+        const float r = b - (lh * lh * b0 + lambda * ((float)deg * b0 - neighbours));
+        beta[p] = b0;
+        residual[p] = r;
+        bb = (double)b * b;
+        rr = (double)r * r;
+        rz = (double)r * r * preconditioner(lh, deg, lambda);
+    }
+    block_sums(bb, rr, rz, 3, partials);
+}
+
+// d = P r + gamma d_previous (gamma = 0 on the first iteration), q = A d; partial d . q.
+// d is recomputed at the 4 neighbours from r and d_previous, so one launch does both.
+extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
+cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ log_h, int tex_size, int height, int width,
+             float lambda, const double* __restrict__ scalars, float* __restrict__ direction, float* __restrict__ product,
+             double* __restrict__ partials) {
+    const Texture tex{log_h, tex_size};
+    if (scalars[CG_DONE] != 0.0) return;
+    const bool first = scalars[CG_ITERATIONS] == 0.0;
+    const float gamma = (float)scalars[CG_GAMMA];
+    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
+    double dq = 0.0;
+    if (x < width && y < height) {
+        const long long p = (long long)y * width + x;
+        auto d_at = [&](int yy, int xx, long long q) {
+            float z = residual[q] * preconditioner(log_texture(tex, yy, xx), degree(yy, xx, height, width), lambda);
+            return first ? z : z + gamma * previous[q];
+        };
+        const float lh = log_texture(tex, y, x);
+        const float d = d_at(y, x, p);
+        float neighbours = 0.0f;
+        if (x > 0) neighbours += d_at(y, x - 1, p - 1);
+        if (x + 1 < width) neighbours += d_at(y, x + 1, p + 1);
+        if (y > 0) neighbours += d_at(y - 1, x, p - width);
+        if (y + 1 < height) neighbours += d_at(y + 1, x, p + width);
+        const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
+        direction[p] = d;
+        product[p] = q;
+        dq = (double)d * q;
+    }
+    block_sums(dq, 0.0, 0.0, 1, partials);
+}
+
+// beta += alpha d, r -= alpha q; partials |r|^2 and r . P r.
+extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
+cg_update(const float* __restrict__ direction, const float* __restrict__ product, const float* __restrict__ log_h, int tex_size, int height, int width,
+          float lambda, const double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
+          double* __restrict__ partials) {
+    const Texture tex{log_h, tex_size};
+    if (scalars[CG_DONE] != 0.0) return;
+    const float alpha = (float)scalars[CG_ALPHA];
+    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
+    double rr = 0.0, rz = 0.0;
+    if (x < width && y < height) {
+        const long long p = (long long)y * width + x;
+        beta[p] += alpha * direction[p];
+        const float r = residual[p] - alpha * product[p];
+        residual[p] = r;
+        rr = (double)r * r;
+        rz = rr * preconditioner(log_texture(tex, y, x), degree(y, x, height, width), lambda);
+    }
+    block_sums(rr, rz, 0.0, 2, partials);
+}
+
+// The scalar steps of CG, one block of 1024 threads, fixed summation order.
+// stage 0 (after cg_start): threshold, and DONE when r0 is already small enough.
+// stage 1 (after cg_direction): alpha = rz / d.q, DONE when d.q <= 0.
+// stage 2 (after cg_update): iterations += 1; DONE when |r|^2 <= threshold or the
+//   iterations reach max_iterations; else gamma = rz_new / rz.
+#define CG_REDUCE_THREADS 1024
+extern "C" __global__ void __launch_bounds__(CG_REDUCE_THREADS)
+cg_scalars(const double* __restrict__ partials, int blocks, int stage, double tolerance, int max_iterations,
+           double* __restrict__ scalars) {
+    if (scalars[CG_DONE] != 0.0) return;
+    __shared__ double sums[3][CG_REDUCE_THREADS / 32];
+    const int count = stage == 0 ? 3 : stage == 1 ? 1 : 2;
+    double s[3] = {0.0, 0.0, 0.0};
+    for (int k = 0; k < count; ++k) {
+        for (int i = threadIdx.x; i < blocks; i += CG_REDUCE_THREADS) s[k] += partials[k * blocks + i];
+        for (int offset = 16; offset > 0; offset >>= 1) s[k] += __shfl_down_sync(0xffffffffu, s[k], offset);
+        if ((threadIdx.x & 31) == 0) sums[k][threadIdx.x >> 5] = s[k];
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double total[3] = {0.0, 0.0, 0.0};
+    for (int k = 0; k < count; ++k)
+        for (int w = 0; w < CG_REDUCE_THREADS / 32; ++w) total[k] += sums[k][w];
+    if (stage == 0) {
+        const double threshold = tolerance * tolerance * total[0];
+        scalars[CG_THRESHOLD] = threshold;
+        scalars[CG_RR0] = total[1];
+        scalars[CG_RZ] = total[2];
+        scalars[CG_ITERATIONS] = 0.0;
+        if (total[1] <= threshold) scalars[CG_DONE] = 1.0;
+    } else if (stage == 1) {
+        if (total[0] <= 0.0) { scalars[CG_DONE] = 1.0; return; }
+        scalars[CG_ALPHA] = scalars[CG_RZ] / total[0];
+    } else {
+        const double iterations = scalars[CG_ITERATIONS] + 1.0;
+        scalars[CG_ITERATIONS] = iterations;
+        if (total[0] <= scalars[CG_THRESHOLD] || iterations >= (double)max_iterations) { scalars[CG_DONE] = 1.0; return; }
+        scalars[CG_GAMMA] = total[1] / scalars[CG_RZ];
+        scalars[CG_RZ] = total[1];
+    }
+}
+
+// ------------------------------------------------------- stages 9-10 fused: merge --
+// S = (1 - (S' - low) / max(high - low, floor)) ** stroke_gamma;
+// T = H ** (1 - J) (fast) or exp(beta ln H) (lu, beta != nullptr); R = S * T as uint8.
+// channels_out 1: R. channels_out 3: R replaces Y of the photo's YCrCb (image has
+// `channels_in` 3) or is repeated (a gray photo).
+extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
+                                 float stroke_gamma, const float* __restrict__ tone, const float* __restrict__ beta,
+                                 const float* __restrict__ texture, const float* __restrict__ log_h, int tex_size, int height, int width,
+                                 const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
+    const Texture tex{log_h, tex_size};
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    const long long p = (long long)y * width + x;
+    const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
+    float s = 1.0f - (strokes[p] - low) / fmaxf(high - low, floor_range);
+    if (stroke_gamma != 1.0f) s = powf(s, stroke_gamma);
+    const int ty = y % tex.size, tx = x % tex.size;
+    const float t = beta ? expf(beta[p] * tex.log_h[ty * tex.size + tx]) : powf(texture[ty * tex.size + tx], 1.0f - tone[p]);
+    const float v = s * t;
+    const int drawn = (int)fminf(fmaxf(v * 255.0f + 0.5f, 0.0f), 255.0f);
+    if (channels_out == 1) { out[p] = (u8)drawn; return; }
+    if (channels_in == 1) { out[3 * p] = out[3 * p + 1] = out[3 * p + 2] = (u8)drawn; return; }
+    const int r = image[3 * p], g = image[3 * p + 1], b = image[3 * p + 2];
+    const int luma = luma_of(r, g, b);
+    const int cr = clamp_u8(descale((r - luma) * 11682 + (128 << YCC_SHIFT))) - 128;
+    const int cb = clamp_u8(descale((b - luma) * 9241 + (128 << YCC_SHIFT))) - 128;
+    out[3 * p] = (u8)clamp_u8(drawn + descale(cr * 22987));
+    out[3 * p + 1] = (u8)clamp_u8(drawn + descale(cb * -5636 + cr * -11698));
+    out[3 * p + 2] = (u8)clamp_u8(drawn + descale(cb * 29049));
+}

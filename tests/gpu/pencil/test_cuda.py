@@ -1,0 +1,267 @@
+"""gpu/pencil/cuda.py against gpu/pencil/reference.py, stage by stage and end to end.
+
+CUDA only (marker `gpu`; skipped without a device). Real photographs from scikit-image,
+fresh random seeds (printed on failure through the test id), every device plane
+poisoned with NaN / 0xFF before a kernel writes it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import cv2
+import numpy as np
+import pytest
+import skimage.data
+
+from gpu.backend import cuda_devices
+from gpu.pencil import reference as ref
+from gpu.pencil.params import PencilParams
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "camera")
+
+
+def photo(name: str, height: int, width: int) -> np.ndarray:
+    image = getattr(skimage.data, name)()
+    return cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from gpu.pencil import cuda
+
+    cuda.POISON_ALLOCATIONS = True
+    yield cuda
+    cuda.POISON_ALLOCATIONS = False
+
+
+@pytest.fixture(scope="module")
+def pool(cuda):
+    from gpu.pool import DevicePool
+
+    return DevicePool(streams_per_device=8)
+
+
+@pytest.fixture
+def lease(pool):
+    import cupy
+
+    with pool.lease() as held, cupy.cuda.Device(held.device), held.stream:
+        yield held
+        held.stream.synchronize()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def upload(image: np.ndarray):
+    import cupy
+
+    return cupy.asarray(image)
+
+
+# ------------------------------------------------------------------ stages --
+
+
+@pytest.mark.parametrize("name", PHOTOS)
+@pytest.mark.parametrize(("height", "width"), [(97, 131), (1, 257), (333, 1), (480, 640)])
+def test_luma_histogram_median_gradient_are_bit_exact(cuda, lease, name, height, width):
+    image = photo(name, height, width)
+    planes = cuda.luma_and_histogram(upload(image))
+    luma, _ = ref.split_luma(image)
+    np.testing.assert_array_equal(planes.luma.get(), luma)
+    np.testing.assert_array_equal(planes.histogram.get(), ref.histogram(luma))
+
+    halo = 5
+    padded = cuda.gradient_padded(planes.luma, halo).get()
+    expected = ref.gradient(ref.median3(luma))
+    assert expected.any()
+    np.testing.assert_array_equal(padded[halo : halo + height, halo : halo + width], expected)
+    border = padded.copy()
+    border[halo : halo + height, halo : halo + width] = 0
+    assert not border.any(), "the padding must be zero"
+
+
+def float64_responses(magnitude: np.ndarray, length: int) -> np.ndarray:
+    """(8, H, W) line responses in float64: the exact values the float32 passes round."""
+    kernels = ref.line_kernels(length, 0).astype(np.float64)
+    return np.stack([cv2.filter2D(magnitude.astype(np.float64), cv2.CV_64F, k, borderType=cv2.BORDER_CONSTANT) for k in kernels])
+
+
+@pytest.mark.parametrize("name", PHOTOS[:3])
+@pytest.mark.parametrize(("height", "width", "line_frac"), [(97, 131, 1 / 30), (240, 321, 1 / 15), (600, 450, 0.2), (1, 300, 1 / 30)])
+def test_label_is_the_argmax_up_to_near_ties(cuda, lease, name, height, width, line_frac):
+    luma, _ = ref.split_luma(photo(name, height, width))
+    params = PencilParams(line_frac=line_frac)
+    length = params.line_length(height, width)
+    plan = cuda.assets(lease.device).line_plan(length, 0)
+    magnitude = ref.gradient(ref.median3(luma))
+    label, packed = cuda.classify(cuda.gradient_padded(upload(luma), plan.halo), plan, height, width)
+    label = label.get()
+
+    responses = float64_responses(magnitude, length)
+    ordered = np.sort(responses, axis=0)
+    margin = ordered[-1] - ordered[-2]
+    clear = margin > 1e-5 * max(float(responses.max()), 1e-12)  # float32 rounding cannot flip these
+    expected = responses.argmax(axis=0)
+    assert clear.mean() > 0.5
+    np.testing.assert_array_equal(label[clear], expected[clear])
+    assert (label == expected).mean() > 0.99
+
+    # The packed plane carries M (to 2^-20) with the label in its 3 low bits.
+    interior = packed.get()[plan.halo : plan.halo + height, plan.halo : plan.halo + width]
+    bits = interior.view(np.uint32)
+    np.testing.assert_array_equal(bits & 7, label)
+    np.testing.assert_allclose((bits & ~np.uint32(7)).view(np.float32), magnitude, rtol=2.5e-6, atol=0)
+
+
+@pytest.mark.parametrize("stroke_width", [0, 1, 3])
+@pytest.mark.parametrize(("height", "width"), [(131, 97), (300, 401), (1, 200)])
+def test_stroke_map_matches_the_reference_given_the_same_labels(cuda, lease, rng, stroke_width, height, width):
+    luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
+    length = PencilParams().line_length(height, width)
+    assets = cuda.assets(lease.device)
+    thin, wide = assets.line_plan(length, 0), assets.line_plan(length, stroke_width)
+    label, packed = cuda.classify(cuda.gradient_padded(upload(luma), thin.halo), thin, height, width)
+    strokes, extrema = cuda.strokes(packed, wide, height, width)
+    strokes = strokes.get()
+
+    magnitude = ref.gradient(ref.median3(luma))
+    kernels = ref.line_kernels(length, stroke_width).astype(np.float64)
+    label = label.get()
+    expected = sum(
+        cv2.filter2D(np.where(label == i, magnitude, 0).astype(np.float64), cv2.CV_64F, kernels[i], borderType=cv2.BORDER_CONSTANT) for i in range(8)
+    )
+    assert np.isfinite(strokes).all()
+    np.testing.assert_allclose(strokes, expected, rtol=0, atol=2e-5 * float(expected.max()))
+    low, high = extrema.get().view(np.float32)
+    assert (low, high) == (strokes.min(), strokes.max())
+
+
+def test_untiled_line_passes_equal_the_tiled_ones(cuda, lease, monkeypatch):
+    luma, _ = ref.split_luma(photo("astronaut", 203, 317))
+    assets = cuda.assets(lease.device)
+    length = PencilParams().line_length(*luma.shape)
+    thin, wide = assets.line_plan(length, 0), assets.line_plan(length, 2)
+
+    def run():
+        label, packed = cuda.classify(cuda.gradient_padded(upload(luma), thin.halo), thin, *luma.shape)
+        strokes, _ = cuda.strokes(packed, wide, *luma.shape)
+        return label.get(), strokes.get()
+
+    tiled = run()
+    monkeypatch.setattr(cuda, "FORCE_UNTILED_LINE_PASSES", True)
+    untiled = run()
+    np.testing.assert_array_equal(tiled[0], untiled[0])
+    np.testing.assert_array_equal(tiled[1], untiled[1])  # same taps, same order: same bits
+
+
+@pytest.mark.parametrize("tone", ["light", "medium", "dark"])
+@pytest.mark.parametrize(("height", "width"), [(97, 131), (480, 640), (17, 2000)])
+def test_tone_map_lut_is_exact_and_j_within_rounding(cuda, lease, rng, tone, height, width):
+    luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
+    params = PencilParams(tone=tone, tone_gamma=float(rng.uniform(0.5, 2.0)))
+    planes = cuda.luma_and_histogram(upload(luma))
+    cdf = cuda.assets(lease.device).target_cdf(params.tone_weights)
+    j, log_j, lut = cuda.tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, with_log=True)
+    np.testing.assert_array_equal(lut.get(), ref.matching_lut(ref.histogram(luma), ref.target_histogram(params.tone_weights)))
+    expected = ref.tone_map(luma, params)
+    np.testing.assert_allclose(j.get(), expected, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(log_j.get(), np.log(np.maximum(expected, np.float32(ref.TONE_FLOOR))), rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize(("height", "width"), [(97, 131), (480, 640), (1, 333)])
+def test_conjugate_gradient_reaches_the_reference_solution(cuda, lease, rng, height, width):
+    luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
+    params = PencilParams(tone=str(rng.choice(["light", "medium", "dark"])))
+    tone = ref.tone_map(luma, params)
+    log_tone = np.log(np.maximum(tone, np.float32(ref.TONE_FLOOR)))
+    log_texture = np.log(ref.texture_for(height, width))
+    expected, iterations = ref.solve_beta_lu(log_texture, log_tone)
+
+    assets = cuda.assets(lease.device)
+    beta, scalars = cuda.solve_beta(upload(log_tone), assets, lease.staging("cg", 8))
+    beta, scalars = beta.get(), scalars.get()
+    assert np.isfinite(beta).all()
+    assert abs(scalars[6] - iterations) <= max(3, 0.2 * iterations)
+    drawn = np.exp(beta * log_texture)
+    wanted = np.exp(expected * log_texture)
+    assert np.abs(drawn - wanted).mean() < 1.5e-3
+    energy, reference_energy = ref.lu_energy(beta, log_texture, log_tone), ref.lu_energy(expected, log_texture, log_tone)
+    assert energy <= reference_energy * 1.01 + 1e-6
+
+
+# -------------------------------------------------------------- end to end --
+
+
+def random_params(rng) -> PencilParams:
+    return PencilParams(
+        mode=str(rng.choice(["gray", "color"])),
+        tone=str(rng.choice(["light", "medium", "dark"])),
+        texture=str(rng.choice(["lu", "fast"])),
+        line_frac=float(rng.uniform(0.01, 0.08)),
+        stroke_width=int(rng.integers(0, 4)),
+        stroke_gamma=float(rng.uniform(0.5, 2.5)),
+        tone_gamma=float(rng.uniform(0.5, 2.5)),
+    )
+
+
+def assert_same_drawing(got: np.ndarray, expected: np.ndarray) -> None:
+    assert got.shape == expected.shape and got.dtype == np.uint8
+    difference = np.abs(got.astype(np.int16) - expected.astype(np.int16))
+    assert difference.mean() <= 1.0, f"mean |diff| {difference.mean():.3f} grey levels"
+    assert (difference <= 2).mean() >= 0.99, f"{(difference > 2).mean():.4f} of pixels off by more than 2"
+
+
+@pytest.mark.parametrize("name", PHOTOS)
+@pytest.mark.parametrize(("height", "width"), [(97, 131), (1, 301), (257, 1), (480, 640), (769, 1023)])
+@pytest.mark.parametrize("texture", ["fast", "lu"])
+def test_render_matches_the_reference(cuda, lease, rng, name, height, width, texture):
+    image = photo(name, height, width)
+    params = PencilParams(**{**random_params(rng).__dict__, "texture": texture})
+    got = cuda.render_on(lease, image, params)
+    assert_same_drawing(got, ref.render(image, params))
+
+
+def test_defaults_on_a_large_photo(cuda, lease):
+    image = photo("astronaut", 1920, 2560)
+    params = PencilParams()
+    assert_same_drawing(cuda.render_on(lease, image, params), ref.render(image, params))
+
+
+def test_max_side_downscales_like_the_reference(cuda, lease):
+    image = photo("coffee", 400, 600)
+    params = PencilParams(max_side=300, mode="color")
+    got = cuda.render_on(lease, image, params)
+    assert got.shape == (200, 300, 3)
+    assert_same_drawing(got, ref.render(image, params))
+
+
+def test_concurrent_renders_equal_serial_renders_byte_for_byte(cuda, pool, rng):
+    jobs = [(photo(PHOTOS[i % 4], int(rng.integers(200, 700)), int(rng.integers(200, 700))), random_params(rng)) for i in range(24)]
+    serial = [pool.run(lambda lease, job=job: cuda.render_on(lease, *job)) for job in jobs]
+    results: list[np.ndarray | None] = [None] * len(jobs)
+
+    def work(index: int) -> None:
+        results[index] = pool.run(lambda lease: cuda.render_on(lease, *jobs[index]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got, expected in zip(results, serial, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert sum(row["leases_granted"] for row in pool.snapshot()) >= 2 * len(jobs)
+
+
+def test_render_through_the_package_entry_point(cuda, pool):
+    from gpu import pencil
+
+    image = photo("chelsea", 300, 451)
+    params = PencilParams(texture="fast")
+    assert_same_drawing(pencil.render(image, params, "cuda", pool=pool), ref.render(image, params))
