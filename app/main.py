@@ -106,7 +106,7 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
     if backend.name != "cuda":
         return backend, None
     try:
-        pool = DevicePool(parse_devices(settings.devices), settings.streams, settings.gpu_memory_fraction, settings.batch_share)
+        pool = DevicePool(parse_devices(settings.devices), settings.streams, settings.gpu_memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":
             raise BackendUnavailable(f"PENCIL_BACKEND=cuda but the GPU pool could not be built: {exc}") from exc

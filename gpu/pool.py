@@ -6,10 +6,11 @@ slot and reused by every render that holds it, so uploads and downloads are asyn
 consecutive renders on different leases overlap copy and compute.
 
 - Who gets a lease: waiters are served in (priority, arrival) order, interactive before
-  batch; batch work never holds more than `batch_share` of a device's leases, so a long
-  job cannot starve /sketch. A lease goes to the least-loaded device.
-- Waiting is bounded: at most `max_waiting` waiters (PoolBusy past that) and `timeout`
-  seconds each (PoolBusy when it runs out).
+  batch; batch work never holds more than `batch_share` of a device's leases (rounded
+  down, but at least one, so that jobs can run on a device of one lease), so a long job
+  cannot starve /sketch. A lease goes to the least-loaded device.
+- Waiting is bounded: at most `max_waiting` waiters (PoolBusy past that) and
+  `lease_timeout` seconds each (PoolBusy when it runs out).
 - Memory: each device's CuPy memory pool is capped at `memory_fraction` of the card.
   `run()` answers an out-of-memory error by freeing the cached blocks and retrying once,
   then raises DeviceOutOfMemory; the process keeps serving.
@@ -150,6 +151,7 @@ class DevicePool:
         memory_fraction: float = 0.9,
         batch_share: float = 0.5,
         max_waiting: int = 256,
+        lease_timeout: float = 30.0,
         runtime: CupyRuntime | None = None,
     ):
         if streams_per_device < 1:
@@ -158,6 +160,8 @@ class DevicePool:
             raise ValueError("memory_fraction must be in (0, 1]")
         if not 0.0 < batch_share <= 1.0:
             raise ValueError("batch_share must be in (0, 1]")
+        if max_waiting < 0 or lease_timeout <= 0:
+            raise ValueError("max_waiting must be >= 0 and lease_timeout > 0")
         self.runtime = runtime or CupyRuntime()
         visible = self.runtime.device_count()
         ids = list(range(visible)) if devices is None else list(devices)
@@ -170,6 +174,7 @@ class DevicePool:
         self.memory_fraction = memory_fraction
         self.batch_slots = max(1, int(streams_per_device * batch_share))
         self.max_waiting = max_waiting
+        self.lease_timeout = lease_timeout
         self._cond = threading.Condition()
         self._waiters: list[_Waiter] = []
         self._order = itertools.count()
@@ -192,7 +197,7 @@ class DevicePool:
     # ---------------------------------------------------------------- leasing --
 
     @contextmanager
-    def lease(self, priority: int = INTERACTIVE, timeout: float = 30.0) -> Iterator[Lease]:
+    def lease(self, priority: int = INTERACTIVE, timeout: float | None = None) -> Iterator[Lease]:
         """Hold a lease for the duration of the block. Raises PoolBusy when none comes
         within `timeout` seconds or when `max_waiting` others already wait."""
         lease = self.acquire(priority, timeout)
@@ -201,31 +206,46 @@ class DevicePool:
         finally:
             self.release(lease)
 
-    def acquire(self, priority: int = INTERACTIVE, timeout: float = 30.0) -> Lease:
+    def acquire(self, priority: int = INTERACTIVE, timeout: float | None = None) -> Lease:
+        """A lease, or PoolBusy after `timeout` s (default: the pool's lease_timeout) or at
+        once when it would have to wait behind `max_waiting` others. Pair with release()."""
+        timeout = self.lease_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._cond:
-            if len(self._waiters) >= self.max_waiting:
-                raise PoolBusy(f"{len(self._waiters)} GPU leases already waiting")
             waiter = _Waiter(priority, next(self._order))
             self._waiters.append(waiter)
             self._waiters.sort(key=lambda w: (w.priority, w.order))
             self._dispatch()
-            while waiter.lease is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+            if waiter.lease is None and len(self._waiters) > self.max_waiting:
+                self._waiters.remove(waiter)
+                raise PoolBusy(f"{len(self._waiters)} others already wait for a GPU lease")
+            try:
+                while waiter.lease is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise PoolBusy(f"no GPU lease free within {timeout:g} s")
+                    self._cond.wait(remaining)
+            except BaseException:  # timed out, or interrupted while waiting: leave no trace
+                if waiter.lease is None:
                     self._waiters.remove(waiter)
-                    self._dispatch()  # a batch waiter ahead of us may be servable now
-                    raise PoolBusy(f"no GPU lease free within {timeout:g} s")
-                self._cond.wait(remaining)
+                    self._dispatch()  # a batch waiter behind us may be servable now
+                else:
+                    self._return(waiter.lease)
+                raise
             return waiter.lease
 
     def release(self, lease: Lease) -> None:
         with self._cond:
-            device = self._devices[lease.device]
-            if lease.priority == BATCH:
-                device.batch_in_use -= 1
-            device.free.append(lease)
-            self._dispatch()
+            self._return(lease)
+
+    def _return(self, lease: Lease) -> None:
+        device = self._devices[lease.device]
+        if lease in device.free:
+            raise RuntimeError(f"lease {lease.device}/{lease.slot} released twice")
+        if lease.priority == BATCH:
+            device.batch_in_use -= 1
+        device.free.append(lease)
+        self._dispatch()
 
     def _dispatch(self) -> None:
         """Hand free leases to waiters in (priority, arrival) order. Called with the lock."""
@@ -251,7 +271,7 @@ class DevicePool:
 
     # ------------------------------------------------------------ running work --
 
-    def run(self, work: Callable[[Lease], T], priority: int = INTERACTIVE, timeout: float = 30.0) -> T:
+    def run(self, work: Callable[[Lease], T], priority: int = INTERACTIVE, timeout: float | None = None) -> T:
         """Run `work(lease)` on a lease. On device out-of-memory: free the pool's cached
         blocks on that device and retry once; then raise DeviceOutOfMemory."""
         with self.lease(priority, timeout) as lease:
