@@ -42,7 +42,7 @@ LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
 TABLE_HEADER = 11
 CG_BLOCK = (32, 8)
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
-CG_CHUNK = 4  # CG iterations queued between looks at the "done" flag
+CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
 ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
 
@@ -296,34 +296,32 @@ def solve_beta(
 ):
     """Stage 9 (lu): Lu's beta by Jacobi-preconditioned CG on the device, as
     reference.solve_beta_lu. Returns (beta float32 (H, W), scalars float64 device array;
-    scalars[6] is the number of iterations). `staging`: >= 8 pinned bytes to read the
-    done flag through, so the host stops queueing iterations soon after convergence."""
+    scalars[6] is the number of iterations). Two launches per iteration, no host sync:
+    the kernels skip themselves once converged. `staging` (>= 8 pinned bytes): the done
+    flag is read through it every CG_CHUNK iterations, one chunk late, so that the host
+    stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
     grid = (_div_up(width, CG_BLOCK[0]), _div_up(height, CG_BLOCK[1]))
-    blocks = grid[0] * grid[1]
     stream = cupy.cuda.get_current_stream()
     beta = _empty(log_tone.shape, cupy.float32)
     residual = _empty(log_tone.shape, cupy.float32)
     directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
-    product = _empty(log_tone.shape, cupy.float32)
-    partials = _empty(3 * blocks, cupy.float64)
-    scalars = cupy.zeros(8, cupy.float64)
+    partials = _empty(3 * grid[0] * grid[1], cupy.float64)
+    arrivals = cupy.zeros(1, cupy.uint32)
+    scalars = cupy.zeros(9, cupy.float64)
+    scalars[7] = tolerance
+    scalars[8] = max_iterations
     tex = (texture.log_texture, np.int32(texture.texture_size))
     size = (np.int32(height), np.int32(width), np.float32(lam))
-    reduce = _k("cg_scalars")
-    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, partials))
-    reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(0), np.float64(tolerance), np.int32(max_iterations), scalars))
+    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, partials, arrivals, scalars))
     direction_kernel, update_kernel = _k("cg_direction"), _k("cg_update")
     done_flag = staging[:8].view(np.float64) if staging is not None else None
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
         previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
-        direction_kernel(grid, CG_BLOCK, (residual, previous, *tex, *size, scalars, current, product, partials))
-        reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(1), np.float64(tolerance), np.int32(max_iterations), scalars))
-        update_kernel(grid, CG_BLOCK, (current, product, *tex, *size, scalars, beta, residual, partials))
-        reduce((1,), (1024,), (partials, np.int32(blocks), np.int32(2), np.float64(tolerance), np.int32(max_iterations), scalars))
+        direction_kernel(grid, CG_BLOCK, (residual, previous, *tex, *size, scalars, current, partials, arrivals))
+        update_kernel(grid, CG_BLOCK, (current, *tex, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
-            # Look at the flag of the chunk before this one: the device is busy with this one.
             if previous_check is not None:
                 previous_check.synchronize()
                 if done_flag[0] != 0.0:
@@ -396,18 +394,6 @@ def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None
         luma_ready = main.record()
         mark("luma+histogram")
 
-        # Tone branch (stages 6-9) on the side stream.
-        side.wait_event(luma_ready)
-        with side:
-            cdf = device_assets.target_cdf(params.tone_weights)
-            j, log_j, _ = tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu")
-            mark("tone", side)
-            beta = None
-            if params.texture == "lu":
-                beta, _ = solve_beta(log_j, device_assets, lease.staging("cg", 8))
-                mark("texture lu (CG)", side)
-            tone_ready = side.record()
-
         # Stroke branch (stages 1-5). Both line tables span length x length: one halo.
         thin, wide = device_assets.line_plan(length, 0), device_assets.line_plan(length, params.stroke_width)
         magnitude = gradient_padded(planes.luma, thin.halo)
@@ -418,6 +404,18 @@ def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None
         stroke_plane, extrema = strokes(packed, wide, height, width)
         mark("stroke map")
         del packed
+
+        # Tone branch (stages 6-9) on the side stream, queued second: the CG loop paces the host.
+        side.wait_event(luma_ready)
+        with side:
+            cdf = device_assets.target_cdf(params.tone_weights)
+            j, log_j, _ = tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu")
+            mark("tone", side)
+            beta = None
+            if params.texture == "lu":
+                beta, _ = solve_beta(log_j, device_assets, lease.staging("cg", 8))
+                mark("texture lu (CG)", side)
+            tone_ready = side.record()
 
         main.wait_event(tone_ready)
         floor = stroke_floor(length, params.stroke_width)

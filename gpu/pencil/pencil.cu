@@ -136,8 +136,9 @@ __device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineSh
         for (int i = tid; i < weights; i += 32 * LINE_WARPS) s.weight[i] = w[i];
 }
 
-// A source value: pass 1 reads M; pass 2 reads the packed plane (M with the label in
-// its 3 low mantissa bits) and keeps only the pixels labelled `dir` (C_dir of stage 5).
+// A source value: pass 1 reads M; pass 2 untiled reads the packed plane (M with the
+// label in its 3 low mantissa bits) and keeps only the pixels labelled `dir` (C_dir of
+// stage 5). (Tiled, pass 2 decodes while staging the tile and reads like pass 1.)
 template <int PASS>
 __device__ __forceinline__ float source(const float* src, int index, int dir) {
     if (PASS == 1) return src[index];
@@ -215,33 +216,35 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
     // the table (a table that large with the tile would not fit in shared memory).
     s.weight = TILED ? (float*)(s.run_weight + runs) : (float*)(table + TABLE_HEADER + 3 * runs);
     __shared__ int run_start[9];
-    __shared__ u32 labels_present;
 
     const int tid = threadIdx.y * 32 + threadIdx.x;
     const int bx = blockIdx.x * LINE_TILE_W, by = blockIdx.y * LINE_TILE_H;   // image coords
     const int src_pitch = TILED ? tile_pitch : pitch;
     stage_runs(table, s, src_pitch, tid);
     if (tid < 9) run_start[tid] = table[tid];
-    if (tid == 0) labels_present = PASS == 1 ? 0xffu : 0u;
     __syncthreads();
-    const float* from = src;
-    if (TILED) {
-        u32 seen = 0;
+
+    // Copy the block's source tile (+ halo) to shared memory: pass 1 once, M; pass 2 once
+    // per direction, C_dir (M where the label is dir, else 0), so the tap loop reads plain
+    // floats. Returns whether any value is non-zero (uniform across the block).
+    auto stage_tile = [&](int dir) -> bool {
+        bool any = false;
         for (int ty = threadIdx.y; ty < tile_rows; ty += LINE_WARPS) {
             const float* row = src + (long long)(by + ty) * pitch + bx;
             for (int tx = threadIdx.x; tx < tile_pitch; tx += 32) {
                 float v = row[tx];
+                if (PASS == 2) {
+                    const u32 bits = __float_as_uint(v);
+                    v = (bits & 7u) == (u32)dir ? __uint_as_float(bits & ~7u) : 0.0f;
+                }
+                any |= v != 0.0f;
                 tile[ty * tile_pitch + tx] = v;
-                if (PASS == 2) seen |= 1u << (__float_as_uint(v) & 7u);
             }
         }
-        if (PASS == 2 && seen) atomicOr(&labels_present, seen);
-        from = tile;
-        __syncthreads();
-    } else if (PASS == 2) {
-        if (tid == 0) labels_present = 0xffu;
-        __syncthreads();
-    }
+        return __syncthreads_or(any);
+    };
+    if (TILED && PASS == 1) stage_tile(0);
+    const float* from = TILED ? tile : src;
     const int x = bx + threadIdx.x * LINE_COLS, y = by + threadIdx.y * LINE_ROWS;   // thread's top-left
     const int base = TILED ? (threadIdx.y * LINE_ROWS + halo) * tile_pitch + threadIdx.x * LINE_COLS + halo
                            : (y + halo) * pitch + x + halo;
@@ -256,8 +259,14 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
         for (int j = 0; j < LINE_COLS; ++j) { acc[i][j] = 0.0f; best[i][j] = 0.0f; best_dir[i][j] = 0; }
 
     for (int dir = 0; dir < 8; ++dir) {
-        if (!((labels_present >> dir) & 1u)) continue;   // no pixel of this direction near the tile
-        accumulate_direction<PASS>(from, src_pitch, base, dir, (along_y_bits >> dir) & 1, run_start[dir], run_start[dir + 1], s, acc);
+        const bool along_y = (along_y_bits >> dir) & 1;
+        if (TILED && PASS == 2) {
+            __syncthreads();                   // everyone is done with the previous direction's tile
+            if (!stage_tile(dir)) continue;    // no stroke of this direction near this tile
+            accumulate_direction<1>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);
+        } else {
+            accumulate_direction<PASS>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);
+        }
         if (PASS == 1) {   // argmax, ties to the lowest direction as in the reference
 #pragma unroll
             for (int i = 0; i < LINE_ROWS; ++i)
@@ -382,10 +391,12 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // Minimises ||beta ln H - ln J||^2 + lambda ||grad beta||^2 matrix-free, as
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
 // Jacobi preconditioner P = 1 / diag(A). ln H comes from the texture tile (L2-resident),
-// so P and diag(A) are never stored. Block partial sums go to `partials` (float64) and
-// a one-block kernel reduces them in a fixed order: results are deterministic.
-// scalars (float64): see CG_* below. Every kernel returns at once when DONE is set, so
-// the host can queue all iterations without waiting.
+// so P and diag(A) are never stored, and neither is A d: whoever needs it recomputes it
+// from d's 5-point stencil. Two launches per iteration; each ends in a grid-wide sum:
+// blocks write partial sums (float64), and the last block to finish adds them up in a
+// fixed order and takes the scalar step, so results are deterministic.
+// scalars (float64, CG_*); every kernel returns at once when DONE is set, so the host
+// may queue iterations past convergence.
 #define CG_RR0 0
 #define CG_THRESHOLD 1
 #define CG_RZ 2
@@ -393,8 +404,11 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 #define CG_GAMMA 4
 #define CG_DONE 5
 #define CG_ITERATIONS 6
+#define CG_TOLERANCE 7
+#define CG_MAX_ITERATIONS 8
 #define CG_BX 32
 #define CG_BY 8
+#define CG_THREADS (CG_BX * CG_BY)
 
 struct Texture {
     const float* log_h;   // ln H, (size, size)
@@ -408,34 +422,68 @@ __device__ __forceinline__ int degree(int y, int x, int height, int width) {
 
 __device__ __forceinline__ float preconditioner(float lh, int deg, float lambda) { return 1.0f / (lh * lh + lambda * (float)deg); }
 
-// Block sum of up to 3 doubles into partials[k * blocks + block].
-__device__ void block_sums(double a, double b, double c, int count, double* partials) {
-    __shared__ double warp_sums[3][CG_BX * CG_BY / 32];
-    const int tid = threadIdx.y * CG_BX + threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        a += __shfl_down_sync(0xffffffffu, a, offset);
-        b += __shfl_down_sync(0xffffffffu, b, offset);
-        c += __shfl_down_sync(0xffffffffu, c, offset);
+// (A v)(y, x) for a plane v: diag(ln^2 H) v + lambda (deg v - sum of the in-image neighbours).
+__device__ __forceinline__ float apply_a(const float* v, long long p, int y, int x, int height, int width, float lh, float lambda) {
+    const float here = v[p];
+    float neighbours = 0.0f;
+    if (x > 0) neighbours += v[p - 1];
+    if (x + 1 < width) neighbours += v[p + 1];
+    if (y > 0) neighbours += v[p - width];
+    if (y + 1 < height) neighbours += v[p + width];
+    return lh * lh * here + lambda * ((float)degree(y, x, height, width) * here - neighbours);
+}
+
+// Sum up to 3 doubles over the block, in a fixed order; the result is valid in thread 0.
+__device__ void block_sum3(double (&v)[3], int count) {
+    __shared__ double warp_sums[3][CG_THREADS / 32];
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int k = 0; k < count; ++k) {
+        for (int offset = 16; offset > 0; offset >>= 1) v[k] += __shfl_down_sync(0xffffffffu, v[k], offset);
+        if (lane == 0) warp_sums[k][warp] = v[k];
     }
-    if (lane == 0) { warp_sums[0][warp] = a; warp_sums[1][warp] = b; warp_sums[2][warp] = c; }
     __syncthreads();
+    if (tid == 0)
+        for (int k = 0; k < count; ++k) {
+            v[k] = 0.0;
+            for (int w = 0; w < CG_THREADS / 32; ++w) v[k] += warp_sums[k][w];
+        }
+    __syncthreads();
+}
+
+// Writes this block's sums to partials[k * blocks + block]; returns true in every thread
+// of the last block to finish, whose `total` then holds the grid-wide sums.
+__device__ bool grid_sum3(double (&v)[3], int count, double* partials, unsigned int* arrivals, double (&total)[3]) {
+    __shared__ bool last;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int blocks = gridDim.x * gridDim.y, block = blockIdx.y * gridDim.x + blockIdx.x;
+    block_sum3(v, count);
     if (tid == 0) {
-        const int blocks = gridDim.x * gridDim.y, block = blockIdx.y * gridDim.x + blockIdx.x;
-        double s[3] = {0.0, 0.0, 0.0};
-        for (int w = 0; w < CG_BX * CG_BY / 32; ++w)
-            for (int k = 0; k < 3; ++k) s[k] += warp_sums[k][w];
-        for (int k = 0; k < count; ++k) partials[k * blocks + block] = s[k];
+        for (int k = 0; k < count; ++k) partials[k * blocks + block] = v[k];
+        __threadfence();
+        last = atomicAdd(arrivals, 1u) == (unsigned int)blocks - 1;
     }
+    __syncthreads();
+    if (!last) return false;
+    double s[3] = {0.0, 0.0, 0.0};
+    for (int k = 0; k < count; ++k)
+        for (int i = tid; i < blocks; i += CG_THREADS) s[k] += __ldcg(&partials[k * blocks + i]);
+    block_sum3(s, count);
+    if (tid == 0) {
+        for (int k = 0; k < count; ++k) total[k] = s[k];
+        *arrivals = 0u;   // ready for the next launch
+    }
+    return true;
 }
 
 // beta0 = ln J / ln H (the per-pixel solution), r0 = b - A beta0 with b = ln H ln J.
-// Partials: |b|^2, |r0|^2, r0 . P r0.
-extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
+// Then: threshold = (tolerance |b|)^2, rz = r0 . P r0; DONE when |r0|^2 <= threshold.
+extern "C" __global__ void __launch_bounds__(CG_THREADS)
 cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
-         float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials) {
+         float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials, unsigned int* arrivals,
+         double* __restrict__ scalars) {
     const Texture tex{log_h, tex_size};
     const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
-    double bb = 0.0, rr = 0.0, rz = 0.0;
+    double v[3] = {0.0, 0.0, 0.0};
     if (x < width && y < height) {
         const long long p = (long long)y * width + x;
         const float lh = log_texture(tex, y, x), lj = log_tone[p];
@@ -450,25 +498,35 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
         const float r = b - (lh * lh * b0 + lambda * ((float)deg * b0 - neighbours));
         beta[p] = b0;
         residual[p] = r;
-        bb = (double)b * b;
-        rr = (double)r * r;
-        rz = (double)r * r * preconditioner(lh, deg, lambda);
+        v[0] = (double)b * b;
+        v[1] = (double)r * r;
+        v[2] = (double)r * r * preconditioner(lh, deg, lambda);
     }
-    block_sums(bb, rr, rz, 3, partials);
+    double total[3];
+    if (grid_sum3(v, 3, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
+        const double tolerance = scalars[CG_TOLERANCE];
+        const double threshold = tolerance * tolerance * total[0];
+        scalars[CG_THRESHOLD] = threshold;
+        scalars[CG_RR0] = total[1];
+        scalars[CG_RZ] = total[2];
+        scalars[CG_ITERATIONS] = 0.0;
+        scalars[CG_DONE] = total[1] <= threshold ? 1.0 : 0.0;
+    }
 }
 
-// d = P r + gamma d_previous (gamma = 0 on the first iteration), q = A d; partial d . q.
-// d is recomputed at the 4 neighbours from r and d_previous, so one launch does both.
-extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
-cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ log_h, int tex_size, int height, int width,
-             float lambda, const double* __restrict__ scalars, float* __restrict__ direction, float* __restrict__ product,
-             double* __restrict__ partials) {
-    const Texture tex{log_h, tex_size};
+// d = P r + gamma d_previous (just P r on the first iteration); then alpha = rz / d.A d,
+// DONE when d.A d <= 0. A d is computed here for the dot product, not stored: d is
+// recomputed at the 4 neighbours from r and d_previous.
+extern "C" __global__ void __launch_bounds__(CG_THREADS)
+cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ log_h, int tex_size,
+             int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ direction,
+             double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
+    const Texture tex{log_h, tex_size};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
     const float gamma = (float)scalars[CG_GAMMA];
     const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
-    double dq = 0.0;
+    double v[3] = {0.0, 0.0, 0.0};
     if (x < width && y < height) {
         const long long p = (long long)y * width + x;
         auto d_at = [&](int yy, int xx, long long q) {
@@ -484,72 +542,45 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
         if (y + 1 < height) neighbours += d_at(y + 1, x, p + width);
         const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
         direction[p] = d;
-        product[p] = q;
-        dq = (double)d * q;
+        v[0] = (double)d * q;
     }
-    block_sums(dq, 0.0, 0.0, 1, partials);
+    double total[3];
+    if (grid_sum3(v, 1, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
+        if (total[0] <= 0.0) scalars[CG_DONE] = 1.0;
+        else scalars[CG_ALPHA] = scalars[CG_RZ] / total[0];
+    }
 }
 
-// beta += alpha d, r -= alpha q; partials |r|^2 and r . P r.
-extern "C" __global__ void __launch_bounds__(CG_BX * CG_BY)
-cg_update(const float* __restrict__ direction, const float* __restrict__ product, const float* __restrict__ log_h, int tex_size, int height, int width,
-          float lambda, const double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
-          double* __restrict__ partials) {
-    const Texture tex{log_h, tex_size};
+// beta += alpha d, r -= alpha A d; then iterations += 1, DONE when |r|^2 <= threshold
+// or at max_iterations, else gamma = rz_new / rz.
+extern "C" __global__ void __launch_bounds__(CG_THREADS)
+cg_update(const float* __restrict__ direction, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
+          double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials,
+          unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
+    const Texture tex{log_h, tex_size};
     const float alpha = (float)scalars[CG_ALPHA];
     const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
-    double rr = 0.0, rz = 0.0;
+    double v[3] = {0.0, 0.0, 0.0};
     if (x < width && y < height) {
         const long long p = (long long)y * width + x;
+        const float lh = log_texture(tex, y, x);
         beta[p] += alpha * direction[p];
-        const float r = residual[p] - alpha * product[p];
+        const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, lh, lambda);
         residual[p] = r;
-        rr = (double)r * r;
-        rz = rr * preconditioner(log_texture(tex, y, x), degree(y, x, height, width), lambda);
+        v[0] = (double)r * r;
+        v[1] = v[0] * preconditioner(lh, degree(y, x, height, width), lambda);
     }
-    block_sums(rr, rz, 0.0, 2, partials);
-}
-
-// The scalar steps of CG, one block of 1024 threads, fixed summation order.
-// stage 0 (after cg_start): threshold, and DONE when r0 is already small enough.
-// stage 1 (after cg_direction): alpha = rz / d.q, DONE when d.q <= 0.
-// stage 2 (after cg_update): iterations += 1; DONE when |r|^2 <= threshold or the
-//   iterations reach max_iterations; else gamma = rz_new / rz.
-#define CG_REDUCE_THREADS 1024
-extern "C" __global__ void __launch_bounds__(CG_REDUCE_THREADS)
-cg_scalars(const double* __restrict__ partials, int blocks, int stage, double tolerance, int max_iterations,
-           double* __restrict__ scalars) {
-    if (scalars[CG_DONE] != 0.0) return;
-    __shared__ double sums[3][CG_REDUCE_THREADS / 32];
-    const int count = stage == 0 ? 3 : stage == 1 ? 1 : 2;
-    double s[3] = {0.0, 0.0, 0.0};
-    for (int k = 0; k < count; ++k) {
-        for (int i = threadIdx.x; i < blocks; i += CG_REDUCE_THREADS) s[k] += partials[k * blocks + i];
-        for (int offset = 16; offset > 0; offset >>= 1) s[k] += __shfl_down_sync(0xffffffffu, s[k], offset);
-        if ((threadIdx.x & 31) == 0) sums[k][threadIdx.x >> 5] = s[k];
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    double total[3] = {0.0, 0.0, 0.0};
-    for (int k = 0; k < count; ++k)
-        for (int w = 0; w < CG_REDUCE_THREADS / 32; ++w) total[k] += sums[k][w];
-    if (stage == 0) {
-        const double threshold = tolerance * tolerance * total[0];
-        scalars[CG_THRESHOLD] = threshold;
-        scalars[CG_RR0] = total[1];
-        scalars[CG_RZ] = total[2];
-        scalars[CG_ITERATIONS] = 0.0;
-        if (total[1] <= threshold) scalars[CG_DONE] = 1.0;
-    } else if (stage == 1) {
-        if (total[0] <= 0.0) { scalars[CG_DONE] = 1.0; return; }
-        scalars[CG_ALPHA] = scalars[CG_RZ] / total[0];
-    } else {
+    double total[3];
+    if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
         const double iterations = scalars[CG_ITERATIONS] + 1.0;
         scalars[CG_ITERATIONS] = iterations;
-        if (total[0] <= scalars[CG_THRESHOLD] || iterations >= (double)max_iterations) { scalars[CG_DONE] = 1.0; return; }
-        scalars[CG_GAMMA] = total[1] / scalars[CG_RZ];
-        scalars[CG_RZ] = total[1];
+        if (total[0] <= scalars[CG_THRESHOLD] || iterations >= scalars[CG_MAX_ITERATIONS]) {
+            scalars[CG_DONE] = 1.0;
+        } else {
+            scalars[CG_GAMMA] = total[1] / scalars[CG_RZ];
+            scalars[CG_RZ] = total[1];
+        }
     }
 }
 
