@@ -203,7 +203,7 @@ __device__ __forceinline__ void accumulate_direction(const float* src, int pitch
 template <int PASS, bool TILED>
 __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, int height, int width,
                           const int* __restrict__ table, u8* __restrict__ label, float* __restrict__ packed,
-                          float* __restrict__ strokes, u32* __restrict__ extrema) {
+                          float* __restrict__ strokes, u32* __restrict__ extrema, float label_factor) {
     extern __shared__ float shared[];
     const int tile_pitch = LINE_TILE_W + 2 * halo, tile_rows = LINE_TILE_H + 2 * halo;
     const int runs = table[8];
@@ -267,12 +267,12 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
         } else {
             accumulate_direction<PASS>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);
         }
-        if (PASS == 1) {   // argmax, ties to the lowest direction as in the reference
+        if (PASS == 1) {   // argmax, ties (within LABEL_MARGIN) to the lowest direction, as reference.classify
 #pragma unroll
             for (int i = 0; i < LINE_ROWS; ++i)
 #pragma unroll
                 for (int j = 0; j < LINE_COLS; ++j) {
-                    if (dir == 0 || acc[i][j] > best[i][j]) { best[i][j] = acc[i][j]; best_dir[i][j] = dir; }
+                    if (dir == 0 || acc[i][j] > best[i][j] * label_factor) { best[i][j] = acc[i][j]; best_dir[i][j] = dir; }
                     acc[i][j] = 0.0f;
                 }
         }
@@ -312,8 +312,8 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
     extern "C" __global__ void __launch_bounds__(32 * LINE_WARPS)                                       \
     name(const float* __restrict__ src, int pitch, int halo, int height, int width,                     \
          const int* __restrict__ table, u8* __restrict__ label, float* __restrict__ packed,             \
-         float* __restrict__ strokes, u32* __restrict__ extrema) {                                      \
-        line_pass<PASS, TILED>(src, pitch, halo, height, width, table, label, packed, strokes, extrema); \
+         float* __restrict__ strokes, u32* __restrict__ extrema, float label_factor) {                  \
+        line_pass<PASS, TILED>(src, pitch, halo, height, width, table, label, packed, strokes, extrema, label_factor); \
     }
 LINE_KERNEL(line_label_tiled, 1, true)
 LINE_KERNEL(line_label_global, 1, false)
@@ -392,7 +392,9 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
 // Jacobi preconditioner P = 1 / diag(A). ln H comes from the texture tile (L2-resident),
 // so P and diag(A) are never stored, and neither is A d: whoever needs it recomputes it
-// from d's 5-point stencil. Two launches per iteration; each ends in a grid-wide sum:
+// from d's 5-point stencil. A fixed grid of blocks strides over the pixels (a few
+// blocks per multiprocessor, so few partial sums). Two launches per iteration; each ends
+// in a grid-wide sum:
 // blocks write partial sums (float64), and the last block to finish adds them up in a
 // fixed order and takes the scalar step, so results are deterministic.
 // scalars (float64, CG_*); every kernel returns at once when DONE is set, so the host
@@ -406,9 +408,7 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 #define CG_ITERATIONS 6
 #define CG_TOLERANCE 7
 #define CG_MAX_ITERATIONS 8
-#define CG_BX 32
-#define CG_BY 8
-#define CG_THREADS (CG_BX * CG_BY)
+#define CG_THREADS 256
 
 struct Texture {
     const float* log_h;   // ln H, (size, size)
@@ -482,10 +482,10 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
          float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials, unsigned int* arrivals,
          double* __restrict__ scalars) {
     const Texture tex{log_h, tex_size};
-    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
     double v[3] = {0.0, 0.0, 0.0};
-    if (x < width && y < height) {
-        const long long p = (long long)y * width + x;
+    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
+    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
+        const int y = p / width, x = p - y * width;
         const float lh = log_texture(tex, y, x), lj = log_tone[p];
         const float b0 = lj / lh;
         float neighbours = 0.0f;
@@ -498,9 +498,9 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
         const float r = b - (lh * lh * b0 + lambda * ((float)deg * b0 - neighbours));
         beta[p] = b0;
         residual[p] = r;
-        v[0] = (double)b * b;
-        v[1] = (double)r * r;
-        v[2] = (double)r * r * preconditioner(lh, deg, lambda);
+        v[0] += (double)b * b;
+        v[1] += (double)r * r;
+        v[2] += (double)r * r * preconditioner(lh, deg, lambda);
     }
     double total[3];
     if (grid_sum3(v, 3, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
@@ -525,10 +525,10 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
     const Texture tex{log_h, tex_size};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
     const float gamma = (float)scalars[CG_GAMMA];
-    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
     double v[3] = {0.0, 0.0, 0.0};
-    if (x < width && y < height) {
-        const long long p = (long long)y * width + x;
+    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
+    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
+        const int y = p / width, x = p - y * width;
         auto d_at = [&](int yy, int xx, long long q) {
             float z = residual[q] * preconditioner(log_texture(tex, yy, xx), degree(yy, xx, height, width), lambda);
             return first ? z : z + gamma * previous[q];
@@ -542,7 +542,7 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
         if (y + 1 < height) neighbours += d_at(y + 1, x, p + width);
         const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
         direction[p] = d;
-        v[0] = (double)d * q;
+        v[0] += (double)d * q;
     }
     double total[3];
     if (grid_sum3(v, 1, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
@@ -560,16 +560,17 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ log_h, 
     if (scalars[CG_DONE] != 0.0) return;
     const Texture tex{log_h, tex_size};
     const float alpha = (float)scalars[CG_ALPHA];
-    const int x = blockIdx.x * CG_BX + threadIdx.x, y = blockIdx.y * CG_BY + threadIdx.y;
     double v[3] = {0.0, 0.0, 0.0};
-    if (x < width && y < height) {
-        const long long p = (long long)y * width + x;
+    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
+    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
+        const int y = p / width, x = p - y * width;
         const float lh = log_texture(tex, y, x);
         beta[p] += alpha * direction[p];
         const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, lh, lambda);
         residual[p] = r;
-        v[0] = (double)r * r;
-        v[1] = v[0] * preconditioner(lh, degree(y, x, height, width), lambda);
+        const double rr = (double)r * r;
+        v[0] += rr;
+        v[1] += rr * preconditioner(lh, degree(y, x, height, width), lambda);
     }
     double total[3];
     if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {

@@ -181,15 +181,25 @@ def _kernel_spectra(padded: tuple[int, int], length: int, stroke_width: int):
     return _LazySpectra(padded, line_kernels(length, stroke_width))
 
 
+# A later direction takes the label only when its response beats the current one by
+# this factor: exact ties (frequent: M is quantised to 1/255 and the kernels are
+# symmetric) then go to the lowest direction whatever the rounding of the sums, so the
+# FFT here and the direct sums on the GPU label them alike.
+LABEL_MARGIN = 1e-3
+
+
 def classify(magnitude: np.ndarray, lines: LineFilter) -> np.ndarray:
-    """Stage 4: label(p) = argmax_i (L_i * M)(p), uint8 in 0..7 (ties: lowest i)."""
+    """Stage 4: label(p) = argmax_i (L_i * M)(p), uint8 in 0..7, with ties (within a
+    relative LABEL_MARGIN) going to the lowest direction: scanning i upwards, direction i
+    replaces the current label when G_i > G_label * (1 + LABEL_MARGIN)."""
     responses = lines.responses(magnitude)
     best = next(responses).copy()
     label = np.zeros(magnitude.shape, np.uint8)
+    factor = np.float32(1.0 + LABEL_MARGIN)
     for i, response in enumerate(responses, start=1):
-        better = response > best
+        better = response > best * factor
         label[better] = i
-        np.maximum(best, response, out=best)
+        best[better] = response[better]
     return label
 
 
