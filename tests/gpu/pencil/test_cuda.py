@@ -109,9 +109,10 @@ def test_label_is_the_argmax_up_to_near_ties(cuda, lease, name, height, width, l
     factor = 1.0 + ref.LABEL_MARGIN
     best, expected = responses[0].copy(), np.zeros(magnitude.shape, np.int64)
     closest = np.full(magnitude.shape, np.inf)
+    floor = 1e-6 * float(responses.max())  # responses of a flat neighbourhood are 0 up to the float64 filter's noise
     for i in range(1, 8):
         threshold = best * factor
-        closest = np.minimum(closest, np.abs(responses[i] - threshold) / np.maximum(threshold, 1e-30))
+        closest = np.minimum(closest, np.abs(responses[i] - threshold) / np.maximum(threshold, floor))
         better = responses[i] > threshold
         expected[better], best[better] = i, responses[i][better]
     clear = closest > 1e-5
