@@ -40,7 +40,7 @@ SOURCE = Path(__file__).with_name("pencil.cu")
 LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 4, 8
 LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
 TABLE_HEADER = 11
-CG_THREADS, CG_BLOCKS_PER_SM = 256, 4
+CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
@@ -135,6 +135,8 @@ class DeviceAssets:
             self.texture = cupy.asarray(texture)
             self.log_texture = cupy.asarray(np.log(texture))
             self.texture_size = texture.shape[0]
+            if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
+                raise ValueError(f"the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, got {texture.shape}")
             for name in ("luma_histogram", "median_gradient", "line_label_tiled", "line_strokes_tiled", "matching_lut", "merge"):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
@@ -303,26 +305,27 @@ def solve_beta(
     stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    grid = (min(_div_up(height * width, CG_THREADS), CG_BLOCKS_PER_SM * sms),)
+    columns = _div_up(width, CG_BLOCK[0])
+    grid = (columns, max(1, min(_div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
     stream = cupy.cuda.get_current_stream()
     beta = _empty(log_tone.shape, cupy.float32)
     residual = _empty(log_tone.shape, cupy.float32)
     directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
-    partials = _empty(3 * grid[0], cupy.float64)
+    partials = _empty(3 * grid[0] * grid[1], cupy.float64)
     arrivals = cupy.zeros(1, cupy.uint32)
     scalars = cupy.zeros(9, cupy.float64)
     scalars[7] = tolerance
     scalars[8] = max_iterations
     tex = (texture.log_texture, np.int32(texture.texture_size))
     size = (np.int32(height), np.int32(width), np.float32(lam))
-    _k("cg_start")(grid, (CG_THREADS,), (log_tone, *tex, *size, beta, residual, partials, arrivals, scalars))
+    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, partials, arrivals, scalars))
     direction_kernel, update_kernel = _k("cg_direction"), _k("cg_update")
     done_flag = staging[:8].view(np.float64) if staging is not None else None
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
         previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
-        direction_kernel(grid, (CG_THREADS,), (residual, previous, *tex, *size, scalars, current, partials, arrivals))
-        update_kernel(grid, (CG_THREADS,), (current, *tex, *size, scalars, beta, residual, partials, arrivals))
+        direction_kernel(grid, CG_BLOCK, (residual, previous, *tex, *size, scalars, current, partials, arrivals))
+        update_kernel(grid, CG_BLOCK, (current, *tex, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
             if previous_check is not None:
                 previous_check.synchronize()

@@ -392,8 +392,8 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
 // Jacobi preconditioner P = 1 / diag(A). ln H comes from the texture tile (L2-resident),
 // so P and diag(A) are never stored, and neither is A d: whoever needs it recomputes it
-// from d's 5-point stencil. A fixed grid of blocks strides over the pixels (a few
-// blocks per multiprocessor, so few partial sums). Two launches per iteration; each ends
+// from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
+// blocks per multiprocessor, so few partial sums; no division per pixel). Two launches per iteration; each ends
 // in a grid-wide sum:
 // blocks write partial sums (float64), and the last block to finish adds them up in a
 // fixed order and takes the scalar step, so results are deterministic.
@@ -408,13 +408,16 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 #define CG_ITERATIONS 6
 #define CG_TOLERANCE 7
 #define CG_MAX_ITERATIONS 8
-#define CG_THREADS 256
+#define CG_BX 32
+#define CG_BY 8
+#define CG_THREADS (CG_BX * CG_BY)
 
 struct Texture {
     const float* log_h;   // ln H, (size, size)
     int size;
 };
-__device__ __forceinline__ float log_texture(Texture t, int y, int x) { return t.log_h[(y % t.size) * t.size + (x % t.size)]; }
+// The tile side is a power of two (gpu/pencil/cuda.py checks), so wrapping is a mask.
+__device__ __forceinline__ float log_texture(Texture t, int y, int x) { return t.log_h[(y & (t.size - 1)) * t.size + (x & (t.size - 1))]; }
 
 __device__ __forceinline__ int degree(int y, int x, int height, int width) {
     return (x > 0) + (x + 1 < width) + (y > 0) + (y + 1 < height);
@@ -465,8 +468,14 @@ __device__ bool grid_sum3(double (&v)[3], int count, double* partials, unsigned 
     __syncthreads();
     if (!last) return false;
     double s[3] = {0.0, 0.0, 0.0};
-    for (int k = 0; k < count; ++k)
-        for (int i = tid; i < blocks; i += CG_THREADS) s[k] += __ldcg(&partials[k * blocks + i]);
+    for (int k = 0; k < count; ++k) {
+        double lanes[4] = {0.0, 0.0, 0.0, 0.0};   // independent loads in flight
+        int i = tid;
+        for (; i + 3 * CG_THREADS < blocks; i += 4 * CG_THREADS)
+            for (int u = 0; u < 4; ++u) lanes[u] += __ldcg(&partials[k * blocks + i + u * CG_THREADS]);
+        for (; i < blocks; i += CG_THREADS) lanes[0] += __ldcg(&partials[k * blocks + i]);
+        s[k] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    }
     block_sum3(s, count);
     if (tid == 0) {
         for (int k = 0; k < count; ++k) total[k] = s[k];
@@ -483,9 +492,9 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
          double* __restrict__ scalars) {
     const Texture tex{log_h, tex_size};
     double v[3] = {0.0, 0.0, 0.0};
-    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
-    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
-        const int y = p / width, x = p - y * width;
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
+        const long long p = (long long)y * width + x;
         const float lh = log_texture(tex, y, x), lj = log_tone[p];
         const float b0 = lj / lh;
         float neighbours = 0.0f;
@@ -526,9 +535,9 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
     const bool first = scalars[CG_ITERATIONS] == 0.0;
     const float gamma = (float)scalars[CG_GAMMA];
     double v[3] = {0.0, 0.0, 0.0};
-    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
-    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
-        const int y = p / width, x = p - y * width;
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
+        const long long p = (long long)y * width + x;
         auto d_at = [&](int yy, int xx, long long q) {
             float z = residual[q] * preconditioner(log_texture(tex, yy, xx), degree(yy, xx, height, width), lambda);
             return first ? z : z + gamma * previous[q];
@@ -561,9 +570,9 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ log_h, 
     const Texture tex{log_h, tex_size};
     const float alpha = (float)scalars[CG_ALPHA];
     double v[3] = {0.0, 0.0, 0.0};
-    const int pixels = height * width;   // < 2^31: the service caps images at PENCIL_MAX_PIXELS
-    for (int p = blockIdx.x * CG_THREADS + threadIdx.x; p < pixels; p += gridDim.x * CG_THREADS) {
-        const int y = p / width, x = p - y * width;
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
+        const long long p = (long long)y * width + x;
         const float lh = log_texture(tex, y, x);
         beta[p] += alpha * direction[p];
         const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, lh, lambda);
