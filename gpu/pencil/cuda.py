@@ -311,6 +311,7 @@ def solve_beta(
     beta = _empty(log_tone.shape, cupy.float32)
     residual = _empty(log_tone.shape, cupy.float32)
     directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
+    jacobi = _empty(log_tone.shape, cupy.float32)
     partials = _empty(3 * grid[0] * grid[1], cupy.float64)
     arrivals = cupy.zeros(1, cupy.uint32)
     scalars = cupy.zeros(9, cupy.float64)
@@ -318,14 +319,14 @@ def solve_beta(
     scalars[8] = max_iterations
     tex = (texture.log_texture, np.int32(texture.texture_size))
     size = (np.int32(height), np.int32(width), np.float32(lam))
-    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, partials, arrivals, scalars))
+    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, jacobi, partials, arrivals, scalars))
     direction_kernel, update_kernel = _k("cg_direction"), _k("cg_update")
     done_flag = staging[:8].view(np.float64) if staging is not None else None
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
         previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
-        direction_kernel(grid, CG_BLOCK, (residual, previous, *tex, *size, scalars, current, partials, arrivals))
-        update_kernel(grid, CG_BLOCK, (current, *tex, *size, scalars, beta, residual, partials, arrivals))
+        direction_kernel(grid, CG_BLOCK, (residual, previous, jacobi, *tex, *size, scalars, current, partials, arrivals))
+        update_kernel(grid, CG_BLOCK, (current, jacobi, *tex, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
             if previous_check is not None:
                 previous_check.synchronize()

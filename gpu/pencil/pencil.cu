@@ -96,8 +96,8 @@ median_gradient(const u8* __restrict__ luma, int height, int width,
 // ----------------------------------------------------- stages 3-5: the line passes --
 // A line kernel is a list of runs: taps that are consecutive along one axis (x for the
 // near-horizontal directions, y for the near-vertical ones). Each thread computes a
-// block of LINE_ROWS x LINE_COLS pixels and slides a window of registers along a run,
-// so one shared-memory load feeds up to LINE_COLS (or LINE_ROWS) multiply-adds.
+// block of LINE_ROWS x LINE_COLS pixels and slides a ring of registers along a run, so
+// one shared-memory load feeds LINE_COLS (or LINE_ROWS) multiply-adds.
 // LINE_COLS is odd so that the 32 lanes of a warp, LINE_COLS words apart, never share
 // a bank.
 //
@@ -106,9 +106,15 @@ median_gradient(const u8* __restrict__ luma, int height, int width,
 //   [9]     number of weights      [10] bit d set: direction d runs along y
 //   [11 + 3 r ..]  run r: (dy << 16 | dx & 0xffff) of its first tap, length, first weight
 //   then the float32 weights, run after run.
+#ifndef LINE_COLS
 #define LINE_COLS 3
+#endif
+#ifndef LINE_ROWS
 #define LINE_ROWS 4
+#endif
+#ifndef LINE_WARPS
 #define LINE_WARPS 8
+#endif
 #define LINE_TILE_W (32 * LINE_COLS)
 #define LINE_TILE_H (LINE_WARPS * LINE_ROWS)
 #define TABLE_HEADER 11
@@ -155,38 +161,46 @@ __device__ __forceinline__ void accumulate_direction(const float* src, int pitch
     for (int r = first_run; r < last_run; ++r) {
         const int start = base + s.run_offset[r], n = s.run_length[r];
         const float* w = s.weight + s.run_weight[r];
-        if (!along_y) {   // window of LINE_COLS columns per row, sliding right
+        // The window is a ring of registers: slot k holds the source column (or row) whose
+        // index is k modulo its size, so advancing one tap loads one value per row (or
+        // column) and moves none; the tap loop is unrolled by the ring size so that every
+        // slot index is a compile-time constant.
+        if (!along_y) {   // per row, a ring of LINE_COLS columns sliding right
             float win[LINE_ROWS][LINE_COLS];
 #pragma unroll
             for (int i = 0; i < LINE_ROWS; ++i)
 #pragma unroll
                 for (int j = 0; j < LINE_COLS - 1; ++j) win[i][j] = source<PASS>(src, start + i * pitch + j, dir);
-            for (int t = 0; t < n; ++t) {
-                const float wt = w[t];
+            for (int t = 0; t < n; t += LINE_COLS) {
 #pragma unroll
-                for (int i = 0; i < LINE_ROWS; ++i) {
-                    win[i][LINE_COLS - 1] = source<PASS>(src, start + i * pitch + t + LINE_COLS - 1, dir);
+                for (int u = 0; u < LINE_COLS; ++u) {
+                    if (t + u >= n) break;
+                    const float wt = w[t + u];
 #pragma unroll
-                    for (int j = 0; j < LINE_COLS; ++j) acc[i][j] = fmaf(wt, win[i][j], acc[i][j]);
+                    for (int i = 0; i < LINE_ROWS; ++i) {
+                        win[i][(u + LINE_COLS - 1) % LINE_COLS] = source<PASS>(src, start + i * pitch + t + u + LINE_COLS - 1, dir);
 #pragma unroll
-                    for (int j = 0; j < LINE_COLS - 1; ++j) win[i][j] = win[i][j + 1];
+                        for (int j = 0; j < LINE_COLS; ++j) acc[i][j] = fmaf(wt, win[i][(u + j) % LINE_COLS], acc[i][j]);
+                    }
                 }
             }
-        } else {          // window of LINE_ROWS rows per column, sliding down
+        } else {          // per column, a ring of LINE_ROWS rows sliding down
             float win[LINE_COLS][LINE_ROWS];
 #pragma unroll
             for (int j = 0; j < LINE_COLS; ++j)
 #pragma unroll
                 for (int i = 0; i < LINE_ROWS - 1; ++i) win[j][i] = source<PASS>(src, start + i * pitch + j, dir);
-            for (int t = 0; t < n; ++t) {
-                const float wt = w[t];
+            for (int t = 0; t < n; t += LINE_ROWS) {
 #pragma unroll
-                for (int j = 0; j < LINE_COLS; ++j) {
-                    win[j][LINE_ROWS - 1] = source<PASS>(src, start + (t + LINE_ROWS - 1) * pitch + j, dir);
+                for (int u = 0; u < LINE_ROWS; ++u) {
+                    if (t + u >= n) break;
+                    const float wt = w[t + u];
 #pragma unroll
-                    for (int i = 0; i < LINE_ROWS; ++i) acc[i][j] = fmaf(wt, win[j][i], acc[i][j]);
+                    for (int j = 0; j < LINE_COLS; ++j) {
+                        win[j][(u + LINE_ROWS - 1) % LINE_ROWS] = source<PASS>(src, start + (t + u + LINE_ROWS - 1) * pitch + j, dir);
 #pragma unroll
-                    for (int i = 0; i < LINE_ROWS - 1; ++i) win[j][i] = win[j][i + 1];
+                        for (int i = 0; i < LINE_ROWS; ++i) acc[i][j] = fmaf(wt, win[j][(u + i) % LINE_ROWS], acc[i][j]);
+                    }
                 }
             }
         }
@@ -390,9 +404,9 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // ------------------------------------------------- stage 9 (lu): conjugate gradient --
 // Minimises ||beta ln H - ln J||^2 + lambda ||grad beta||^2 matrix-free, as
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
-// Jacobi preconditioner P = 1 / diag(A). ln H comes from the texture tile (L2-resident),
-// so P and diag(A) are never stored, and neither is A d: whoever needs it recomputes it
-// from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
+// Jacobi preconditioner P = 1 / diag(A), stored once by cg_start (`jacobi`). ln H comes
+// from the texture tile (L2-resident), so diag(A) is never stored, and neither is A d:
+// whoever needs it recomputes it from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
 // blocks per multiprocessor, so few partial sums; no division per pixel). Two launches per iteration; each ends
 // in a grid-wide sum:
 // blocks write partial sums (float64), and the last block to finish adds them up in a
@@ -488,8 +502,8 @@ __device__ bool grid_sum3(double (&v)[3], int count, double* partials, unsigned 
 // Then: threshold = (tolerance |b|)^2, rz = r0 . P r0; DONE when |r0|^2 <= threshold.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
 cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
-         float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials, unsigned int* arrivals,
-         double* __restrict__ scalars) {
+         float* __restrict__ beta, float* __restrict__ residual, float* __restrict__ jacobi, double* __restrict__ partials,
+         unsigned int* arrivals, double* __restrict__ scalars) {
     const Texture tex{log_h, tex_size};
     double v[3] = {0.0, 0.0, 0.0};
     const int x = blockIdx.x * CG_BX + threadIdx.x;
@@ -505,11 +519,13 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
         const int deg = degree(y, x, height, width);
         const float b = lh * lj;
         const float r = b - (lh * lh * b0 + lambda * ((float)deg * b0 - neighbours));
+        const float pre = preconditioner(lh, deg, lambda);
         beta[p] = b0;
         residual[p] = r;
+        jacobi[p] = pre;
         v[0] += (double)b * b;
         v[1] += (double)r * r;
-        v[2] += (double)r * r * preconditioner(lh, deg, lambda);
+        v[2] += (double)r * r * pre;
     }
     double total[3];
     if (grid_sum3(v, 3, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
@@ -527,9 +543,9 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
 // DONE when d.A d <= 0. A d is computed here for the dot product, not stored: d is
 // recomputed at the 4 neighbours from r and d_previous.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
-cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ log_h, int tex_size,
-             int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ direction,
-             double* __restrict__ partials, unsigned int* arrivals) {
+cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ jacobi,
+             const float* __restrict__ log_h, int tex_size, int height, int width, float lambda, double* __restrict__ scalars,
+             float* __restrict__ direction, double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
     const Texture tex{log_h, tex_size};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
@@ -538,17 +554,17 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
     const int x = blockIdx.x * CG_BX + threadIdx.x;
     for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
         const long long p = (long long)y * width + x;
-        auto d_at = [&](int yy, int xx, long long q) {
-            float z = residual[q] * preconditioner(log_texture(tex, yy, xx), degree(yy, xx, height, width), lambda);
+        auto d_at = [&](long long q) {
+            const float z = residual[q] * jacobi[q];
             return first ? z : z + gamma * previous[q];
         };
         const float lh = log_texture(tex, y, x);
-        const float d = d_at(y, x, p);
+        const float d = d_at(p);
         float neighbours = 0.0f;
-        if (x > 0) neighbours += d_at(y, x - 1, p - 1);
-        if (x + 1 < width) neighbours += d_at(y, x + 1, p + 1);
-        if (y > 0) neighbours += d_at(y - 1, x, p - width);
-        if (y + 1 < height) neighbours += d_at(y + 1, x, p + width);
+        if (x > 0) neighbours += d_at(p - 1);
+        if (x + 1 < width) neighbours += d_at(p + 1);
+        if (y > 0) neighbours += d_at(p - width);
+        if (y + 1 < height) neighbours += d_at(p + width);
         const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
         direction[p] = d;
         v[0] += (double)d * q;
@@ -563,9 +579,9 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
 // beta += alpha d, r -= alpha A d; then iterations += 1, DONE when |r|^2 <= threshold
 // or at max_iterations, else gamma = rz_new / rz.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
-cg_update(const float* __restrict__ direction, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
-          double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual, double* __restrict__ partials,
-          unsigned int* arrivals) {
+cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi, const float* __restrict__ log_h, int tex_size,
+          int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
+          double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
     const Texture tex{log_h, tex_size};
     const float alpha = (float)scalars[CG_ALPHA];
@@ -579,7 +595,7 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ log_h, 
         residual[p] = r;
         const double rr = (double)r * r;
         v[0] += rr;
-        v[1] += rr * preconditioner(lh, degree(y, x, height, width), lambda);
+        v[1] += rr * jacobi[p];
     }
     double total[3];
     if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
