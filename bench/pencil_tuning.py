@@ -63,10 +63,11 @@ def line_variant(luma, length, rows, cols, warps):
     null = np.uint64(0)
 
     def run(name, plan, src, lab, pk, st, ex):
-        shared = (tile_w + 2 * halo) * (tile_h + 2 * halo) * 4 + plan.runs * 12 + plan.weights * 4
+        table = plan.tiled
+        shared = (tile_w + 2 * halo) * (tile_h + 2 * halo) * 4 + (table.runs + table.terms) * 12 + table.weights * 4
         kernel = module.get_function(name)
         kernel.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - kernel.shared_size_bytes
-        args = (src, np.int32(pitch), np.int32(halo), np.int32(height), np.int32(width), plan.table, lab, pk, st, ex, factor)
+        args = (src, np.int32(pitch), np.int32(halo), np.int32(height), np.int32(width), table.table, lab, pk, st, ex, factor)
         return lambda: kernel(grid, (32, warps), args, shared_mem=shared)
 
     first = run("line_label_tiled", thin, magnitude, label, packed, null, null)

@@ -39,7 +39,7 @@ SOURCE = Path(__file__).with_name("pencil.cu")
 # Launch geometry, mirrored from pencil.cu.
 LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 4, 8
 LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
-TABLE_HEADER = 11
+TABLE_HEADER = 20
 CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
@@ -70,48 +70,134 @@ def _div_up(a: int, b: int) -> int:
 # ------------------------------------------------------------------ line tables --
 
 
+# Directions whose lines follow a pixel axis or diagonal, with that step (dx, dy): along
+# such a line the kernel's weight is constant between its anti-aliased ends, so the
+# tiled passes sum those stretches from prefix sums of the tile (two loads per stretch)
+# instead of tap by tap. The other four directions go tap by tap.
+PREFIX_STEPS = {0: (1, 0), 2: (1, 1), 4: (0, 1), 6: (-1, 1)}
+MIN_STRETCH = 3  # shorter equal-weight stretches stay single taps
+
+
+def _pack(dx: int, dy: int) -> int:
+    return (dy << 16) | (dx & 0xFFFF)
+
+
+def _runs(kernel: np.ndarray, half: int, along_y: bool, weights: list[float]) -> list[tuple[int, int, int]]:
+    """Maximal runs of consecutive non-zero taps along x (or y): (packed first tap, length, first weight)."""
+    runs = []
+    lines = kernel.T if along_y else kernel
+    for line_index, line in enumerate(lines):  # rows (or columns)
+        nonzero = np.flatnonzero(line)
+        if nonzero.size == 0:
+            continue
+        for run in np.split(nonzero, np.flatnonzero(np.diff(nonzero) > 1) + 1):
+            along, across = int(run[0]) - half, line_index - half
+            runs.append((_pack(across, along) if along_y else _pack(along, across), run.size, len(weights)))
+            weights.extend(line[run].tolist())
+    return runs
+
+
+def _same_weight(a: float, b: float) -> bool:
+    """Equal up to the float rounding of the kernel's construction (cos(pi/2) is 6e-17,
+    not 0, so a vertical line's weights differ in their last bits)."""
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+
+
+def _prefix_terms(kernel: np.ndarray, half: int, step: tuple[int, int], weights: list[float]) -> list[tuple[int, int, int]]:
+    """The kernel as terms w * (D[a] - D[b]) over the prefix sums D(q) = sum_t T(q - t step):
+    an equal-weight stretch f..l of a line along `step` is (a, b) = (l, f - step); any other
+    tap q is (q, q - step). Returns (packed a, packed b, weight index)."""
+    sx, sy = step
+    lines: dict[int, list[tuple[int, int, int, float]]] = {}
+    for ky, kx in zip(*np.nonzero(kernel), strict=True):
+        dx, dy = int(kx) - half, int(ky) - half
+        line = dy * sx - dx * sy  # constant along the step
+        position = dx * sx + dy * sy if sx else dy  # increases by 1 (or 2 on diagonals) per step
+        lines.setdefault(line, []).append((position, dx, dy, float(kernel[ky, kx])))
+    terms = []
+    for taps in lines.values():
+        taps.sort()
+        i = 0
+        while i < len(taps):
+            j = i  # extend an equal-weight stretch of consecutive taps
+            while j + 1 < len(taps) and _same_weight(taps[j + 1][3], taps[i][3]) and (taps[j + 1][1], taps[j + 1][2]) == (taps[j][1] + sx, taps[j][2] + sy):
+                j += 1
+            if j - i + 1 >= MIN_STRETCH:
+                (_, fx, fy, w), (_, lx, ly, _) = taps[i], taps[j]
+                terms.append((_pack(lx, ly), _pack(fx - sx, fy - sy), len(weights)))
+                weights.append(w)
+                i = j + 1
+            else:
+                _, qx, qy, w = taps[i]
+                terms.append((_pack(qx, qy), _pack(qx - sx, qy - sy), len(weights)))
+                weights.append(w)
+                i += 1
+    return terms
+
+
 @lru_cache(maxsize=32)
-def line_table(length: int, width: int) -> np.ndarray:
-    """The 8 line kernels of `reference.line_kernels(length, width)` as an int32 run table
-    for pencil.cu (layout there). Runs follow each direction's major axis; every
-    non-zero tap of the dense kernel appears once, with its float32 weight."""
-    dense = reference.line_kernels(length, width)
+def line_table(length: int, width: int, prefix: bool) -> np.ndarray:
+    """The 8 line kernels of `reference.line_kernels(length, width)`, scaled by 1/255 (the
+    GPU works on M * 255, whole numbers), as an int32 table for pencil.cu (layout there).
+    Every tap of the dense kernel is covered once (but negligible ones, see below). With `prefix`, the directions
+    of PREFIX_STEPS are prefix-sum terms (tiled passes only); otherwise runs."""
+    dense = reference.line_kernels(length, width) / np.float32(255.0)
+    # Taps under a millionth of the largest only carry the rounding of cos(pi/2) = 6e-17
+    # (a vertical line's neighbouring column): below float32 resolution of the sums.
+    dense = np.where(dense < 1e-6 * dense.max(axis=(1, 2), keepdims=True), np.float32(0), dense)
     half = length // 2
-    starts, runs, weights = [], [], []
+    run_starts, term_starts, runs, terms, weights = [], [], [], [], []
     for direction in range(DIRECTIONS):
-        starts.append(len(runs))
-        kernel = dense[direction].T if direction in ALONG_Y else dense[direction]
-        for line_index, line in enumerate(kernel):  # rows (or columns, transposed)
-            nonzero = np.flatnonzero(line)
-            if nonzero.size == 0:
-                continue
-            # split into maximal runs of consecutive taps
-            breaks = np.flatnonzero(np.diff(nonzero) > 1) + 1
-            for run in np.split(nonzero, breaks):
-                along, across = int(run[0]) - half, line_index - half
-                dx, dy = (across, along) if direction in ALONG_Y else (along, across)
-                runs.append(((dy << 16) | (dx & 0xFFFF), run.size, len(weights)))
-                weights.extend(line[run].tolist())
-    starts.append(len(runs))
+        run_starts.append(len(runs))
+        term_starts.append(len(terms))
+        if prefix and direction in PREFIX_STEPS:
+            terms += _prefix_terms(dense[direction], half, PREFIX_STEPS[direction], weights)
+        else:
+            runs += _runs(dense[direction], half, direction in ALONG_Y, weights)
+    run_starts.append(len(runs))
+    term_starts.append(len(terms))
     along_y_bits = sum(1 << d for d in ALONG_Y)
-    header = np.array([*starts, len(weights), along_y_bits], np.int64)
-    table = np.concatenate([header, np.array(runs, np.int64).ravel(), np.array(weights, np.float32).view(np.int32).astype(np.int64)]).astype(np.int32)
+    header = np.array([*run_starts, len(weights), along_y_bits, *term_starts], np.int64)
+    assert header.size == TABLE_HEADER
+    table = np.concatenate([
+        header,
+        np.array(runs, np.int64).reshape(-1),
+        np.array(terms, np.int64).reshape(-1),
+        np.array(weights, np.float32).view(np.int32).astype(np.int64),
+    ]).astype(np.int32)
     table.setflags(write=False)
     return table
 
 
 @dataclass(frozen=True)
-class LinePlan:
-    """How a line pass runs for one (length, width) on one device."""
+class LineTable:
+    """One line table on the device, with its sizes."""
 
-    table: cupy.ndarray  # int32 run table on the device
-    halo: int
+    table: cupy.ndarray  # int32, layout in pencil.cu
     runs: int
+    terms: int
     weights: int
 
+    @classmethod
+    def upload(cls, table: np.ndarray) -> LineTable:
+        return cls(cupy.asarray(table), int(table[8]), int(table[TABLE_HEADER - 1]), int(table[9]))
+
+
+@dataclass(frozen=True)
+class LinePlan:
+    """How the line passes run for one (length, width) on one device: the tiled table
+    (prefix terms) and the untiled one (runs only), and the halo, which is one more
+    than the kernels' half length for the prefix terms' "before" taps."""
+
+    tiled: LineTable
+    untiled: LineTable
+    halo: int
+
     def shared_bytes(self, tiled: bool) -> int:
-        tile = (LINE_TILE_W + 2 * self.halo) * (LINE_TILE_H + 2 * self.halo) * 4 if tiled else 0
-        return tile + self.runs * 12 + (self.weights * 4 if tiled else 0)
+        if not tiled:
+            return self.untiled.runs * 12
+        tile = (LINE_TILE_W + 2 * self.halo) * (LINE_TILE_H + 2 * self.halo) * 4
+        return tile + (self.tiled.runs + self.tiled.terms) * 12 + self.tiled.weights * 4
 
 
 def stroke_floor(length: int, width: int) -> float:
@@ -158,9 +244,9 @@ class DeviceAssets:
         with self._lock:
             plan = self._lines.get(key)
             if plan is None:
-                table = line_table(length, width)
                 with cupy.cuda.Device(self.device):
-                    plan = LinePlan(cupy.asarray(table), length // 2, int(table[8]), int(table[9]))
+                    tiled, untiled = (LineTable.upload(line_table(length, width, prefix)) for prefix in (True, False))
+                    plan = LinePlan(tiled, untiled, length // 2 + 1)
                 self._lines[key] = plan
                 while len(self._lines) > 16:
                     self._lines.popitem(last=False)
@@ -228,7 +314,7 @@ FORCE_UNTILED_LINE_PASSES = False
 def _line_pass(pass_number: int, plan: LinePlan, source: cupy.ndarray, height: int, width: int, **outputs) -> None:
     tiled = plan.shared_bytes(True) <= kernels.max_shared_bytes() and not FORCE_UNTILED_LINE_PASSES
     if not tiled and plan.shared_bytes(False) > kernels.max_shared_bytes():
-        raise LineKernelTooLarge(f"line kernels with {plan.runs} runs do not fit in shared memory")
+        raise LineKernelTooLarge(f"line kernels with {plan.untiled.runs} runs do not fit in shared memory")
     name = ("line_label_" if pass_number == 1 else "line_strokes_") + ("tiled" if tiled else "global")
     grid = (_div_up(width, LINE_TILE_W), _div_up(height, LINE_TILE_H))
     null = np.uint64(0)
@@ -238,7 +324,7 @@ def _line_pass(pass_number: int, plan: LinePlan, source: cupy.ndarray, height: i
         np.int32(plan.halo),
         np.int32(height),
         np.int32(width),
-        plan.table,
+        (plan.tiled if tiled else plan.untiled).table,
         outputs.get("label", null),
         outputs.get("packed", null),
         outputs.get("strokes", null),

@@ -54,9 +54,10 @@ __device__ __forceinline__ int median9(int p0, int p1, int p2, int p3, int p4, i
     return p4;
 }
 
-// Stage 1, median 3x3 of luma (edges replicated), and stage 2, M = |dx| + |dy| of the
-// median / 255 (0 past the last column/row), written into the padded plane `mag`
-// (pitch x rows_padded, zero outside the image). One thread per padded pixel.
+// Stage 1, median 3x3 of luma (edges replicated), and stage 2, the gradient as whole
+// numbers: 255 M = |dx| + |dy| of the median (0 past the last column/row), exact, written
+// into the padded plane `mag` (pitch x rows_padded, zero outside the image) as float32.
+// The line tables carry the 1/255. One thread per padded pixel.
 extern "C" __global__ void __launch_bounds__(MG_BX * MG_BY)
 median_gradient(const u8* __restrict__ luma, int height, int width,
                 float* __restrict__ mag, int pitch, int rows_padded, int halo) {
@@ -83,14 +84,13 @@ median_gradient(const u8* __restrict__ luma, int height, int width,
     }
     if (px >= pitch || py >= rows_padded) return;
     const int x = px - halo, y = py - halo;
-    float m = 0.0f;
+    int m = 0;
     if (x >= 0 && x < width && y >= 0 && y < height) {
-        const int tx = threadIdx.x, ty = threadIdx.y;
-        const float here = (float)med[ty][tx] / 255.0f;
-        if (x + 1 < width) m += fabsf((float)med[ty][tx + 1] / 255.0f - here);
-        if (y + 1 < height) m += fabsf((float)med[ty + 1][tx] / 255.0f - here);
+        const int tx = threadIdx.x, ty = threadIdx.y, here = med[ty][tx];
+        if (x + 1 < width) m += abs(med[ty][tx + 1] - here);
+        if (y + 1 < height) m += abs(med[ty + 1][tx] - here);
     }
-    mag[(long long)py * pitch + px] = m;
+    mag[(long long)py * pitch + px] = (float)m;
 }
 
 // ----------------------------------------------------- stages 3-5: the line passes --
@@ -101,11 +101,20 @@ median_gradient(const u8* __restrict__ luma, int height, int width,
 // LINE_COLS is odd so that the 32 lanes of a warp, LINE_COLS words apart, never share
 // a bank.
 //
-// Table (int32, built by gpu/pencil/cuda.py from reference.line_kernels):
+// The four directions along a pixel axis or diagonal (0, 45, 90, 135 degrees) have a
+// constant weight between their anti-aliased ends. Tiled, those directions scan the tile
+// into prefix sums along their step s, D(q) = sum_t T(q - t s), and an equal-weight
+// stretch f..l of a line costs two loads per pixel, D(l) - D(f - s), whatever its
+// length: the line sum slides along its own direction. Exact, since the tile holds
+// whole numbers (M * 255 <= 510; sums stay below 2^24).
+//
+// Table (int32, built by gpu/pencil/cuda.py from reference.line_kernels / 255):
 //   [0..8]  first run of each direction (run_start[8] = number of runs)
 //   [9]     number of weights      [10] bit d set: direction d runs along y
-//   [11 + 3 r ..]  run r: (dy << 16 | dx & 0xffff) of its first tap, length, first weight
-//   then the float32 weights, run after run.
+//   [11..19] first prefix term of each direction (term_start[8] = number of terms)
+//   runs, 3 ints each: (dy << 16 | dx & 0xffff) of the first tap, length, first weight
+//   terms, 3 ints each: packed offsets a and b, weight index: w * (D[a] - D[b])
+//   then the float32 weights.
 #ifndef LINE_COLS
 #define LINE_COLS 3
 #endif
@@ -117,12 +126,15 @@ median_gradient(const u8* __restrict__ luma, int height, int width,
 #endif
 #define LINE_TILE_W (32 * LINE_COLS)
 #define LINE_TILE_H (LINE_WARPS * LINE_ROWS)
-#define TABLE_HEADER 11
+#define TABLE_HEADER 20
 
 struct LineShared {
     int* run_offset;   // offset of the run's first tap in the source, in elements
     int* run_length;
     int* run_weight;   // index of the run's first weight
+    int* term_a;       // prefix terms: offsets of D[a] and D[b], weight index
+    int* term_b;
+    int* term_weight;
     float* weight;
 };
 
@@ -138,8 +150,36 @@ __device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineSh
         s.run_length[r] = run[3 * r + 1];
         s.run_weight[r] = run[3 * r + 2];
     }
+    const int terms = table[TABLE_HEADER - 1];
+    const int* term = run + 3 * runs;
+    for (int r = tid; r < terms; r += 32 * LINE_WARPS) {
+        int a = term[3 * r], b = term[3 * r + 1];
+        s.term_a[r] = (a >> 16) * pitch + (short)(a & 0xffff);
+        s.term_b[r] = (b >> 16) * pitch + (short)(b & 0xffff);
+        s.term_weight[r] = term[3 * r + 2];
+    }
     if (s.weight != w)   // tiled: the weights go to shared memory too
         for (int i = tid; i < weights; i += 32 * LINE_WARPS) s.weight[i] = w[i];
+}
+
+// In place over the tile (tile_pitch x tile_rows): prefix sums along step (sx, sy) of
+// every line of that step, or (inverse) back from prefix sums to values. One thread walks
+// one line; lines start on the tile's first row or its first (sx > 0) / last column.
+__device__ void prefix_scan(float* tile, int tile_pitch, int tile_rows, int sx, int sy, bool inverse, int tid) {
+    const int from_rows = sx != 0 ? tile_rows : 0;            // lines starting on a side column
+    const int from_top = sy != 0 ? tile_pitch - (sx != 0) : 0; // lines starting on the top row (the corner once)
+    for (int line = tid; line < from_rows + from_top; line += 32 * LINE_WARPS) {
+        int x, y;
+        if (line < from_rows) { x = sx > 0 ? 0 : tile_pitch - 1; y = line; }
+        else { y = 0; x = line - from_rows + (sx > 0); }
+        float carried = 0.0f;
+        for (; x >= 0 && x < tile_pitch && y < tile_rows; x += sx, y += sy) {
+            float* cell = tile + y * tile_pitch + x;
+            const float value = *cell;
+            *cell = inverse ? value - carried : value + carried;
+            carried = inverse ? value : value + carried;
+        }
+    }
 }
 
 // A source value: pass 1 reads M; pass 2 untiled reads the packed plane (M with the
@@ -207,6 +247,19 @@ __device__ __forceinline__ void accumulate_direction(const float* src, int pitch
     }
 }
 
+// acc[i][j] += sum over the prefix terms [first, last) of w * (D[a] - D[b]).
+__device__ __forceinline__ void accumulate_terms(const float* tile, int pitch, int base, int first, int last, LineShared s,
+                                                 float (&acc)[LINE_ROWS][LINE_COLS]) {
+    for (int r = first; r < last; ++r) {
+        const int a = base + s.term_a[r], b = base + s.term_b[r];
+        const float w = s.weight[s.term_weight[r]];
+#pragma unroll
+        for (int i = 0; i < LINE_ROWS; ++i)
+#pragma unroll
+            for (int j = 0; j < LINE_COLS; ++j) acc[i][j] = fmaf(w, tile[a + i * pitch + j] - tile[b + i * pitch + j], acc[i][j]);
+    }
+}
+
 // Pass 1 (PASS == 1, stages 3-4): the 8 responses L_i * M and their argmax. Reads the
 // padded M plane; writes `label` (H, W) and the packed plane (padded, M with the label
 // in the low 3 bits, for pass 2; its border must be zero).
@@ -220,22 +273,25 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
                           float* __restrict__ strokes, u32* __restrict__ extrema, float label_factor) {
     extern __shared__ float shared[];
     const int tile_pitch = LINE_TILE_W + 2 * halo, tile_rows = LINE_TILE_H + 2 * halo;
-    const int runs = table[8];
+    const int runs = table[8], terms = table[TABLE_HEADER - 1];
     float* tile = shared;
     LineShared s;
     s.run_offset = (int*)(TILED ? tile + tile_pitch * tile_rows : shared);
     s.run_length = s.run_offset + runs;
     s.run_weight = s.run_length + runs;
+    s.term_a = s.run_weight + runs;
+    s.term_b = s.term_a + terms;
+    s.term_weight = s.term_b + terms;
     // Tiled, the weights sit in shared memory after the runs; otherwise they are read from
     // the table (a table that large with the tile would not fit in shared memory).
-    s.weight = TILED ? (float*)(s.run_weight + runs) : (float*)(table + TABLE_HEADER + 3 * runs);
-    __shared__ int run_start[9];
+    s.weight = TILED ? (float*)(s.term_weight + terms) : (float*)(table + TABLE_HEADER + 3 * (runs + terms));
+    __shared__ int run_start[9], term_start[9];
 
     const int tid = threadIdx.y * 32 + threadIdx.x;
     const int bx = blockIdx.x * LINE_TILE_W, by = blockIdx.y * LINE_TILE_H;   // image coords
     const int src_pitch = TILED ? tile_pitch : pitch;
     stage_runs(table, s, src_pitch, tid);
-    if (tid < 9) run_start[tid] = table[tid];
+    if (tid < 9) { run_start[tid] = table[tid]; term_start[tid] = table[11 + tid]; }
     __syncthreads();
 
     // Copy the block's source tile (+ halo) to shared memory: pass 1 once, M; pass 2 once
@@ -274,9 +330,24 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
 
     for (int dir = 0; dir < 8; ++dir) {
         const bool along_y = (along_y_bits >> dir) & 1;
+        // Only the tiled table has prefix terms; such a direction has no runs.
+        const bool prefix = TILED && term_start[dir + 1] > term_start[dir];
+        const int sx = dir == 0 || dir == 2 ? 1 : dir == 6 ? -1 : 0, sy = dir == 0 ? 0 : 1;
         if (TILED && PASS == 2) {
             __syncthreads();                   // everyone is done with the previous direction's tile
             if (!stage_tile(dir)) continue;    // no stroke of this direction near this tile
+        }
+        if (prefix) {
+            if (PASS == 1) __syncthreads();    // everyone is done reading the plain tile
+            prefix_scan(tile, tile_pitch, tile_rows, sx, sy, false, tid);
+            __syncthreads();
+            accumulate_terms(tile, tile_pitch, base, term_start[dir], term_start[dir + 1], s, acc);
+            if (PASS == 1) {                   // the next directions read the plain tile again
+                __syncthreads();
+                prefix_scan(tile, tile_pitch, tile_rows, sx, sy, true, tid);
+                __syncthreads();
+            }
+        } else if (TILED && PASS == 2) {
             accumulate_direction<1>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);
         } else {
             accumulate_direction<PASS>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);

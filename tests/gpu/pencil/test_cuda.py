@@ -77,10 +77,12 @@ def test_luma_histogram_median_gradient_are_bit_exact(cuda, lease, name, height,
     np.testing.assert_array_equal(planes.histogram.get(), ref.histogram(luma))
 
     halo = 5
-    padded = cuda.gradient_padded(planes.luma, halo).get()
+    padded = cuda.gradient_padded(planes.luma, halo).get()  # 255 M, whole numbers
     expected = ref.gradient(ref.median3(luma))
     assert expected.any()
-    np.testing.assert_array_equal(padded[halo : halo + height, halo : halo + width], expected)
+    interior = padded[halo : halo + height, halo : halo + width]
+    np.testing.assert_array_equal(interior, np.rint(expected * 255))
+    np.testing.assert_allclose(interior / np.float32(255), expected, rtol=3e-7, atol=0)
     border = padded.copy()
     border[halo : halo + height, halo : halo + width] = 0
     assert not border.any(), "the padding must be zero"
@@ -119,11 +121,11 @@ def test_label_is_the_argmax_up_to_near_ties(cuda, lease, name, height, width, l
     assert clear.mean() > 0.5
     np.testing.assert_array_equal(label[clear], expected[clear])  # only near-ties may differ
 
-    # The packed plane carries M (to 2^-20) with the label in its 3 low bits.
+    # The packed plane carries 255 M exactly, with the label in its 3 low bits.
     interior = packed.get()[plan.halo : plan.halo + height, plan.halo : plan.halo + width]
     bits = interior.view(np.uint32)
     np.testing.assert_array_equal(bits & 7, label)
-    np.testing.assert_allclose((bits & ~np.uint32(7)).view(np.float32), magnitude, rtol=2.5e-6, atol=0)
+    np.testing.assert_array_equal((bits & ~np.uint32(7)).view(np.float32), np.rint(magnitude * 255))
 
 
 @pytest.mark.parametrize("stroke_width", [0, 1, 3])
@@ -149,7 +151,7 @@ def test_stroke_map_matches_the_reference_given_the_same_labels(cuda, lease, rng
     assert (low, high) == (strokes.min(), strokes.max())
 
 
-def test_untiled_line_passes_equal_the_tiled_ones(cuda, lease, monkeypatch):
+def test_untiled_line_passes_agree_with_the_tiled_ones(cuda, lease, monkeypatch):
     luma, _ = ref.split_luma(photo("astronaut", 203, 317))
     assets = cuda.assets(lease.device)
     length = PencilParams().line_length(*luma.shape)
@@ -163,8 +165,9 @@ def test_untiled_line_passes_equal_the_tiled_ones(cuda, lease, monkeypatch):
     tiled = run()
     monkeypatch.setattr(cuda, "FORCE_UNTILED_LINE_PASSES", True)
     untiled = run()
-    np.testing.assert_array_equal(tiled[0], untiled[0])
-    np.testing.assert_array_equal(tiled[1], untiled[1])  # same taps, same order: same bits
+    # Tiled, four directions sum from prefix sums: the same sums, rounded differently.
+    assert (tiled[0] == untiled[0]).mean() > 0.999
+    np.testing.assert_allclose(tiled[1], untiled[1], rtol=0, atol=1e-5 * float(untiled[1].max()))
 
 
 @pytest.mark.parametrize("tone", ["light", "medium", "dark"])
