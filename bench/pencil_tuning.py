@@ -26,7 +26,7 @@ from gpu import kernels  # noqa: E402
 from gpu.pencil import cuda, reference  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 
-VARIANTS = [(4, 3, 8), (8, 3, 8), (4, 5, 8), (8, 3, 4), (2, 3, 8)]  # (rows, cols, warps)
+VARIANTS = [(4, 3, 8), (8, 3, 8), (4, 5, 8), (8, 5, 8), (2, 3, 8)]  # (rows, cols, warps)
 
 
 def time_ms(fn, repeats=20) -> float:
@@ -62,8 +62,8 @@ def line_variant(luma, length, rows, cols, warps):
     factor = np.float32(1 + reference.LABEL_MARGIN)
     null = np.uint64(0)
 
-    def run(name, plan, src, lab, pk, st, ex):
-        table = plan.tiled
+    def run(name, plan, src, lab, pk, st, ex, prefix=True):
+        table = plan.tiled if prefix else plan.untiled
         shared = (tile_w + 2 * halo) * (tile_h + 2 * halo) * 4 + (table.runs + table.terms) * 12 + table.weights * 4
         kernel = module.get_function(name)
         kernel.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - kernel.shared_size_bytes
@@ -72,9 +72,11 @@ def line_variant(luma, length, rows, cols, warps):
 
     first = run("line_label_tiled", thin, magnitude, label, packed, null, null)
     second = run("line_strokes_tiled", wide, packed, null, null, strokes, extrema)
+    t1_runs = time_ms(run("line_label_tiled", thin, magnitude, label, packed, null, null, prefix=False))
+    t2_runs = time_ms(run("line_strokes_tiled", wide, packed, null, null, strokes, extrema, prefix=False))
     t1 = time_ms(first)
     t2 = time_ms(second)
-    return t1, t2, label.get(), strokes.get()
+    return t1, t2, t1_runs, t2_runs, label.get(), strokes.get()
 
 
 def cg_timing(luma, params):
@@ -104,17 +106,17 @@ def main() -> None:
         luma, _ = reference.split_luma(image)
         length = PencilParams().line_length(height, width)
         print(f"\n## {width}x{height}, line length {length}: line passes, ms (median of 20)")
-        print("rows x cols x warps | pass 1 | pass 2 | same bits")
+        print("rows x cols x warps | pass 1 | pass 2 | same bits | pass 1, runs only | pass 2, runs only")
         baseline = None
         for rows, cols, warps in VARIANTS:
             try:
-                t1, t2, label, strokes = line_variant(cupy.asarray(luma), length, rows, cols, warps)
+                t1, t2, t1_runs, t2_runs, label, strokes = line_variant(cupy.asarray(luma), length, rows, cols, warps)
             except cupy.cuda.driver.CUDADriverError as exc:
                 print(f"{rows} x {cols} x {warps} | failed: {exc}")
                 continue
             baseline = baseline or (label, strokes)
             same = np.array_equal(label, baseline[0]) and np.array_equal(strokes, baseline[1])
-            print(f"{rows} x {cols} x {warps} | {t1:.3f} | {t2:.3f} | {same}")
+            print(f"{rows} x {cols} x {warps} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}")
         ms, iterations = cg_timing(luma, PencilParams())
         print(f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us per iteration")
 

@@ -164,20 +164,30 @@ __device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineSh
 
 // In place over the tile (tile_pitch x tile_rows): prefix sums along step (sx, sy) of
 // every line of that step, or (inverse) back from prefix sums to values. One thread walks
-// one line; lines start on the tile's first row or its first (sx > 0) / last column.
+// one line, four cells at a time (loads first, so they are in flight together); lines
+// start on the tile's first row or on its first (sx > 0) / last (sx < 0) column.
+#define SCAN_BATCH 4
 __device__ void prefix_scan(float* tile, int tile_pitch, int tile_rows, int sx, int sy, bool inverse, int tid) {
-    const int from_rows = sx != 0 ? tile_rows : 0;            // lines starting on a side column
-    const int from_top = sy != 0 ? tile_pitch - (sx != 0) : 0; // lines starting on the top row (the corner once)
+    const int from_rows = sx != 0 ? tile_rows : 0;             // lines starting on a side column
+    const int from_top = sy != 0 ? tile_pitch - (sx != 0) : 0;  // lines starting on the top row (the corner once)
+    const int step = sy * tile_pitch + sx;
     for (int line = tid; line < from_rows + from_top; line += 32 * LINE_WARPS) {
         int x, y;
         if (line < from_rows) { x = sx > 0 ? 0 : tile_pitch - 1; y = line; }
         else { y = 0; x = line - from_rows + (sx > 0); }
+        int n = sx > 0 ? tile_pitch - x : sx < 0 ? x + 1 : tile_rows;   // cells on the line
+        if (sy) n = min(n, tile_rows - y);
+        float* cell = tile + y * tile_pitch + x;
         float carried = 0.0f;
-        for (; x >= 0 && x < tile_pitch && y < tile_rows; x += sx, y += sy) {
-            float* cell = tile + y * tile_pitch + x;
-            const float value = *cell;
-            *cell = inverse ? value - carried : value + carried;
-            carried = inverse ? value : value + carried;
+        for (int t = 0; t < n; t += SCAN_BATCH, cell += SCAN_BATCH * step) {
+            float value[SCAN_BATCH];
+#pragma unroll
+            for (int u = 0; u < SCAN_BATCH; ++u) value[u] = t + u < n ? cell[u * step] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < SCAN_BATCH; ++u) {
+                if (t + u < n) cell[u * step] = inverse ? value[u] - carried : value[u] + carried;
+                carried = inverse ? value[u] : value[u] + carried;
+            }
         }
     }
 }
