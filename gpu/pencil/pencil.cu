@@ -140,9 +140,9 @@ struct LineShared {
 
 // Stage the run table into shared memory, converting (dx, dy) to offsets for `pitch`.
 __device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineShared s, int pitch, int tid) {
-    const int runs = table[8], weights = table[9];
+    const int runs = table[8], weights = table[9], terms = table[TABLE_HEADER - 1];
     const int* run = table + TABLE_HEADER;
-    const float* w = (const float*)(run + 3 * runs);
+    const float* w = (const float*)(run + 3 * (runs + terms));
     for (int r = tid; r < runs; r += 32 * LINE_WARPS) {
         int packed = run[3 * r];
         int dx = (short)(packed & 0xffff), dy = packed >> 16;
@@ -150,7 +150,6 @@ __device__ __forceinline__ void stage_runs(const int* __restrict__ table, LineSh
         s.run_length[r] = run[3 * r + 1];
         s.run_weight[r] = run[3 * r + 2];
     }
-    const int terms = table[TABLE_HEADER - 1];
     const int* term = run + 3 * runs;
     for (int r = tid; r < terms; r += 32 * LINE_WARPS) {
         int a = term[3 * r], b = term[3 * r + 1];
