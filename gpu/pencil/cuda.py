@@ -40,7 +40,7 @@ SOURCE = Path(__file__).with_name("pencil.cu")
 LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 8, 8
 LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
 TABLE_HEADER = 20
-CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8  # blocks stride down the image: few partial sums
+CG_BLOCK = (32, 32)  # 1024 threads: few partial sums for the last block to add
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
@@ -384,23 +384,18 @@ def solve_beta(
     max_iterations: int = CG_MAX_ITERATIONS,
 ):
     """Stage 9 (lu): Lu's beta by Jacobi-preconditioned CG on the device, as
-    reference.solve_beta_lu (Chronopoulos & Gear's single-reduction form: one launch per
-    iteration, see pencil.cu). Returns (beta float32 (H, W), scalars float64 device array;
-    scalars[6] is the number of iterations). No host sync: the kernels skip themselves
-    once converged. `staging` (>= 8 pinned bytes): the done flag is read through it every
-    CG_CHUNK iterations, one chunk late, so that the host stops queueing soon after
-    convergence without ever draining the stream."""
+    reference.solve_beta_lu. Returns (beta float32 (H, W), scalars float64 device array;
+    scalars[6] is the number of iterations). Two launches per iteration, no host sync:
+    the kernels skip themselves once converged. `staging` (>= 8 pinned bytes): the done
+    flag is read through it every CG_CHUNK iterations, one chunk late, so that the host
+    stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    columns = _div_up(width, CG_BLOCK[0])
-    grid = (columns, max(1, min(_div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
+    grid = (_div_up(width, CG_BLOCK[0]), _div_up(height, CG_BLOCK[1]))
     stream = cupy.cuda.get_current_stream()
-
-    def plane() -> cupy.ndarray:
-        return _empty(log_tone.shape, cupy.float32)
-
-    beta, jacobi, direction = plane(), plane(), plane()
-    residual, w, s = [plane(), plane()], [plane(), plane()], [plane(), plane()]  # read one, write the other
+    beta = _empty(log_tone.shape, cupy.float32)
+    residual = _empty(log_tone.shape, cupy.float32)
+    directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
+    jacobi = _empty(log_tone.shape, cupy.float32)
     partials = _empty(3 * grid[0] * grid[1], cupy.float64)
     arrivals = cupy.zeros(1, cupy.uint32)
     scalars = cupy.zeros(9, cupy.float64)
@@ -408,14 +403,14 @@ def solve_beta(
     scalars[8] = max_iterations
     tex = (texture.log_texture, np.int32(texture.texture_size))
     size = (np.int32(height), np.int32(width), np.float32(lam))
-    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual[0], jacobi, partials, arrivals, scalars))
-    _k("cg_first")(grid, CG_BLOCK, (residual[0], jacobi, *tex, *size, scalars, w[0], partials, arrivals))
-    iterate = _k("cg_iterate")
+    _k("cg_start")(grid, CG_BLOCK, (log_tone, *tex, *size, beta, residual, jacobi, partials, arrivals, scalars))
+    direction_kernel, update_kernel = _k("cg_direction"), _k("cg_update")
     done_flag = staging[:8].view(np.float64) if staging is not None else None
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
-        now, then = iteration % 2, (iteration + 1) % 2
-        iterate(grid, CG_BLOCK, (residual[now], w[now], s[now], jacobi, *tex, *size, scalars, beta, direction, residual[then], w[then], s[then], partials, arrivals))
+        previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
+        direction_kernel(grid, CG_BLOCK, (residual, previous, jacobi, *tex, *size, scalars, current, partials, arrivals))
+        update_kernel(grid, CG_BLOCK, (current, jacobi, *tex, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
             if previous_check is not None:
                 previous_check.synchronize()

@@ -484,30 +484,26 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // ------------------------------------------------- stage 9 (lu): conjugate gradient --
 // Minimises ||beta ln H - ln J||^2 + lambda ||grad beta||^2 matrix-free, as
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
-// Jacobi preconditioner P = 1 / diag(A), stored once (`jacobi`); ln H comes from the
-// texture tile (L2-resident), so diag(A) is never stored.
-//
-// The iteration is Chronopoulos & Gear's form of preconditioned CG: the same iterates,
-// with both inner products of an iteration taken at one point, so each iteration is one
-// launch ending in one grid-wide sum (plain CG needs two). Vectors: x (beta), r, u = P r
-// (recomputed, never stored), w = A u, p, s = A p.
-//   p = u + b p;  s = w + b s;  x += a p;  r -= a s;  u = P r;  w = A u
-//   g' = r.u, d = w.u;  b = g'/g;  a = g' / (d - b g'/a)
-// Grid-wide sums: blocks write partial sums (float64) and the last block to finish adds
-// them up in a fixed order and takes the scalar step, so results are deterministic.
-// Blocks of 32 x 8 px stride down the image: a few blocks per multiprocessor, so few
-// partial sums, and no division per pixel. Every kernel returns at once when DONE is
-// set, so the host may queue iterations past convergence.
+// Jacobi preconditioner P = 1 / diag(A), stored once by cg_start (`jacobi`). ln H comes
+// from the texture tile (L2-resident), so diag(A) is never stored, and neither is A d:
+// whoever needs it recomputes it from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
+// blocks per multiprocessor, so few partial sums; no division per pixel). Two launches per iteration; each ends
+// in a grid-wide sum:
+// blocks write partial sums (float64), and the last block to finish adds them up in a
+// fixed order and takes the scalar step, so results are deterministic.
+// scalars (float64, CG_*); every kernel returns at once when DONE is set, so the host
+// may queue iterations past convergence.
+#define CG_RR0 0
 #define CG_THRESHOLD 1
-#define CG_GAMMA 2      // r.u of the current residual
+#define CG_RZ 2
 #define CG_ALPHA 3
-#define CG_BETA 4
+#define CG_GAMMA 4
 #define CG_DONE 5
 #define CG_ITERATIONS 6
 #define CG_TOLERANCE 7
 #define CG_MAX_ITERATIONS 8
 #define CG_BX 32
-#define CG_BY 8
+#define CG_BY 32
 #define CG_THREADS (CG_BX * CG_BY)
 
 struct Texture {
@@ -522,6 +518,17 @@ __device__ __forceinline__ int degree(int y, int x, int height, int width) {
 }
 
 __device__ __forceinline__ float preconditioner(float lh, int deg, float lambda) { return 1.0f / (lh * lh + lambda * (float)deg); }
+
+// (A v)(y, x) for a plane v: diag(ln^2 H) v + lambda (deg v - sum of the in-image neighbours).
+__device__ __forceinline__ float apply_a(const float* v, long long p, int y, int x, int height, int width, float lh, float lambda) {
+    const float here = v[p];
+    float neighbours = 0.0f;
+    if (x > 0) neighbours += v[p - 1];
+    if (x + 1 < width) neighbours += v[p + 1];
+    if (y > 0) neighbours += v[p - width];
+    if (y + 1 < height) neighbours += v[p + width];
+    return lh * lh * here + lambda * ((float)degree(y, x, height, width) * here - neighbours);
+}
 
 // Sum up to 3 doubles over the block, in a fixed order; the result is valid in thread 0.
 __device__ void block_sum3(double (&v)[3], int count) {
@@ -571,121 +578,115 @@ __device__ bool grid_sum3(double (&v)[3], int count, double* partials, unsigned 
     return true;
 }
 
-#define CG_ROWS(y)                                                                             \
-    const int x = blockIdx.x * CG_BX + threadIdx.x;                                            \
-    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY)
-
-// (A v)(y, x) from the stencil of v, where v(q) = value(q) is given by a functor.
-template <typename Value>
-__device__ __forceinline__ float apply_a_at(Value value, long long p, int y, int x, int height, int width, float lh, float lambda) {
-    const float here = value(p);
-    float neighbours = 0.0f;
-    if (x > 0) neighbours += value(p - 1);
-    if (x + 1 < width) neighbours += value(p + 1);
-    if (y > 0) neighbours += value(p - width);
-    if (y + 1 < height) neighbours += value(p + width);
-    return lh * lh * here + lambda * ((float)degree(y, x, height, width) * here - neighbours);
-}
-
-// beta0 = ln J / ln H (the per-pixel solution), r0 = b - A beta0 with b = ln H ln J,
-// P = 1 / diag(A). Then threshold = (tolerance |b|)^2; DONE when |r0|^2 <= threshold.
+// beta0 = ln J / ln H (the per-pixel solution), r0 = b - A beta0 with b = ln H ln J.
+// Then: threshold = (tolerance |b|)^2, rz = r0 . P r0; DONE when |r0|^2 <= threshold.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
 cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
          float* __restrict__ beta, float* __restrict__ residual, float* __restrict__ jacobi, double* __restrict__ partials,
          unsigned int* arrivals, double* __restrict__ scalars) {
     const Texture tex{log_h, tex_size};
     double v[3] = {0.0, 0.0, 0.0};
-    CG_ROWS(y) {
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
         const long long p = (long long)y * width + x;
         const float lh = log_texture(tex, y, x), lj = log_tone[p];
-        auto beta0 = [&](long long q) { const int qy = (int)(q / width), qx = (int)(q - (long long)qy * width); return log_tone[q] / log_texture(tex, qy, qx); };
+        const float b0 = lj / lh;
+        float neighbours = 0.0f;
+        if (x > 0) neighbours += log_tone[p - 1] / log_texture(tex, y, x - 1);
+        if (x + 1 < width) neighbours += log_tone[p + 1] / log_texture(tex, y, x + 1);
+        if (y > 0) neighbours += log_tone[p - width] / log_texture(tex, y - 1, x);
+        if (y + 1 < height) neighbours += log_tone[p + width] / log_texture(tex, y + 1, x);
+        const int deg = degree(y, x, height, width);
         const float b = lh * lj;
-        const float r = b - apply_a_at(beta0, p, y, x, height, width, lh, lambda);
-        beta[p] = lj / lh;
+        const float r = b - (lh * lh * b0 + lambda * ((float)deg * b0 - neighbours));
+        const float pre = preconditioner(lh, deg, lambda);
+        beta[p] = b0;
         residual[p] = r;
-        jacobi[p] = preconditioner(lh, degree(y, x, height, width), lambda);
+        jacobi[p] = pre;
         v[0] += (double)b * b;
         v[1] += (double)r * r;
+        v[2] += (double)r * r * pre;
     }
     double total[3];
-    if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (grid_sum3(v, 3, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
         const double tolerance = scalars[CG_TOLERANCE];
         const double threshold = tolerance * tolerance * total[0];
         scalars[CG_THRESHOLD] = threshold;
+        scalars[CG_RR0] = total[1];
+        scalars[CG_RZ] = total[2];
         scalars[CG_ITERATIONS] = 0.0;
         scalars[CG_DONE] = total[1] <= threshold ? 1.0 : 0.0;
     }
 }
 
-// w0 = A u0 with u0 = P r0; g = r0.u0, d = w0.u0; a = g / d, b = 0.
+// d = P r + gamma d_previous (just P r on the first iteration); then alpha = rz / d.A d,
+// DONE when d.A d <= 0. A d is computed here for the dot product, not stored: d is
+// recomputed at the 4 neighbours from r and d_previous.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
-cg_first(const float* __restrict__ residual, const float* __restrict__ jacobi, const float* __restrict__ log_h, int tex_size,
-         int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ w_out, double* __restrict__ partials,
-         unsigned int* arrivals) {
-    if (scalars[CG_DONE] != 0.0) return;
-    const Texture tex{log_h, tex_size};
-    double v[3] = {0.0, 0.0, 0.0};
-    CG_ROWS(y) {
-        const long long p = (long long)y * width + x;
-        auto u = [&](long long q) { return residual[q] * jacobi[q]; };
-        const float w = apply_a_at(u, p, y, x, height, width, log_texture(tex, y, x), lambda);
-        const float up = u(p);
-        w_out[p] = w;
-        v[0] += (double)residual[p] * up;
-        v[1] += (double)w * up;
-    }
-    double total[3];
-    if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
-        if (total[1] <= 0.0) { scalars[CG_DONE] = 1.0; return; }
-        scalars[CG_GAMMA] = total[0];
-        scalars[CG_ALPHA] = total[0] / total[1];
-        scalars[CG_BETA] = 0.0;
-    }
-}
-
-// One iteration (see above). Reads r, w, s of the previous iteration (neighbours too)
-// and writes the new ones to other buffers; p and beta are updated in place. On the
-// first iteration (b = 0) p and s_previous are not read.
-extern "C" __global__ void __launch_bounds__(CG_THREADS)
-cg_iterate(const float* __restrict__ r_in, const float* __restrict__ w_in, const float* __restrict__ s_in,
-           const float* __restrict__ jacobi, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
-           double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ direction, float* __restrict__ r_out,
-           float* __restrict__ w_out, float* __restrict__ s_out, double* __restrict__ partials, unsigned int* arrivals) {
+cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ jacobi,
+             const float* __restrict__ log_h, int tex_size, int height, int width, float lambda, double* __restrict__ scalars,
+             float* __restrict__ direction, double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
     const Texture tex{log_h, tex_size};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
-    const float alpha = (float)scalars[CG_ALPHA], b = (float)scalars[CG_BETA];
+    const float gamma = (float)scalars[CG_GAMMA];
     double v[3] = {0.0, 0.0, 0.0};
-    CG_ROWS(y) {
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
         const long long p = (long long)y * width + x;
-        auto s_new = [&](long long q) { return first ? w_in[q] : w_in[q] + b * s_in[q]; };
-        auto u_new = [&](long long q) { return (r_in[q] - alpha * s_new(q)) * jacobi[q]; };
-        const float pre = jacobi[p];
-        const float d = first ? r_in[p] * pre : r_in[p] * pre + b * direction[p];
-        const float s = s_new(p);
-        const float r = r_in[p] - alpha * s;
-        const float w = apply_a_at(u_new, p, y, x, height, width, log_texture(tex, y, x), lambda);
-        beta[p] += alpha * d;
+        auto d_at = [&](long long q) {
+            const float z = residual[q] * jacobi[q];
+            return first ? z : z + gamma * previous[q];
+        };
+        const float lh = log_texture(tex, y, x);
+        const float d = d_at(p);
+        float neighbours = 0.0f;
+        if (x > 0) neighbours += d_at(p - 1);
+        if (x + 1 < width) neighbours += d_at(p + 1);
+        if (y > 0) neighbours += d_at(p - width);
+        if (y + 1 < height) neighbours += d_at(p + width);
+        const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
         direction[p] = d;
-        s_out[p] = s;
-        r_out[p] = r;
-        w_out[p] = w;
-        const double u = (double)r * pre;
-        v[0] += (double)r * u;     // g' = r.u
-        v[1] += (double)w * u;     // d = w.u
-        v[2] += (double)r * r;     // |r|^2, for the stopping test
+        v[0] += (double)d * q;
     }
     double total[3];
-    if (grid_sum3(v, 3, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (grid_sum3(v, 1, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
+        if (total[0] <= 0.0) scalars[CG_DONE] = 1.0;
+        else scalars[CG_ALPHA] = scalars[CG_RZ] / total[0];
+    }
+}
+
+// beta += alpha d, r -= alpha A d; then iterations += 1, DONE when |r|^2 <= threshold
+// or at max_iterations, else gamma = rz_new / rz.
+extern "C" __global__ void __launch_bounds__(CG_THREADS)
+cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi, const float* __restrict__ log_h, int tex_size,
+          int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
+          double* __restrict__ partials, unsigned int* arrivals) {
+    if (scalars[CG_DONE] != 0.0) return;
+    const Texture tex{log_h, tex_size};
+    const float alpha = (float)scalars[CG_ALPHA];
+    double v[3] = {0.0, 0.0, 0.0};
+    const int x = blockIdx.x * CG_BX + threadIdx.x;
+    for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
+        const long long p = (long long)y * width + x;
+        const float lh = log_texture(tex, y, x);
+        beta[p] += alpha * direction[p];
+        const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, lh, lambda);
+        residual[p] = r;
+        const double rr = (double)r * r;
+        v[0] += rr;
+        v[1] += rr * jacobi[p];
+    }
+    double total[3];
+    if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {
         const double iterations = scalars[CG_ITERATIONS] + 1.0;
         scalars[CG_ITERATIONS] = iterations;
-        if (total[2] <= scalars[CG_THRESHOLD] || iterations >= scalars[CG_MAX_ITERATIONS]) { scalars[CG_DONE] = 1.0; return; }
-        const double gamma = total[0], beta_next = gamma / scalars[CG_GAMMA];
-        const double denominator = total[1] - beta_next * gamma / scalars[CG_ALPHA];
-        if (denominator <= 0.0) { scalars[CG_DONE] = 1.0; return; }   // no descent left in float32
-        scalars[CG_BETA] = beta_next;
-        scalars[CG_ALPHA] = gamma / denominator;
-        scalars[CG_GAMMA] = gamma;
+        if (total[0] <= scalars[CG_THRESHOLD] || iterations >= scalars[CG_MAX_ITERATIONS]) {
+            scalars[CG_DONE] = 1.0;
+        } else {
+            scalars[CG_GAMMA] = total[1] / scalars[CG_RZ];
+            scalars[CG_RZ] = total[1];
+        }
     }
 }
 
