@@ -40,7 +40,7 @@ SOURCE = Path(__file__).with_name("pencil.cu")
 LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 8, 8
 LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
 TABLE_HEADER = 20
-CG_BLOCK = (32, 32)  # 1024 threads: few partial sums for the last block to add
+CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8  # blocks stride down the image: few partial sums
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
@@ -390,7 +390,9 @@ def solve_beta(
     flag is read through it every CG_CHUNK iterations, one chunk late, so that the host
     stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
-    grid = (_div_up(width, CG_BLOCK[0]), _div_up(height, CG_BLOCK[1]))
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    columns = _div_up(width, CG_BLOCK[0])
+    grid = (columns, max(1, min(_div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
     stream = cupy.cuda.get_current_stream()
     beta = _empty(log_tone.shape, cupy.float32)
     residual = _empty(log_tone.shape, cupy.float32)

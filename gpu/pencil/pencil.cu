@@ -503,7 +503,7 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 #define CG_TOLERANCE 7
 #define CG_MAX_ITERATIONS 8
 #define CG_BX 32
-#define CG_BY 32
+#define CG_BY 8
 #define CG_THREADS (CG_BX * CG_BY)
 
 struct Texture {
