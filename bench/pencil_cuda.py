@@ -216,7 +216,7 @@ def end_to_end(port: int = 8765) -> None:
     from app.decode import load_pixels, open_image
     from app.encode import encode_image
 
-    env = {**os.environ, "PENCIL_BACKEND": "cuda", "PENCIL_PORT": str(port), "PENCIL_MAX_QUEUE": "256", "PENCIL_LOG_LEVEL": "warning"}
+    env = {**os.environ, "PENCIL_BACKEND": os.environ.get("PENCIL_BACKEND", "cuda"), "PENCIL_PORT": str(port), "PENCIL_MAX_QUEUE": "256", "PENCIL_LOG_LEVEL": "warning"}
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=Path(__file__).resolve().parent.parent)
     base = f"http://127.0.0.1:{port}"
     try:
