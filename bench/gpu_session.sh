@@ -18,7 +18,7 @@ steps=${*:-tests sanitize bench e2e}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
 for step in $steps; do
   case $step in
-    tests) python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -x 2>&1 | tee "$out/gpu-tests.log" | tail -25 ;;
+    tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -x 2>&1 | tee "$out/gpu-tests.log" | tail -25 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 20 python3 bench/sanitize_pencil.py 2>&1 | tee "$out/sanitize-$tool.log" | tail -6

@@ -26,7 +26,7 @@ from gpu import kernels  # noqa: E402
 from gpu.pencil import cuda, reference  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 
-VARIANTS = [(4, 3, 8), (8, 3, 8), (4, 5, 8), (8, 5, 8), (2, 3, 8)]  # (rows, cols, warps)
+VARIANTS = [(8, 3, 8, ()), (8, 3, 8, ("-DUNSCAN",)), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ())]  # (rows, cols, warps, options)
 
 
 def time_ms(fn, repeats=20) -> float:
@@ -42,10 +42,10 @@ def time_ms(fn, repeats=20) -> float:
     return statistics.median(times)
 
 
-def line_variant(luma, length, rows, cols, warps):
+def line_variant(luma, length, rows, cols, warps, extra=()):
     """(pass 1 ms, pass 2 ms, label, strokes) with rows x cols px per thread, warps per block."""
     source = cuda.SOURCE.read_text()
-    module = cupy.RawModule(code=source, options=(*kernels.COMPILE_OPTIONS, f"-DLINE_ROWS={rows}", f"-DLINE_COLS={cols}", f"-DLINE_WARPS={warps}"))
+    module = cupy.RawModule(code=source, options=(*kernels.COMPILE_OPTIONS, f"-DLINE_ROWS={rows}", f"-DLINE_COLS={cols}", f"-DLINE_WARPS={warps}", *extra))
     height, width = luma.shape
     tile_w, tile_h = 32 * cols, warps * rows
     assets = cuda.assets(cupy.cuda.Device().id)
@@ -108,15 +108,15 @@ def main() -> None:
         print(f"\n## {width}x{height}, line length {length}: line passes, ms (median of 20)")
         print("rows x cols x warps | pass 1 | pass 2 | same bits | pass 1, runs only | pass 2, runs only")
         baseline = None
-        for rows, cols, warps in VARIANTS:
+        for rows, cols, warps, extra in VARIANTS:
             try:
-                t1, t2, t1_runs, t2_runs, label, strokes = line_variant(cupy.asarray(luma), length, rows, cols, warps)
+                t1, t2, t1_runs, t2_runs, label, strokes = line_variant(cupy.asarray(luma), length, rows, cols, warps, extra)
             except cupy.cuda.driver.CUDADriverError as exc:
-                print(f"{rows} x {cols} x {warps} | failed: {exc}")
+                print(f"{rows} x {cols} x {warps} {' '.join(extra)} | failed: {exc}")
                 continue
             baseline = baseline or (label, strokes)
             same = np.array_equal(label, baseline[0]) and np.array_equal(strokes, baseline[1])
-            print(f"{rows} x {cols} x {warps} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}")
+            print(f"{rows} x {cols} x {warps} {' '.join(extra)} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}")
         ms, iterations = cg_timing(luma, PencilParams())
         print(f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us per iteration")
 

@@ -353,8 +353,12 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
             accumulate_terms(tile, tile_pitch, base, term_start[dir], term_start[dir + 1], s, acc);
             if (PASS == 1) {                   // the next directions read the plain tile again
                 __syncthreads();
+#ifdef UNSCAN
                 prefix_scan(tile, tile_pitch, tile_rows, sx, sy, true, tid);
                 __syncthreads();
+#else
+                stage_tile(0);                 // a parallel copy from L2 beats walking the lines back
+#endif
             }
         } else if (TILED && PASS == 2) {
             accumulate_direction<1>(from, src_pitch, base, dir, along_y, run_start[dir], run_start[dir + 1], s, acc);
