@@ -26,7 +26,7 @@ from gpu import kernels  # noqa: E402
 from gpu.pencil import cuda, reference  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 
-VARIANTS = [(8, 3, 8, ()), (8, 3, 8, ("-DUNSCAN",)), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ())]  # (rows, cols, warps, options)
+VARIANTS = [(8, 3, 8, ()), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ()), (2, 3, 8, ())]  # (rows, cols, warps, options)
 
 
 def time_ms(fn, repeats=20) -> float:
