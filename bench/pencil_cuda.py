@@ -27,6 +27,7 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu.pencil import cuda  # noqa: E402
+from pencil import median_ms  # noqa: E402  (bench/pencil.py, beside this file)
 from gpu.pencil import reference as ref  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 from gpu.pool import DevicePool  # noqa: E402
@@ -235,9 +236,9 @@ def end_to_end(port: int = 8765) -> None:
             image = photos(width, height)[0]
             ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
             data = jpeg.tobytes()
-            decode_ms = _median_ms(lambda: load_pixels(open_image(data, 10**9)))
+            decode_ms = median_ms(lambda: load_pixels(open_image(data, 10**9)), 7)
             drawing = ref.to_u8(np.random.default_rng().random((height, width), dtype=np.float32))
-            encode_ms = _median_ms(lambda: encode_image(drawing, "jpeg", 90))
+            encode_ms = median_ms(lambda: encode_image(drawing, "jpeg", 90), 7)
             for clients in (1, 4, 16, 32):
                 rate, p50, p99, render_ms = asyncio.run(_load(base, data, clients, seconds=4.0))
                 print(f"{width}x{height} | {clients} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {decode_ms:.1f} | {encode_ms:.1f} | {render_ms:.1f}")
@@ -249,16 +250,6 @@ def end_to_end(port: int = 8765) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-
-def _median_ms(fn, repeats: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 async def _load(base: str, data: bytes, clients: int, seconds: float) -> tuple[float, float, float, float]:

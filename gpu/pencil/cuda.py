@@ -59,6 +59,14 @@ def _empty(shape, dtype) -> cupy.ndarray:
     return array
 
 
+def _upload_shared(array: np.ndarray) -> cupy.ndarray:
+    """A device copy of `array` for every stream of the device: the copy is finished on
+    return (renders on other, non-blocking streams would not wait for it)."""
+    device_array = cupy.asarray(array)
+    cupy.cuda.get_current_stream().synchronize()
+    return device_array
+
+
 def _k(name: str) -> cupy.RawKernel:
     return kernels.kernel(SOURCE, name)
 
@@ -180,7 +188,7 @@ class LineTable:
 
     @classmethod
     def upload(cls, table: np.ndarray) -> LineTable:
-        return cls(cupy.asarray(table), int(table[8]), int(table[TABLE_HEADER - 1]), int(table[9]))
+        return cls(_upload_shared(table), int(table[8]), int(table[TABLE_HEADER - 1]), int(table[9]))
 
 
 @dataclass(frozen=True)
@@ -218,8 +226,8 @@ class DeviceAssets:
         self._lock = threading.Lock()
         with cupy.cuda.Device(device):
             texture = pencil_texture()
-            self.texture = cupy.asarray(texture)
-            self.log_texture = cupy.asarray(np.log(texture))
+            self.texture = _upload_shared(texture)
+            self.log_texture = _upload_shared(np.log(texture))
             self.texture_size = texture.shape[0]
             if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
                 raise ValueError(f"the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, got {texture.shape}")
@@ -236,7 +244,7 @@ class DeviceAssets:
                 target = np.cumsum(reference.target_histogram(weights))
                 target /= target[-1]
                 with cupy.cuda.Device(self.device):
-                    cdf = self._cdfs[weights] = cupy.asarray(target)
+                    cdf = self._cdfs[weights] = _upload_shared(target)
             return cdf
 
     def line_plan(self, length: int, width: int) -> LinePlan:
