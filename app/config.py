@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -31,8 +31,18 @@ class Settings(BaseSettings):
     gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pool may hold")
     batch_share: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's leases batch jobs may hold at once, so /sketch is never starved")
     lease_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest wait for a GPU lease before a render answers 503")
+    admin_token: SecretStr | None = Field(None, description="Bearer token of the /jobs endpoints; unset, they answer 503")
+    job_streams: int = Field(2, ge=1, le=64, description="jobs running at once, each on one GPU lease at batch priority")
+    max_job_upload_bytes: int = Field(512 * MIB, ge=1024, description="largest request body of POST /jobs/* in bytes (413 past it)")
+    max_matrix_elements: int = Field(67_108_864, ge=1, description="largest matrix an SVD job takes, in elements (m x n)")
+    job_retention_days: float = Field(7.0, gt=0.0, description="finished jobs and their files are deleted after this many days")
     data_dir: Path = Field(Path("data"), description="directory for the service's persistent data (created at start-up)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
+
+
+    def upload_limit(self, path: str) -> int:
+        """Largest upload, in bytes, for a request to `path`: jobs take big matrices."""
+        return self.max_job_upload_bytes if path == "/jobs" or path.startswith("/jobs/") else self.max_upload_bytes
 
 
 @lru_cache(maxsize=1)

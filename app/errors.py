@@ -64,7 +64,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     code = _CODES.get(exc.status_code, HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"))
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
     if exc.status_code == 413:  # from RequestBodyLimitMiddleware: a body without Content-Length
-        detail = too_large_detail(None, request.app.state.settings.max_upload_bytes)
+        detail = too_large_detail(None, request.app.state.settings.upload_limit(request.url.path))
     return _rejected(request, exc.status_code, code, detail, getattr(exc, "headers", None))
 
 

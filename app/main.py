@@ -15,11 +15,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+from starlette.middleware.body_limit import RequestBodyLimitResponder
 
 from app import sketch
 from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers, too_large_detail
+from app.jobs import api as jobs_api
+from app.jobs.runner import JobRunner
+from app.jobs.store import JobStore
+from app.jobs.svd import SVD
 from app.metrics import Metrics, MetricsMiddleware
 from app.render_queue import RenderQueue
 from gpu import pencil
@@ -30,6 +34,7 @@ log = logging.getLogger("pencil")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
+JOB_KINDS = {kind.name: kind for kind in (SVD,)}
 
 try:
     VERSION = version("pencil-gpu")
@@ -38,22 +43,37 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 
 class DeclaredLengthGuard:
-    """Answers 413 in our JSON shape when Content-Length already exceeds the limit, before
-    any route runs; bodies without a length are cut off by RequestBodyLimitMiddleware."""
+    """Answers 413 in our JSON shape when Content-Length already exceeds the limit for the
+    path, before any route runs; bodies without a length are cut off by BodyLimit."""
 
-    def __init__(self, app, max_body_size: int, max_upload_bytes: int, metrics: Metrics):
-        self.app, self.max_body_size, self.metrics = app, max_body_size, metrics
-        self.max_upload_bytes = max_upload_bytes
+    def __init__(self, app, settings: Settings, metrics: Metrics):
+        self.app, self.settings, self.metrics = app, settings, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.max_body_size:
-                response = error_response(413, "too_large", too_large_detail(int(length), self.max_upload_bytes))
+            limit = self.settings.upload_limit(scope["path"])
+            if length.isdigit() and int(length) > limit + MULTIPART_OVERHEAD:
+                response = error_response(413, "too_large", too_large_detail(int(length), limit))
                 self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Starlette's request body limit, with the limit of the request's path (the upload
+    limit plus room for the multipart framing); over it, a 413 that our handler words."""
+
+    def __init__(self, app, settings: Settings):
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.settings.upload_limit(scope["path"]) + MULTIPART_OVERHEAD
+        await RequestBodyLimitResponder(self.app, limit)(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -70,9 +90,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(pencil.warm_up, backend.name, pool)
+        store = app.state.jobs = JobStore(settings.data_dir)
+        metrics.watch_jobs(store)
+        runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400)
+        runner.start()
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)
+        if settings.admin_token is None:
+            log.info("batch jobs are disabled until PENCIL_ADMIN_TOKEN is set")
         yield
         app.state.render_queue.shutdown()
+        if await asyncio.to_thread(runner.stop):
+            store.close()
 
     app = FastAPI(
         title="pencil-gpu",
@@ -89,12 +117,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.render_queue = RenderQueue(workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
     install_error_handlers(app)
     sketch.install(app)
+    jobs_api.install(app, JOB_KINDS)
     _add_service_routes(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
-    limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=limit)
-    app.add_middleware(DeclaredLengthGuard, max_body_size=limit, max_upload_bytes=settings.max_upload_bytes, metrics=metrics)
+    app.add_middleware(BodyLimit, settings=settings)
+    app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 
@@ -120,6 +148,10 @@ def _add_service_routes(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    @app.get("/jobs-admin", include_in_schema=False)
+    async def jobs_page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "jobs.html", media_type="text/html")
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> FileResponse:

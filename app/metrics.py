@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+_JOB_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 _RENDER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -25,7 +26,13 @@ class Metrics:
         self.render_time = Histogram("pencil_render_seconds", "Decode + render + encode time of one render, excluding queue wait", ["backend"], buckets=_RENDER_BUCKETS, registry=r)
         self.queue_depth = Gauge("pencil_render_queue_depth", "Renders waiting for a worker", registry=r)
         self.renders_running = Gauge("pencil_renders_running", "Renders running now", registry=r)
+        self.jobs_finished = Counter("pencil_jobs_finished", "Batch jobs that ended, by kind and end state", ["kind", "status"], registry=r)
+        self.job_queue_wait = Histogram("pencil_job_queue_wait_seconds", "Time a batch job waited before it started", ["kind"], buckets=_JOB_BUCKETS, registry=r)
+        self.job_run_time = Histogram("pencil_job_run_seconds", "Run time of a batch job", ["kind"], buckets=_JOB_BUCKETS, registry=r)
 
+    def watch_jobs(self, store) -> None:
+        """Export the number of jobs per kind and state (read from the store at each scrape)."""
+        self.registry.register(_JobCollector(store))
 
     def watch_pool(self, pool) -> None:
         """Export the GPU pool's per-device state (read at each scrape)."""
@@ -60,6 +67,19 @@ class _PoolCollector:
         waiting = GaugeMetricFamily("pencil_gpu_lease_waiting", "work waiting for a GPU lease")
         waiting.add_metric([], rows[0]["waiting"] if rows else 0)
         yield waiting
+
+
+class _JobCollector:
+    """Jobs per kind and state, from the store at scrape time."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def collect(self):
+        gauge = GaugeMetricFamily("pencil_jobs", "Batch jobs in the store by kind and state", labels=["kind", "status"])
+        for (kind, status), count in sorted(self.store.counts().items()):
+            gauge.add_metric([kind, status], count)
+        yield gauge
 
 
 def route_label(scope: Scope, request_scope: Scope) -> str:

@@ -1,0 +1,162 @@
+"""The batch-job HTTP API, for operators (Bearer token):
+
+    POST   /jobs/{kind}            validate now, store, 202 + Location (Idempotency-Key honoured)
+    GET    /jobs                   list, newest first (?status=&kind=&page_size=&page_token=)
+    GET    /jobs/{id}              status, progress, error, result_url (Retry-After until finished)
+    GET    /jobs/{id}/result       the result summary (JSON) with the URLs of its files
+    GET    /jobs/{id}/files/{name} one result file (.npy)
+    DELETE /jobs/{id}              cancel: a queued job at once, a running one at its next checkpoint
+
+Routes stay thin: a kind's parser validates and builds the submission, the store keeps it,
+the runner runs it.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import FileResponse, JSONResponse
+
+from app.errors import ERROR_SCHEMA, ApiError
+from app.jobs.kinds import JobKind
+from app.jobs.store import STATUSES, IdempotencyConflict, Job
+
+RETRY_AFTER_S = "2"
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def require_admin(request: Request) -> None:
+    """The Bearer token of PENCIL_ADMIN_TOKEN, compared in constant time."""
+    token = request.app.state.settings.admin_token
+    if not token:
+        raise ApiError(503, "admin_disabled", "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart, then send it as 'Authorization: Bearer <token>'")
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+        raise ApiError(401, "unauthorized", "this endpoint needs 'Authorization: Bearer <PENCIL_ADMIN_TOKEN>'", {"WWW-Authenticate": "Bearer"})
+
+
+def _iso(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds") if t is not None else None
+
+
+def job_body(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "status": job.status,
+        "params": job.params,
+        "created": _iso(job.created),
+        "started": _iso(job.started),
+        "finished": _iso(job.finished),
+        "progress": job.progress,
+        "cancel_requested": job.cancel_requested,
+        "error": job.error,
+        "result_url": f"/jobs/{job.id}/result" if job.status == "succeeded" else None,
+    }
+
+
+def _job_response(job: Job, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    headers = dict(headers or {})
+    if not job.is_finished:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return JSONResponse(job_body(job), status_code=status, headers=headers)
+
+
+def _found(request: Request, job_id: str) -> Job:
+    job = request.app.state.jobs.get(job_id)
+    if job is None:
+        raise ApiError(404, "job_not_found", f"there is no job {job_id!r} (finished jobs are kept {request.app.state.settings.job_retention_days:g} days)")
+    return job
+
+
+_ERRORS = {
+    status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+    for status, text in {
+        401: "no or wrong Bearer token",
+        404: "no such job",
+        409: "Idempotency-Key reused for another request, or the job has no result (yet)",
+        503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
+    }.items()
+}
+
+
+def _submit_route(kind: JobKind):
+    async def submit(request: Request) -> JSONResponse:
+        state = request.app.state
+        key = request.headers.get("idempotency-key")
+        if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+            raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+        submission = await kind.parse(request, state.settings)
+        try:
+            job, created = state.jobs.create(kind.name, submission.params, submission.inputs, key, submission.digest(kind.name) if key else None)
+        except IdempotencyConflict as exc:
+            raise ApiError(409, "idempotency_conflict", f"Idempotency-Key {key!r} was used for a different request (job {exc.job.id})") from None
+        if created:
+            state.job_runner.notify()
+        return _job_response(job, 202 if created else 200, {"Location": f"/jobs/{job.id}"})
+
+    return submit
+
+
+def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
+    router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
+
+    for kind in kinds.values():
+        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi, response_class=JSONResponse)(_submit_route(kind))
+
+    @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
+    async def unknown_kind(kind: str) -> None:
+        raise ApiError(404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}")
+
+    @router.get("", summary="List jobs, newest first")
+    async def list_jobs(
+        request: Request,
+        status: Annotated[str | None, Query(description="only jobs in this state", json_schema_extra={"enum": list(STATUSES)})] = None,
+        kind: Annotated[str | None, Query(description="only jobs of this kind")] = None,
+        page_size: Annotated[int, Query(ge=1, le=500)] = 50,
+        page_token: Annotated[str | None, Query(description="next_page_token of the previous page")] = None,
+    ) -> dict[str, Any]:
+        if status is not None and status not in STATUSES:
+            raise ApiError(422, "invalid_parameter", f"status: must be one of {', '.join(STATUSES)}")
+        if page_token is not None and request.app.state.jobs.get(page_token) is None:
+            raise ApiError(400, "bad_page_token", "page_token is not a next_page_token of this list (or its job was deleted)")
+        jobs, next_token = request.app.state.jobs.page(status, kind, page_size, page_token)
+        return {"jobs": [job_body(job) for job in jobs], "next_page_token": next_token}
+
+    @router.get("/{job_id}", summary="A job's status and progress")
+    async def get_job(request: Request, job_id: str) -> JSONResponse:
+        return _job_response(_found(request, job_id))
+
+    @router.get("/{job_id}/result", summary="A finished job's result: JSON summary and file URLs")
+    async def get_result(request: Request, job_id: str) -> JSONResponse:
+        job = _found(request, job_id)
+        if job.status != "succeeded":
+            if job.is_finished:
+                raise ApiError(409, f"job_{job.status}", f"job {job_id} {job.status}: {job.error}")
+            raise ApiError(409, "job_not_finished", f"job {job_id} is {job.status} ({job.progress:.0%}); poll /jobs/{job_id}", {"Retry-After": RETRY_AFTER_S})
+        folder = request.app.state.jobs.result_dir(job_id)
+        files = {path.name: f"/jobs/{job_id}/files/{path.name}" for path in sorted(folder.iterdir())} if folder.is_dir() else {}
+        return JSONResponse({"id": job.id, "kind": job.kind, "result": job.result, "files": files})
+
+    @router.get("/{job_id}/files/{name}", summary="One result file", response_class=FileResponse)
+    async def get_file(request: Request, job_id: str, name: str) -> FileResponse:
+        _found(request, job_id)
+        path = request.app.state.jobs.result_file(job_id, name)
+        if path is None:
+            raise ApiError(404, "file_not_found", f"job {job_id} has no result file {name!r}; GET /jobs/{job_id}/result lists them")
+        return FileResponse(path, media_type="application/octet-stream", filename=f"{job_id}-{name}")
+
+    @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)")
+    async def cancel_job(request: Request, job_id: str) -> JSONResponse:
+        job = _found(request, job_id)
+        if job.is_finished:
+            raise ApiError(409, "job_finished", f"job {job_id} already {job.status}")
+        job = request.app.state.jobs.cancel(job_id)
+        if job.is_finished:  # canceled while queued: the runner never sees it
+            request.app.state.metrics.jobs_finished.labels(job.kind, job.status).inc()
+        return _job_response(job, 200 if job.is_finished else 202)
+
+    app.include_router(router)

@@ -1,0 +1,115 @@
+"""The job runner: `workers` threads take queued jobs oldest first and run them. On CUDA
+each job holds one batch-priority lease of the device pool while it runs, so at most
+`workers` (PENCIL_JOB_STREAMS) leases go to jobs and the pool keeps the rest, and its
+priority, for /sketch. Without a GPU, jobs run on the CPU backend.
+
+A job that raises fails with the message; one that is canceled stops at its next
+checkpoint (JobContext.progress). A process stop leaves running jobs in the table as
+running: the next start re-queues them (JobStore.recover).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from app.jobs.kinds import JobCanceled, JobContext, JobKind
+from app.jobs.store import Job, JobStore
+from app.metrics import Metrics
+from gpu.pool import BATCH, DevicePool
+
+log = logging.getLogger("pencil.jobs")
+
+POLL_S = 1.0  # a worker looks at the queue at least this often (submissions also wake it)
+PURGE_EVERY_S = 3600.0
+
+
+class JobRunner:
+    def __init__(self, store: JobStore, kinds: Mapping[str, JobKind], workers: int, backend: str,
+                 pool: DevicePool | None, metrics: Metrics, retention_s: float):
+        self.store, self.kinds, self.backend, self.pool, self.metrics = store, kinds, backend, pool, metrics
+        self.retention_s = retention_s
+        self._wake = threading.Condition()
+        self._stopping = threading.Event()
+        self._threads = [threading.Thread(target=self._work, name=f"job-{i}", daemon=True) for i in range(workers)]
+        self._last_purge = 0.0
+
+    def start(self) -> None:
+        requeued = self.store.recover()
+        if requeued:
+            log.info("re-queued %d job(s) left running by the previous process", requeued)
+        self._purge()
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, wait_s: float = 2.0) -> bool:
+        """Stop taking jobs; running ones finish on their daemon threads or, if the
+        process exits first, are re-queued at the next start. Returns whether every
+        worker has stopped within `wait_s` (then the store may be closed)."""
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        deadline = time.monotonic() + wait_s
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def notify(self) -> None:
+        """A job was submitted: wake a worker now rather than at its next poll."""
+        with self._wake:
+            self._wake.notify()
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            job = self.store.claim_next()
+            if job is None:
+                self._purge()
+                with self._wake:
+                    self._wake.wait(POLL_S)
+                continue
+            self.run(job)
+
+    def run(self, job: Job) -> None:
+        """Run one claimed job to its end state."""
+        kind = self.kinds.get(job.kind)
+        self.metrics.job_queue_wait.labels(job.kind).observe(max(0.0, (job.started or time.time()) - job.created))
+        start = time.perf_counter()
+        status = "failed"
+        try:
+            if kind is None:
+                raise RuntimeError(f"this server has no job kind {job.kind!r}")
+            result = self._execute(kind, job)
+            self.store.succeed(job.id, result)
+            status = "succeeded"
+        except JobCanceled:
+            self.store.mark_canceled(job.id)
+            status = "canceled"
+        except Exception as exc:  # a job's failure is its own: report it, keep the worker
+            log.warning("job %s (%s) failed: %s", job.id, job.kind, exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+            self.store.fail(job.id, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.metrics.jobs_finished.labels(job.kind, status).inc()
+            self.metrics.job_run_time.labels(job.kind).observe(time.perf_counter() - start)
+
+    def _execute(self, kind: JobKind, job: Job) -> Mapping:
+        results = self.store.result_dir(job.id)
+        results.mkdir(parents=True, exist_ok=True)
+
+        def context(lease) -> JobContext:
+            return JobContext(job, self.store.input_dir(job.id), results, self.backend, lease, lambda f: self.store.set_progress(job.id, f))
+
+        if self.pool is None:
+            return kind.run(context(None))
+        return self.pool.run(lambda lease: kind.run(context(lease)), priority=BATCH, timeout=365 * 24 * 3600.0)
+
+    def _purge(self) -> None:
+        now = time.monotonic()
+        if now - self._last_purge < PURGE_EVERY_S:
+            return
+        self._last_purge = now
+        removed = self.store.purge(self.retention_s)
+        if removed:
+            log.info("removed %d job(s) finished more than %.0f days ago", removed, self.retention_s / 86400)

@@ -1,0 +1,146 @@
+// The batch-job page: the admin token (sessionStorage), an SVD submission form, and the
+// job list, refreshed every 2 s. Every request carries "Authorization: Bearer <token>";
+// result files are fetched with it and saved through an object URL.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const tokenInput = $("token");
+tokenInput.value = sessionStorage.getItem("pencil-admin-token") || "";
+
+function headers(extra = {}) {
+  return { Authorization: `Bearer ${tokenInput.value.trim()}`, ...extra };
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = !message;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (!response.ok) {
+    let detail = `${response.status} ${response.statusText}`;
+    try { detail = (await response.json()).detail || detail; } catch { /* not JSON */ }
+    throw new Error(detail);
+  }
+  return response;
+}
+
+function cell(text) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  return td;
+}
+
+async function download(url, name) {
+  try {
+    const blob = await (await api(url)).blob();
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = name;
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+  } catch (error) { showError(error.message); }
+}
+
+async function resultCell(job) {
+  const td = document.createElement("td");
+  if (job.status === "failed" || job.status === "canceled") { td.textContent = job.error || job.status; return td; }
+  if (job.status !== "succeeded") return td;
+  const result = await (await api(job.result_url)).json();
+  const accuracy = result.result.accuracy;
+  const summary = document.createElement("span");
+  summary.textContent = `${result.result.m}x${result.result.n} ${result.result.method}, ${Math.round(result.result.times_ms.svd)} ms` +
+    (accuracy ? `, residual ratio ${accuracy.resid.toFixed(2)}` : "");
+  td.append(summary);
+  for (const [name, url] of Object.entries(result.files)) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link";
+    button.textContent = name;
+    button.addEventListener("click", () => download(url, `${job.id}-${name}`));
+    td.append(" ", button);
+  }
+  return td;
+}
+
+const results = new Map(); // finished job id -> its rendered result cell (results never change)
+
+async function refresh() {
+  if (!tokenInput.value.trim()) return;
+  try {
+    const { jobs } = await (await api("/jobs?page_size=50")).json();
+    const rows = await Promise.all(jobs.map(async (job) => {
+      const tr = document.createElement("tr");
+      tr.append(cell(`${job.kind} ${job.id.slice(0, 8)}`), cell(job.cancel_requested && job.status === "running" ? "canceling" : job.status));
+      const progress = document.createElement("td");
+      const bar = document.createElement("progress");
+      bar.max = 1;
+      bar.value = job.progress;
+      bar.textContent = `${Math.round(job.progress * 100)}%`;
+      progress.append(bar);
+      tr.append(progress, cell(new Date(job.created).toLocaleString()));
+      if (!results.has(job.id) && job.finished) results.set(job.id, await resultCell(job));
+      tr.append(results.get(job.id) || document.createElement("td")); // a cached cell moves into the new row
+      const actions = document.createElement("td");
+      if (!job.finished) {
+        const cancel = document.createElement("button");
+        cancel.type = "button";
+        cancel.className = "button";
+        cancel.textContent = "Cancel";
+        cancel.addEventListener("click", async () => {
+          try { await api(`/jobs/${job.id}`, { method: "DELETE" }); refresh(); } catch (error) { showError(error.message); }
+        });
+        actions.append(cancel);
+      }
+      tr.append(actions);
+      return tr;
+    }));
+    $("jobs").tBodies[0].replaceChildren(...rows);
+    $("empty").hidden = jobs.length > 0;
+    $("status").textContent = `${jobs.length} job${jobs.length === 1 ? "" : "s"}, newest first.`;
+    showError("");
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
+tokenInput.addEventListener("change", () => {
+  sessionStorage.setItem("pencil-admin-token", tokenInput.value.trim());
+  results.clear();
+  refresh();
+});
+$("token-form").addEventListener("submit", (event) => event.preventDefault());
+
+for (const radio of document.querySelectorAll("input[name=source]")) {
+  radio.addEventListener("change", () => {
+    const upload = $("source-upload").checked;
+    $("upload-field").hidden = !upload;
+    $("spec-fields").hidden = upload;
+  });
+}
+
+$("svd-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const options = { compute_uv: $("compute_uv").checked, method: $("method").value };
+  try {
+    if ($("source-upload").checked) {
+      const file = $("matrix").files[0];
+      if (!file) throw new Error("Choose a .npy file first.");
+      const form = new FormData();
+      form.append("matrix", file);
+      for (const [key, value] of Object.entries(options)) form.append(key, String(value));
+      await api("/jobs/svd", { method: "POST", body: form });
+    } else {
+      const spec = { m: Number($("m").value), n: Number($("n").value), dtype: $("dtype").value, seed: Number($("seed").value), kind: $("kind").value, cond: Number($("cond").value) };
+      await api("/jobs/svd", { method: "POST", body: JSON.stringify({ spec, ...options }), headers: { "Content-Type": "application/json" } });
+    }
+    showError("");
+    refresh();
+  } catch (error) {
+    showError(error.message);
+  }
+});
+
+refresh();
+setInterval(refresh, 2000);
