@@ -257,3 +257,44 @@ def test_phone_layout_has_no_horizontal_scroll(server, chromium_browser, photo):
         assert not errors, errors
     finally:
         context.close()
+
+
+# ------------------------------------------------------------ the jobs page --
+
+JOBS_TOKEN = "browser-test-token"
+
+
+@pytest.fixture(scope="module")
+def jobs_server(chromium_path, tmp_path_factory):
+    with live_server(tmp_path_factory.mktemp("jobs"), admin_token=JOBS_TOKEN) as base:
+        yield base
+
+
+def test_jobs_page_submits_an_svd_and_downloads_its_result(jobs_server, web_page, page_errors, tmp_path):
+    page = web_page
+    page.goto(f"{jobs_server}/")
+    page.get_by_role("link", name="Batch jobs").click()
+    page.wait_for_url("**/jobs-admin")
+    page.fill("#token", "wrong")
+    page.dispatch_event("#token", "change")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "Bearer" in page.inner_text("#error")
+
+    page.fill("#token", JOBS_TOKEN)
+    page.dispatch_event("#token", "change")
+    page.wait_for_selector("#empty:not([hidden])")
+    page.fill("#m", "64")
+    page.fill("#n", "48")
+    page.select_option("#method", "lapack")
+    page.click("#submit")
+    page.wait_for_selector("#jobs tbody tr td:nth-child(2):text-is('succeeded')", timeout=RENDER_TIMEOUT_MS)
+    assert "64x48 lapack" in page.inner_text("#jobs tbody tr")
+    with page.expect_download() as download:
+        page.click("#jobs tbody tr button.link:text-is('s.npy')")
+    saved = tmp_path / "s.npy"
+    download.value.save_as(saved)
+    import numpy as np
+
+    assert np.load(saved).shape == (48,)
+    _shot(page, "jobs-page.png")
+    assert page_errors == []
