@@ -81,13 +81,21 @@ OPENAPI = {
 }
 
 
-def _options(raw: dict[str, Any], backend: str) -> SvdOptions:
+# The Golub-Reinsch method runs the readable NumPy definition, whose bulge chase is a
+# Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices are refused
+# rather than left to hold a job stream for an hour.
+GOLUB_REINSCH_MAX_SIDE = 512
+
+
+def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
     try:
         options = SvdOptions.model_validate(raw)
     except ValidationError as exc:
         raise ApiError(422, "invalid_parameter", _validation_detail(exc)) from None
     if options.method == "cusolver" and backend != "cuda":
         raise ApiError(422, "invalid_parameter", "method: cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)")
+    if options.method == "golub_reinsch" and min(m, n) > GOLUB_REINSCH_MAX_SIDE:
+        raise ApiError(422, "invalid_parameter", f"method: golub_reinsch runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_MAX_SIDE} (this one: {min(m, n)}); use auto, lapack or cusolver")
     return options
 
 
@@ -111,13 +119,13 @@ async def parse(request: Request, settings: Settings) -> Submission:
             detail = _validation_detail(exc) if isinstance(exc, ValidationError) else f"the body is not JSON: {exc}"
             raise ApiError(422 if isinstance(exc, ValidationError) else 400, "invalid_parameter" if isinstance(exc, ValidationError) else "bad_request", detail) from None
         _check_size(spec_request.spec.m, spec_request.spec.n, settings)
-        options = _options(spec_request.model_dump(exclude={"spec"}), backend)
+        options = _options(spec_request.model_dump(exclude={"spec"}), backend, spec_request.spec.m, spec_request.spec.n)
         return Submission({"source": "spec", "spec": spec_request.spec.model_dump(), **options.model_dump()})
     if content_type.startswith("multipart/form-data"):
         data, fields = await _read_form(request)
         matrix = _load_npy(data, settings)
-        options = _options(fields, backend)
         m, n = matrix.shape
+        options = _options(fields, backend, m, n)
         if not matrix.dtype.isnative:  # store what the job will read: native byte order
             buffer = io.BytesIO()
             np.save(buffer, matrix.astype(matrix.dtype.newbyteorder("=")))

@@ -490,3 +490,11 @@ def test_svd_jobs_alongside_sketches(make_client, rng):
     assert metric_value(metrics, "pencil_jobs_finished_total", kind="svd", status="succeeded") >= 20
     assert metric_value(metrics, "pencil_job_run_seconds_count", kind="svd") >= 20
     assert metric_value(metrics, "pencil_jobs", kind="svd", status="failed") is None
+
+
+def test_golub_reinsch_is_limited_to_what_the_numpy_reference_finishes(make_client):
+    client = admin(make_client)
+    refused = client.post("/jobs/svd", json={"spec": spec(600, 520), "method": "golub_reinsch"})
+    assert_api_error(refused, 422, "invalid_parameter", client)
+    assert "golub_reinsch" in refused.json()["detail"] and job_ids(client) == []
+    assert client.post("/jobs/svd", json={"spec": spec(600, 520), "method": "lapack"}).status_code == 202
