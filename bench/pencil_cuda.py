@@ -10,6 +10,7 @@ floor the byte counts are read against.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -70,7 +71,7 @@ def gpu_stage_times(lease, images, params, repeats):
     for i in range(repeats):
         marks: list = []
         cuda.render_on(lease, images[i % len(images)], params, marks, serial=True)
-        for (_, before), (name, after) in zip(marks, marks[1:], strict=False):
+        for (_, before), (name, after) in itertools.pairwise(marks):
             per_stage.setdefault(name, []).append(cupy.cuda.get_elapsed_time(before, after))
     compute, transfers, wall = [], [], []
     for i in range(repeats):
@@ -234,11 +235,11 @@ def end_to_end(port: int = 8765) -> None:
         print("size | clients | requests/s | p50 ms | p99 ms | decode ms | encode ms | server render ms (X-Render-Ms)")
         for width, height in ((1024, 768), (2560, 1920)):
             image = photos(width, height)[0]
-            ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
+            _, jpeg = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
             data = jpeg.tobytes()
-            decode_ms = median_ms(lambda: load_pixels(open_image(data, 10**9)), 7)
+            decode_ms = median_ms(lambda data=data: load_pixels(open_image(data, 10**9)), 7)
             drawing = ref.to_u8(np.random.default_rng().random((height, width), dtype=np.float32))
-            encode_ms = median_ms(lambda: encode_image(drawing, "jpeg", 90), 7)
+            encode_ms = median_ms(lambda drawing=drawing: encode_image(drawing, "jpeg", 90), 7)
             for clients in (1, 4, 16, 32):
                 rate, p50, p99, render_ms = asyncio.run(_load(base, data, clients, seconds=4.0))
                 print(f"{width}x{height} | {clients} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {decode_ms:.1f} | {encode_ms:.1f} | {render_ms:.1f}")
