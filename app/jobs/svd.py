@@ -56,13 +56,31 @@ class SvdRequest(SvdOptions):
     spec: MatrixSpec
 
 
+def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its nested models written in place: a schema inside an
+    OpenAPI document cannot resolve pydantic's "#/$defs/..." references."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"$ref"}:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return inline(schema)
+
+
 EXAMPLE = {"spec": {"m": 2048, "n": 2048, "dtype": "float32", "seed": 1, "kind": "ill_conditioned", "cond": 1e6}, "compute_uv": True, "method": "auto"}
 
 OPENAPI = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": SvdRequest.model_json_schema(ref_template="#/components/schemas/{model}"), "example": EXAMPLE},
+            "application/json": {"schema": _inline_schema(SvdRequest), "example": EXAMPLE},
             "multipart/form-data": {
                 "schema": {
                     "type": "object",

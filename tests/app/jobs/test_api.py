@@ -498,3 +498,17 @@ def test_golub_reinsch_is_limited_to_what_the_numpy_reference_finishes(make_clie
     assert_api_error(refused, 422, "invalid_parameter", client)
     assert "golub_reinsch" in refused.json()["detail"] and job_ids(client) == []
     assert client.post("/jobs/svd", json={"spec": spec(600, 520), "method": "lapack"}).status_code == 202
+
+
+def test_the_api_docs_show_the_svd_job_schema_and_an_example(make_client):
+    client = make_client()
+    document = client.get("/openapi.json").json()
+    post = document["paths"]["/jobs/svd"]["post"]
+    body = post["requestBody"]["content"]
+    spec_schema = body["application/json"]["schema"]["properties"]["spec"]
+    assert {"m", "n", "dtype", "seed", "kind", "cond", "rank"} <= set(spec_schema["properties"])  # written in place, no dangling $ref
+    assert "$ref" not in str(body)
+    assert body["application/json"]["example"]["spec"]["kind"] == "ill_conditioned"
+    assert body["multipart/form-data"]["schema"]["required"] == ["matrix"]
+    assert {"401", "404", "409", "503"} <= set(post["responses"])
+    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/result", "/jobs/{job_id}/files/{name}"} <= set(document["paths"])
