@@ -43,7 +43,7 @@ class FakeRuntime:
     def describe(self, device):
         return f"Fake GPU {device}", 8 << 30
 
-    def new_stream(self, device):
+    def new_stream(self, device, urgent=False):
         return FakeStream()
 
     def cap_memory(self, device, fraction):

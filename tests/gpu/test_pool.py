@@ -42,7 +42,7 @@ class FakeRuntime:
     def __init__(self, count=2, total=16 * GIB, used=0, cap=0):
         self.count, self.total, self.used, self.cap = count, total, used, cap
         self.capped: list[tuple[int, float]] = []
-        self.streams: list[tuple[int, FakeStream]] = []
+        self.streams: list[tuple[int, FakeStream, bool]] = []
         self.freed: list[int] = []
 
     def device_count(self) -> int:
@@ -51,9 +51,9 @@ class FakeRuntime:
     def describe(self, device):
         return f"Fake GPU {device}", self.total
 
-    def new_stream(self, device):
+    def new_stream(self, device, urgent=False):
         stream = FakeStream()
-        self.streams.append((device, stream))
+        self.streams.append((device, stream, urgent))
         return stream
 
     def cap_memory(self, device, fraction):
@@ -152,7 +152,8 @@ def test_constructor_caps_memory_and_makes_leases():
     assert runtime.capped == [(0, 0.75), (2, 0.75)]
     assert pool.device_ids == [0, 2]
     assert pool.size == 6
-    assert [device for device, _ in runtime.streams] == [0] * 6 + [2] * 6  # 2 per lease
+    assert [device for device, _, _ in runtime.streams] == [0] * 6 + [2] * 6  # 2 per lease
+    assert [urgent for _, _, urgent in runtime.streams] == [False, True] * 6  # the side stream is urgent
     assert DevicePool(runtime=FakeRuntime(count=2), streams_per_device=4).size == 8
 
 
