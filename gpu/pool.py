@@ -123,10 +123,10 @@ class CupyRuntime:
         return properties["name"].decode(), int(properties["totalGlobalMem"])
 
     def new_stream(self, device: int, urgent: bool = False):
-        """A non-blocking stream; `urgent` ones get the device's highest priority."""
+        """A non-blocking stream; `urgent` ones get the device's highest priority (CUDA
+        clamps a priority beyond the device's range to its greatest: -5 on Hopper)."""
         with self.cupy.cuda.Device(device):
-            priority = self.cupy.cuda.runtime.deviceGetStreamPriorityRange()[1] if urgent else 0
-            return self.cupy.cuda.Stream(non_blocking=True, priority=priority)
+            return self.cupy.cuda.Stream(non_blocking=True, priority=-1000 if urgent else 0)
 
     def cap_memory(self, device: int, fraction: float) -> None:
         with self.cupy.cuda.Device(device):
