@@ -14,7 +14,6 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.decode import load_pixels, open_image
 from app.encode import (
@@ -26,6 +25,7 @@ from app.encode import (
     parse_encode_options,
 )
 from app.errors import ERROR_SCHEMA, ApiError
+from app.forms import read_form
 from gpu import pencil
 from gpu.pencil.params import (
     PENCIL_OPTIONS,
@@ -113,12 +113,7 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, di
 
 
 async def _read_form(request: Request) -> tuple[bytes, str, dict[str, str]]:
-    try:
-        form = await request.form(max_files=4, max_fields=len(ALL_OPTIONS) + 8, max_part_size=64 * 1024)
-    except StarletteHTTPException as exc:
-        if exc.status_code != 400:
-            raise
-        raise ApiError(400, "bad_request", f"{exc.detail} The photo must be a file part: curl -F image=@photo.jpg") from None
+    form = await read_form(request, max_files=4, max_fields=len(ALL_OPTIONS) + 8, hint="The photo must be a file part: curl -F image=@photo.jpg")
     try:
         upload = form.get("image")
         if upload is None:

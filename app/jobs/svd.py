@@ -18,10 +18,10 @@ import numpy as np
 from fastapi import Request
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.config import Settings
 from app.errors import ApiError
+from app.forms import read_form
 from app.jobs.kinds import JobContext, JobKind, Submission
 from gpu.svd import reference
 from gpu.svd.params import MATRIX_KINDS, SvdParams, make_matrix
@@ -153,12 +153,7 @@ async def parse(request: Request, settings: Settings) -> Submission:
 
 
 async def _read_form(request: Request) -> tuple[bytes, dict[str, str]]:
-    try:
-        form = await request.form(max_files=1, max_fields=8, max_part_size=64 * 1024)
-    except StarletteHTTPException as exc:
-        if exc.status_code != 400:
-            raise
-        raise ApiError(400, "bad_request", f"{exc.detail} The matrix must be a file part: curl -F matrix=@a.npy") from None
+    form = await read_form(request, max_files=1, max_fields=8, hint="The matrix must be a file part: curl -F matrix=@a.npy")
     try:
         upload = form.get("matrix")
         if not isinstance(upload, UploadFile):
