@@ -8,6 +8,7 @@ Importing this module needs CuPy; nothing in `app/` or the CPU backend imports i
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 import cupy
@@ -49,5 +50,16 @@ def kernel(source: Path, name: str) -> cupy.RawKernel:
 
 def max_shared_bytes() -> int:
     """Shared memory one block may use on the current device (opt-in limit), in bytes."""
-    device = cupy.cuda.Device()
-    return int(device.attributes["MaxSharedMemoryPerBlockOptin"])
+    return device_attribute("MaxSharedMemoryPerBlockOptin")
+
+
+def device_attribute(name: str) -> int:
+    """A CUDA attribute of the current device (e.g. "MultiProcessorCount"), read once per
+    device: cupy's Device.attributes queries every attribute on each call, too slow for
+    the launch path."""
+    return _attributes(cupy.cuda.Device().id)[name]
+
+
+@lru_cache(maxsize=None)
+def _attributes(device: int) -> dict[str, int]:
+    return dict(cupy.cuda.Device(device).attributes)

@@ -398,7 +398,7 @@ def solve_beta(
     flag is read through it every CG_CHUNK iterations, one chunk late, so that the host
     stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sms = kernels.device_attribute("MultiProcessorCount")
     columns = _div_up(width, CG_BLOCK[0])
     grid = (columns, max(1, min(_div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
     stream = cupy.cuda.get_current_stream()
