@@ -17,7 +17,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu.svd import reference  # noqa: E402
 from gpu.svd.params import SvdParams, make_matrix  # noqa: E402
-
-
-def host_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+from pencil import median_ms  # noqa: E402  (bench/pencil.py, beside this file)
 
 
 def cusolver_ms(a: np.ndarray, compute_uv: bool, repeats: int) -> tuple[float, tuple | None]:
@@ -79,11 +69,11 @@ def main() -> None:
             a = make_matrix(m, n, dtype, seed=1, kind="gaussian")
             for compute_uv in (False, True):
                 gpu_ms, factors = cusolver_ms(a, compute_uv, args.repeats) if cupy is not None else (float("nan"), None)
-                lapack_ms = host_ms(lambda a=a, c=compute_uv: np.linalg.svd(a, full_matrices=False, compute_uv=c), max(1, args.repeats // 2))
+                lapack_ms = median_ms(lambda a=a, c=compute_uv: np.linalg.svd(a, full_matrices=False, compute_uv=c), max(1, args.repeats // 2))
                 reference_ms = float("nan")
                 if min(m, n) <= args.reference_max:
                     params = SvdParams(compute_uv=compute_uv, method="golub_reinsch")
-                    reference_ms = host_ms(lambda a=a, p=params: reference.svd(a, p), 1)
+                    reference_ms = median_ms(lambda a=a, p=params: reference.svd(a, p), 1)
                 ratios = "-"
                 if factors is not None:
                     u, s, vt = factors
