@@ -3,7 +3,8 @@
 # tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
-#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e]    (default: all four)
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench]    (default: the first four)
+# SVD_SIZES picks the sizes of svd-bench (bench/svd.py --sizes).
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
 mkdir -p "$out"
@@ -24,6 +25,8 @@ for step in $steps; do
         compute-sanitizer --tool $tool --print-limit 20 python3 bench/sanitize_pencil.py 2>&1 | tee "$out/sanitize-$tool.log" | tail -6
       done ;;
     bench) python3 bench/pencil.py --backend cuda 2>&1 | tee "$out/bench.log" ;;
+    svd-tests) python3 -m pytest -q -m gpu tests/gpu/svd tests/app/jobs/test_api_cuda.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/svd-tests.log" | tail -40 ;;
+    svd-bench) python3 bench/svd.py --sizes "${SVD_SIZES:-1024x1024,2048x2048,4096x4096,8192x512}" 2>&1 | tee "$out/svd-bench.log" ;;
     e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
   esac
 done

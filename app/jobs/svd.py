@@ -2,10 +2,11 @@
 `matrix`, a .npy file) or of a generated one (JSON body with a `spec`).
 
 Methods: `golub_reinsch` (Lahabar & Narayanan 2009: Householder bidiagonalization, then
-implicitly shifted QR; gpu/svd/reference.py), `cusolver` (CuPy's cupy.linalg.svd on the
-job's GPU lease; CUDA backend only), `lapack` (NumPy), `auto` (cuSOLVER on a GPU, LAPACK
-on the CPU). The result: singular values (JSON and s.npy), U and V^T files when asked,
-LAPACK's accuracy ratios and the time of each phase.
+implicitly shifted QR; gpu/svd/cuda.py on the job's GPU lease, gpu/svd/reference.py on the
+CPU), `cusolver` (CuPy's cupy.linalg.svd on the lease; CUDA backend only), `lapack`
+(NumPy), `auto` (on a GPU the faster of the two GPU methods for the shape, as measured by
+bench/svd.py; LAPACK on the CPU). The result: singular values (JSON and s.npy), U and V^T
+files when asked, LAPACK's accuracy ratios and the time of each phase.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ VALUES_IN_JSON = 1024  # singular values listed in the JSON result; all of them 
 class SvdOptions(BaseModel):
     compute_uv: bool = Field(True, description="also compute U and V^T")
     full_matrices: bool = Field(False, description="U m x m and V^T n x n instead of the thin m x k, k x n")
-    method: Literal["auto", "golub_reinsch", "cusolver", "lapack"] = Field("auto", description="auto: cuSOLVER on a GPU, LAPACK on the CPU")
+    method: Literal["auto", "golub_reinsch", "cusolver", "lapack"] = Field("auto", description="auto: the fastest GPU method for the shape on a GPU, LAPACK on the CPU")
 
 
 class MatrixSpec(BaseModel):
@@ -99,10 +100,20 @@ OPENAPI = {
 }
 
 
-# The Golub-Reinsch method runs the readable NumPy definition, whose bulge chase is a
-# Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices are refused
-# rather than left to hold a job stream for an hour.
+# Without a GPU the Golub-Reinsch method runs the readable NumPy definition, whose bulge
+# chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
+# are refused there rather than left to hold a job stream for an hour.
 GOLUB_REINSCH_MAX_SIDE = 512
+
+
+# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER on an H200 (the
+# table in BENCHMARKS.md): with vectors, from this many columns (of the smaller side) on.
+AUTO_GOLUB_REINSCH_MIN_SIDE = 1024
+
+
+def auto_method(m: int, n: int, compute_uv: bool) -> str:
+    """The GPU method `auto` runs for an (m, n) matrix: the faster one in the benchmark."""
+    return "golub_reinsch" if compute_uv and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE else "cusolver"
 
 
 def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
@@ -112,8 +123,8 @@ def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
         raise ApiError(422, "invalid_parameter", _validation_detail(exc)) from None
     if options.method == "cusolver" and backend != "cuda":
         raise ApiError(422, "invalid_parameter", "method: cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)")
-    if options.method == "golub_reinsch" and min(m, n) > GOLUB_REINSCH_MAX_SIDE:
-        raise ApiError(422, "invalid_parameter", f"method: golub_reinsch runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_MAX_SIDE} (this one: {min(m, n)}); use auto, lapack or cusolver")
+    if options.method == "golub_reinsch" and backend != "cuda" and min(m, n) > GOLUB_REINSCH_MAX_SIDE:
+        raise ApiError(422, "invalid_parameter", f"method: golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_MAX_SIDE} (this one: {min(m, n)}); use auto or lapack")
     return options
 
 
@@ -215,11 +226,16 @@ def run(ctx: JobContext) -> dict[str, Any]:
     times["load"] = (time.perf_counter() - start) * 1000
     method = params["method"]
     if method == "auto":
-        method = "cusolver" if ctx.lease is not None else "lapack"
+        method = auto_method(*a.shape, params["compute_uv"]) if ctx.lease is not None else "lapack"
     ctx.progress(0.05)
     start = time.perf_counter()
     if method == "cusolver":
         u, s, vt = _cusolver(a, params, ctx.lease)
+    elif method == "golub_reinsch" and ctx.lease is not None:
+        from gpu.svd import cuda
+
+        svd_params = SvdParams(compute_uv=params["compute_uv"], full_matrices=params["full_matrices"], method=method)
+        u, s, vt = cuda.svd(a, svd_params, ctx.lease, timings=times)
     else:
         svd_params = SvdParams(compute_uv=params["compute_uv"], full_matrices=params["full_matrices"], method=method)
         u, s, vt = reference.svd(a, svd_params, timings=times)

@@ -1,6 +1,6 @@
-"""Batch jobs on the CUDA backend: SVD jobs run on batch-priority GPU leases (cuSOLVER
-through CuPy, and auto choosing it) while sketches keep being answered. CUDA only
-(marker `gpu`)."""
+"""Batch jobs on the CUDA backend: SVD jobs run on batch-priority GPU leases (our
+Golub-Reinsch, cuSOLVER through CuPy, and auto choosing between them) while sketches keep
+being answered. CUDA only (marker `gpu`)."""
 
 from __future__ import annotations
 
@@ -37,14 +37,19 @@ def run_job(client, body: dict, wait_s: float = 120.0) -> dict:
     return client.get(f"/jobs/{job_id}/result").json()
 
 
-@pytest.mark.parametrize("method", ["cusolver", "auto"])
+@pytest.mark.parametrize("method", ["cusolver", "golub_reinsch", "auto"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_svd_jobs_run_on_the_gpu(make_client, method, dtype):
+    from app.jobs.svd import auto_method
+
     client = admin(make_client)
     spec = {"m": 300, "n": 200, "dtype": dtype, "seed": 3, "kind": "ill_conditioned", "cond": 1e4}
     result = run_job(client, {"spec": spec, "method": method})
     body = result["result"]
-    assert (body["method"], body["backend"]) == ("cusolver", "cuda")
+    expected_method = auto_method(300, 200, True) if method == "auto" else method
+    assert (body["method"], body["backend"]) == (expected_method, "cuda")
+    if method == "golub_reinsch":
+        assert {"bidiagonalization", "diagonalization"} <= body["times_ms"].keys()
     expected = np.linalg.svd(make_matrix(300, 200, np.dtype(dtype), 3, "ill_conditioned", cond=1e4).astype(np.float64), compute_uv=False)
     np.testing.assert_allclose(body["singular_values"], expected, rtol=1e-3 if dtype == "float32" else 1e-10, atol=1e-6 * expected[0])
     assert max(body["accuracy"].values()) <= 35
@@ -66,3 +71,25 @@ def test_jobs_and_sketches_share_the_gpus(make_client):
     assert all(r["result"]["backend"] == "cuda" for r in results)
     gpus = client.get("/healthz").json()["gpus"]
     assert sum(row["leases_granted"] for row in gpus) >= 12
+
+
+def test_golub_reinsch_on_the_gpu_takes_matrices_the_cpu_reference_refuses(make_client):
+    """On the CPU, golub_reinsch is capped at 512 columns (a Python bulge chase); the GPU
+    has no such cap. An uploaded 700 x 600 float32 matrix: U, S, V^T pass LAPACK's ratios."""
+    import io
+
+    client = admin(make_client)
+    a = make_matrix(700, 600, np.float32, 11, "gaussian")
+    buffer = io.BytesIO()
+    np.save(buffer, a)
+    response = client.post("/jobs/svd", files={"matrix": ("a.npy", buffer.getvalue(), "application/octet-stream")}, data={"method": "golub_reinsch"})
+    assert response.status_code == 202, response.text
+    job_id, deadline = response.json()["id"], time.monotonic() + 120
+    while (job := client.get(f"/jobs/{job_id}").json())["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    assert job["status"] == "succeeded", job
+    body = client.get(f"/jobs/{job_id}/result").json()["result"]
+    assert body["method"] == "golub_reinsch" and max(body["accuracy"].values()) <= 35
+    files = {name: np.load(io.BytesIO(client.get(f"/jobs/{job_id}/files/{name}").content)) for name in ("u.npy", "s.npy", "vt.npy")}
+    np.testing.assert_allclose((files["u.npy"].astype(np.float64) * files["s.npy"]) @ files["vt.npy"], a, atol=1e-3 * np.abs(a).max())

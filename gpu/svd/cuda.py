@@ -1,0 +1,339 @@
+"""Golub-Reinsch SVD on the GPU (Lahabar & Narayanan 2009), the same steps as
+gpu/svd/reference.py, on a lease of the device pool:
+
+    main stream   upload -> bidiagonalization (cuBLAS GEMV/GEMM + svd.cu) -> bulge chase, chunk by chunk
+    side stream                 wait -> Q and P^T from the reflectors (GEMM) -> rotations of each chunk
+
+1. Bidiagonalization: per column, the two big products (A^T u and A v, the BLAS-2 half
+   that moves (2/3) n^3 words) are cuBLAS GEMVs on the trailing block in place; the
+   reflectors and the panel's z and w vectors are svd.cu kernels; each panel of L
+   columns ends with one rank-2L GEMM. Nothing goes back to the host.
+2. Diagonalization: one GPU thread runs the scalar bulge chase of reference.bidiagonal_svd
+   (the paper runs it on the host; here it avoids a copy per sweep) and logs each sweep's
+   rotations. The log is applied to U and V^T on the side stream in batches of up to
+   SWEEPS_PER_BATCH sweeps, each element read and written once per batch, while the
+   chase goes on with the next chunk of sweeps.
+3. Signs and the descending order are fixed on the host's copy of s and applied to the
+   vectors by a gather on the device.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+from gpu import kernels
+from gpu.svd import blas
+from gpu.svd.params import SvdParams
+from gpu.svd.reference import check_matrix
+
+SOURCE = Path(__file__).with_name("svd.cu")
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+# Mirrored from svd.cu.
+STATE_INTS = 8
+STATE_STATUS, STATE_LOGGED = 5, 6
+STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
+SWEEPS_PER_BATCH = 16
+
+THREADS = 256  # elementwise kernels
+REFLECTOR_THREADS = 1024  # one block per Householder reflector
+APPLY_THREADS = 64  # columns per block when applying rotations: few columns, many SMs
+SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
+
+
+class NoConvergence(np.linalg.LinAlgError):
+    """The bidiagonal QR iteration did not converge in its sweep budget."""
+
+
+def _k(name: str, dtype: np.dtype) -> cupy.RawKernel:
+    return kernels.kernel(SOURCE, f"{name}_{_SUFFIX[np.dtype(dtype)]}")
+
+
+def _at(array: cupy.ndarray, offset: int = 0) -> np.uint64:
+    """The address of element `offset` of a contiguous array, as a kernel argument."""
+    return np.uint64(array.data.ptr + offset * array.dtype.itemsize)
+
+
+def _blocks(count: int, threads: int = THREADS) -> tuple[int]:
+    return ((count + threads - 1) // threads,)
+
+
+# ---------------------------------------------------------------- bidiagonalization --
+
+
+@dataclass
+class Reflectors:
+    """The Householder vectors of a bidiagonalization, column-major: left (m, n) holds u_c
+    in rows c.. of column c (u_c[0] = 1), right (n, n) holds v_c in rows c+1.. of column c;
+    tau_left, tau_right (n,). nb is the panel width they were made with."""
+
+    left: cupy.ndarray
+    tau_left: cupy.ndarray
+    right: cupy.ndarray
+    tau_right: cupy.ndarray
+    nb: int
+
+
+def bidiagonalize(a: cupy.ndarray, block_size: int = 32, vectors: bool = True) -> tuple[cupy.ndarray, cupy.ndarray, Reflectors | None]:
+    """Upper bidiagonal B = Q^T A P of a device (m, n) matrix with m >= n, on the current
+    stream: (d (n,), e (max(n-1, 1),), reflectors or None). `a` is not modified."""
+    m, n = a.shape
+    if m < n:
+        raise ValueError(f"bidiagonalize needs m >= n, got {m} x {n}: pass the transpose")
+    dtype = a.dtype
+    item = dtype.itemsize
+    work = cupy.array(a, dtype=dtype, order="F", copy=True)
+    nb = min(block_size, n)
+    width = 2 * nb
+    uw = cupy.zeros((m, width), dtype, order="F")  # [U | W] of the panel
+    zv = cupy.zeros((n, width), dtype, order="F")  # [Z | V] of the panel
+    d = cupy.zeros(n, dtype)
+    e = cupy.zeros(max(n - 1, 1), dtype)
+    tau_left, tau_right = cupy.zeros(n, dtype), cupy.zeros(n, dtype)
+    left = cupy.zeros((m, n), dtype, order="F") if vectors else None
+    right = cupy.zeros((n, n), dtype, order="F") if vectors else None
+    product = cupy.empty(max(m, n), dtype)
+    small = cupy.empty(width, dtype)
+    row = cupy.empty(n, dtype)
+    reflector, z_and_row, w_update = _k("householder", dtype), _k("z_and_row", dtype), _k("w_update", dtype)
+    i32 = np.int32
+
+    for p in range(0, n, nb):
+        panel = min(nb, n - p)
+        uw.fill(0)
+        zv.fill(0)
+        for i in range(panel):
+            c = p + i
+            # column c brought up to date: A[c:, c] -= [U W][c:, :] [Z V][c, :]^T, then its reflector
+            blas.gemv("N", m - c, width, -1.0, uw, c, m, zv, c, n, 1.0, work, c + c * m)
+            reflector((1,), (REFLECTOR_THREADS,), (_at(work, c + c * m), i32(m - c), _at(uw, c + i * m), _at(tau_left, c), _at(d, c)))
+            if c == n - 1:
+                break
+            u_offset = c + i * m
+            blas.gemv("T", m - c, n - c - 1, 1.0, work, c + (c + 1) * m, m, uw, u_offset, 1, 0.0, product, 0)
+            blas.gemv("T", m - c, width, 1.0, uw, c, m, uw, u_offset, 1, 0.0, small, 0)
+            z_and_row(_blocks(n - c - 1), (THREADS,), (work, i32(m), zv, i32(n), uw, i32(m), product, small, tau_left, i32(c), i32(i), i32(width), i32(n - c - 1), row),
+                      shared_mem=2 * width * item)
+            v_offset = (c + 1) + (nb + i) * n
+            reflector((1,), (REFLECTOR_THREADS,), (row, i32(n - c - 1), _at(zv, v_offset), _at(tau_right, c), _at(e, c)))
+            blas.gemv("N", m - c - 1, n - c - 1, 1.0, work, (c + 1) + (c + 1) * m, m, zv, v_offset, 1, 0.0, product, 0)
+            blas.gemv("T", n - c - 1, width, 1.0, zv, c + 1, n, zv, v_offset, 1, 0.0, small, 0)
+            w_update(_blocks(m - c - 1), (THREADS,), (uw, i32(m), product, small, tau_right, i32(c), i32(i), i32(nb), i32(m - c - 1)), shared_mem=width * item)
+        t = p + panel
+        # the rank-2L update of the trailing block: A[t:, t:] -= [U W][t:] [Z V][t:]^T
+        blas.gemm("N", "T", m - t, n - t, width, -1.0, uw, t, m, zv, t, n, 1.0, work, t + t * m, m)
+        if vectors:
+            left[:, p : p + panel] = uw[:, :panel]
+            right[:, p : p + panel] = zv[:, nb : nb + panel]
+    return d, e, Reflectors(left, tau_left, right, tau_right, nb) if vectors else None
+
+
+def _apply_reflectors(target: cupy.ndarray, vectors: cupy.ndarray, taus: cupy.ndarray, first_row: int, nb: int) -> None:
+    """target <- H_0 H_1 ... target for the reflectors H_c = I - tau_c y_c y_c^T whose vectors
+    are the columns of `vectors` (rows, k), column c living in rows first_row + c.. (a column-
+    major target (rows, cols) is updated from its column first_row + c on, as in
+    reference.bidiagonalize). Panels of nb columns, last first, each as I - Y T Y^T: three GEMMs."""
+    rows, cols = target.shape
+    k = vectors.shape[1]
+    dtype = target.dtype
+    panels = list(range(0, k, nb))
+    grams = cupy.zeros((len(panels), nb, nb), dtype)  # each panel's Y^T Y, column-major
+    padded_taus = cupy.zeros(len(panels) * nb, dtype)
+    padded_taus[:k] = taus[:k]
+    for index, p in enumerate(panels):
+        panel, top = min(nb, k - p), first_row + p
+        blas.gemm("T", "N", panel, panel, rows - top, 1.0, vectors, top + p * rows, rows, vectors, top + p * rows, rows, 0.0, grams, index * nb * nb, nb)
+    factors = cupy.empty_like(grams)
+    _k("wy_factor", dtype)((len(panels),), (max(32, min(nb, 1024)),), (grams, padded_taus, np.int32(nb), factors))
+    scratch = cupy.empty((2, nb, cols), dtype)  # Y^T X and T Y^T X, column-major (nb, cols)
+    left, right = scratch[0], scratch[1]
+    for index, p in reversed(list(enumerate(panels))):
+        panel, top = min(nb, k - p), first_row + p
+        if top >= rows:
+            continue
+        span = cols - top  # the columns of the target this panel touches (as in the reference)
+        if span <= 0:
+            continue
+        y = top + p * rows
+        blas.gemm("T", "N", panel, span, rows - top, 1.0, vectors, y, rows, target, top + top * rows, rows, 0.0, left, 0, nb)
+        blas.gemm("N", "N", panel, span, panel, 1.0, factors, index * nb * nb, nb, left, 0, nb, 0.0, right, 0, nb)
+        blas.gemm("N", "N", rows - top, span, panel, -1.0, vectors, y, rows, right, 0, nb, 1.0, target, top + top * rows, rows)
+
+
+def accumulate(reflectors: Reflectors, m: int, n: int, full: bool) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Q (m, n or m) and P (n, n) from the reflectors, both column-major, on the current
+    stream; returned as their row-major transposes ut = Q^T and vt = P^T (views)."""
+    dtype = reflectors.left.dtype
+    q = cupy.zeros((m, m if full else n), dtype, order="F")
+    diagonal = cupy.arange(min(q.shape))
+    q[diagonal, diagonal] = 1
+    _apply_reflectors(q, reflectors.left, reflectors.tau_left, 0, reflectors.nb)
+    p = cupy.zeros((n, n), dtype, order="F")
+    p[cupy.arange(n), cupy.arange(n)] = 1
+    if n > 1:
+        _apply_reflectors(p, reflectors.right, reflectors.tau_right, 1, reflectors.nb)
+    return q.T, p.T
+
+
+# ------------------------------------------------------------------ diagonalization --
+
+
+@dataclass
+class _Log:
+    sweeps: cupy.ndarray  # (SWEEPS_PER_CHUNK, 4) int32: first pair, count, step, offset
+    rot_vt: cupy.ndarray  # (capacity, 2): (c, s) per rotation, for the rows of V^T
+    rot_u: cupy.ndarray  # the same for the rows of U^T
+
+
+def _batches(headers: np.ndarray):
+    """Consecutive sweeps of one direction, at most SWEEPS_PER_BATCH, whose rows overlap
+    enough that one pass over their union is worth it: (start, stop, first_row, elements, step)."""
+    def rows_of(h):
+        first, count, step = int(h[0]), int(h[1]), int(h[2])
+        return (first, first + count) if step > 0 else (first - count + 1, first + 1)
+
+    start = 0
+    while start < len(headers):
+        step = int(headers[start, 2])
+        low, high = rows_of(headers[start])
+        widest = high - low
+        stop = start + 1
+        while stop < len(headers) and stop - start < SWEEPS_PER_BATCH and int(headers[stop, 2]) == step:
+            lo, hi = rows_of(headers[stop])
+            new_low, new_high = min(low, lo), max(high, hi)
+            if new_high - new_low > 2 * max(widest, hi - lo) + 8:
+                break
+            low, high, widest = new_low, new_high, max(widest, hi - lo)
+            stop += 1
+        yield start, stop, low, high - low + 1, step
+        start = stop
+
+
+def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy.ndarray | None) -> None:
+    """Apply the logged sweeps to the rows of ut and vt (row-major), on the current stream."""
+    apply = _k("apply_sweeps", log.rot_vt.dtype)
+    vt_width = 0 if vt is None else vt.shape[1]
+    ut_width = 0 if ut is None else ut.shape[1]
+    null = np.uint64(0)
+    grid_x = (max(vt_width, ut_width) + APPLY_THREADS - 1) // APPLY_THREADS
+    for start, stop, first_row, elements, step in _batches(headers):
+        apply((grid_x, 2), (APPLY_THREADS,), (
+            null if vt is None else vt, np.int32(vt_width), null if ut is None else ut, np.int32(ut_width),
+            np.int64(vt_width), np.int64(ut_width), np.int32(first_row), np.int32(elements), np.int32(step),
+            _at(log.sweeps, 4 * start), np.int32(stop - start), log.rot_vt, log.rot_u))
+
+
+def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: cupy.ndarray | None, side: cupy.cuda.Stream | None = None,
+                max_sweeps: int | None = None) -> cupy.ndarray:
+    """Singular values of the upper bidiagonal (d (n,), e (n-1,)), descending and non-negative
+    (device (n,)); d and e are destroyed. The left and right rotations go to the first n
+    rows of ut = U^T and to the rows of vt = V^T (row-major, C-contiguous), in place, on
+    `side` (default: the current stream), which is joined back before returning. The chase
+    runs on the current stream. Raises NoConvergence after max_sweeps (default 30 n) sweeps."""
+    n = d.shape[0]
+    dtype = d.dtype
+    max_sweeps = 30 * n if max_sweeps is None else max_sweeps
+    main = cupy.cuda.get_current_stream()
+    side = main if side is None else side
+    vectors = ut is not None or vt is not None
+    shared = 2 * n * dtype.itemsize
+    if shared > kernels.max_shared_bytes():
+        raise ValueError(f"the bidiagonal of {n} columns does not fit in shared memory ({shared} bytes)")
+    if n > 1:
+        state = cupy.zeros(STATE_INTS, np.int32)
+        thresh = cupy.zeros(1, dtype)
+        capacity = SWEEPS_PER_CHUNK * max(n - 1, 1)  # a sweep has at most n - 1 rotations
+        logs = [_Log(cupy.empty((SWEEPS_PER_CHUNK, 4), np.int32), cupy.empty((capacity, 2), dtype), cupy.empty((capacity, 2), dtype))
+                for _ in range(2 if vectors else 0)]
+        applied: list[cupy.cuda.Event | None] = [None, None]
+        chase = _k("bidiagonal_qr", dtype)
+        chunk = 0
+        null = np.uint64(0)
+        while True:
+            buffer = chunk % 2
+            log = logs[buffer] if vectors else None
+            if applied[buffer] is not None:
+                main.wait_event(applied[buffer])  # the side stream is done with this buffer
+            chase((1,), (32,), (d, e, np.int32(n), state, thresh, null if log is None else log.sweeps, np.int32(SWEEPS_PER_CHUNK),
+                                null if log is None else log.rot_vt, null if log is None else log.rot_u, np.int32(capacity), np.int32(max_sweeps)),
+                  shared_mem=shared)
+            status = state.get()  # waits for this chunk of the chase
+            if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
+                raise NoConvergence(f"bidiagonal QR did not converge in {max_sweeps} sweeps")
+            logged = int(status[STATE_LOGGED])
+            if log is not None and logged:
+                headers = log.sweeps[:logged].get()
+                chased = main.record()
+                with side:
+                    side.wait_event(chased)
+                    _apply_log(log, headers, ut, vt)
+                    applied[buffer] = side.record()
+            if status[STATE_STATUS] == STATUS_DONE:
+                break
+            chunk += 1
+        if side is not main:
+            main.wait_event(side.record())
+
+    # signs and order, as at the end of reference.bidiagonal_svd
+    values = d.get()
+    negative = values < 0
+    values = np.abs(values)
+    order = np.argsort(-values, kind="stable")
+    if vt is not None and (negative.any() or np.any(order != np.arange(n))):
+        sign = cupy.asarray(np.where(negative, -1, 1).astype(dtype)[order])
+        gather = cupy.asarray(order)
+        vt[:] = vt[gather] * sign[:, None]
+    if ut is not None and np.any(order != np.arange(n)):
+        gather = cupy.asarray(order)
+        ut[:n] = ut[gather]
+    return cupy.asarray(values[order])
+
+
+# ------------------------------------------------------------------------- the SVD --
+
+
+def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | None = None):
+    """A = U diag(s) V^T on the lease's device: (u, s, vt) as host arrays in the dtype of
+    `a`, shaped as reference.svd returns them (u, vt None without compute_uv).
+    timings, if given, gets the milliseconds of each phase (CUDA events)."""
+    a = check_matrix(a)
+    timings = {} if timings is None else timings
+    m, n = a.shape
+    with cupy.cuda.Device(lease.device), lease.stream:
+        main, side = lease.stream, lease.side_stream
+        marks = [cupy.cuda.Event() for _ in range(4)]
+        marks[0].record(main)
+        device_a = cupy.asarray(a)
+        matrix = device_a.T if m < n else device_a  # a wide matrix: the SVD of its transpose
+        rows, cols = matrix.shape
+        marks[1].record(main)
+        d, e, reflectors = bidiagonalize(matrix, params.block_size, vectors=params.compute_uv)
+        marks[2].record(main)
+        ut = vt = None
+        if reflectors is not None:
+            with side:
+                side.wait_event(marks[2])
+                ut, vt = accumulate(reflectors, rows, cols, params.full_matrices)
+                accumulated = side.record()
+        s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side)
+        marks[3].record(main)
+        start = time.perf_counter()
+        u = vt_out = None
+        if params.compute_uv:
+            u, vt_out = ut.T.get(), vt.get()  # U = (U^T)^T
+            if m < n:  # A^T = U S V^T
+                u, vt_out = vt_out.T, u.T
+            u, vt_out = np.ascontiguousarray(u), np.ascontiguousarray(vt_out)
+        values = s.get()
+        timings["upload"] = cupy.cuda.get_elapsed_time(marks[0], marks[1])
+        timings["bidiagonalization"] = cupy.cuda.get_elapsed_time(marks[1], marks[2])
+        if reflectors is not None:
+            timings["accumulation"] = cupy.cuda.get_elapsed_time(marks[2], accumulated)
+        timings["diagonalization"] = cupy.cuda.get_elapsed_time(marks[2], marks[3])
+        timings["download"] = (time.perf_counter() - start) * 1000
+    return u, values, vt_out

@@ -1,0 +1,525 @@
+// Golub-Reinsch SVD of Lahabar & Narayanan (2009) on the GPU: the kernels that cuBLAS does
+// not provide. gpu/svd/reference.py is the definition; gpu/svd/cuda.py drives these kernels.
+//
+// Matrices are column-major (Fortran order) with a leading dimension `ld`, as cuBLAS wants
+// them; vectors are contiguous. Every kernel is a template over the element type T
+// (float, double) with one extern "C" wrapper per type at the end of the file.
+
+template <typename T> struct Pair;
+template <> struct Pair<float> { typedef float2 type; };
+template <> struct Pair<double> { typedef double2 type; };
+
+__device__ __forceinline__ float copysign_t(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ double copysign_t(double a, double b) { return copysign(a, b); }
+__device__ __forceinline__ float hypot_t(float a, float b) { return hypotf(a, b); }
+__device__ __forceinline__ double hypot_t(double a, double b) { return hypot(a, b); }
+__device__ __forceinline__ float sqrt_t(float a) { return sqrtf(a); }
+__device__ __forceinline__ double sqrt_t(double a) { return sqrt(a); }
+
+template <typename T> struct Limits;
+template <> struct Limits<float> {
+    static __device__ __forceinline__ float eps() { return 1.1920928955078125e-07f; }    // numpy finfo(float32).eps
+    static __device__ __forceinline__ float tiny() { return 1.1754943508222875e-38f; }   // smallest normal
+    static __device__ __forceinline__ float huge() { return 3.4028234663852886e+38f; }
+};
+template <> struct Limits<double> {
+    static __device__ __forceinline__ double eps() { return 2.220446049250313e-16; }
+    static __device__ __forceinline__ double tiny() { return 2.2250738585072014e-308; }
+    static __device__ __forceinline__ double huge() { return 1.7976931348623157e+308; }
+};
+
+// ------------------------------------------------------------- block reductions --
+// blockDim.x is a multiple of 32, at most 1024; `scratch` holds 32 values.
+
+template <typename T> __device__ T block_max(T v, T* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < (blockDim.x >> 5) ? scratch[lane] : T(0);
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <typename T> __device__ T block_sum(T v, T* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < (blockDim.x >> 5) ? scratch[lane] : T(0);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ------------------------------------------------------------------ reflectors --
+// reference.householder for x (len,), one block: v (len,) with v[0] = 1 and
+// (I - tau v v^T) x = beta e_1; tau and beta stored at tau_out[0], beta_out[0].
+// The norm is scaled by max |x_i| so that squaring cannot overflow.
+template <typename T>
+__device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v, T* tau_out, T* beta_out) {
+    __shared__ T scratch[32];
+    T biggest = 0;
+    for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) biggest = max(biggest, abs(x[i]));
+    biggest = block_max(biggest, scratch);
+    T sum = 0;
+    if (biggest > 0)
+        for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) {
+            const T y = x[i] / biggest;
+            sum += y * y;
+        }
+    sum = block_sum(sum, scratch);
+    const T alpha = x[0];
+    const T rest = biggest * sqrt_t(sum);
+    if (rest == 0) {
+        for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : T(0);
+        if (threadIdx.x == 0) {
+            *tau_out = 0;
+            *beta_out = alpha;
+        }
+        return;
+    }
+    const T beta = -copysign_t(hypot_t(alpha, rest), alpha);
+    const T denominator = alpha - beta;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : x[i] / denominator;
+    if (threadIdx.x == 0) {
+        *tau_out = (beta - alpha) / beta;
+        *beta_out = beta;
+    }
+}
+
+// z and the updated row of one panel step (reference.bidiagonalize, the lines after the
+// left reflector), thread j for column col = c + 1 + j, j < count:
+//   z_j   = tau_left * (y_j - sum_k ZV[col, k] t_k)          -> ZV[col, i]
+//   row_j = A[c, col] - sum_k ZV[col, k] UW[c, k]            (with the new z_j at k = i)
+// y = A[c:, c+1:]^T u, t = UW[c:, :]^T u (width 2 nb: U then W; Z then V in ZV).
+template <typename T>
+__device__ void z_and_row(const T* __restrict__ a, int lda, T* __restrict__ zv, int ldz, const T* __restrict__ uw, int ldu,
+                          const T* __restrict__ y, const T* __restrict__ t, const T* __restrict__ tau_left,
+                          int c, int i, int width, int count, T* __restrict__ row) {
+    extern __shared__ unsigned char shared_bytes[];
+    T* t_s = reinterpret_cast<T*>(shared_bytes);
+    T* uw_c = t_s + width;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) {
+        t_s[k] = t[k];
+        uw_c[k] = uw[c + (long long)k * ldu];
+    }
+    __syncthreads();
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= count) return;
+    const int col = c + 1 + j;
+    T dot = 0;
+    for (int k = 0; k < width; ++k) dot += zv[col + (long long)k * ldz] * t_s[k];
+    const T z = tau_left[c] * (y[j] - dot);
+    zv[col + (long long)i * ldz] = z;
+    T correction = 0;
+    for (int k = 0; k < width; ++k) correction += (k == i ? z : zv[col + (long long)k * ldz]) * uw_c[k];
+    row[j] = a[c + (long long)col * lda] - correction;
+}
+
+// w of one panel step, thread r for row = c + 1 + r, r < count:
+//   w_r = tau_right * (y_r - sum_k UW[row, k] s_k) -> UW[row, nb + i]
+// y = A[c+1:, c+1:] v, s = ZV[c+1:, :]^T v.
+template <typename T>
+__device__ void w_update(T* __restrict__ uw, int ldu, const T* __restrict__ y, const T* __restrict__ s, const T* __restrict__ tau_right,
+                         int c, int i, int nb, int count) {
+    extern __shared__ unsigned char shared_bytes[];
+    T* s_s = reinterpret_cast<T*>(shared_bytes);
+    const int width = 2 * nb;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) s_s[k] = s[k];
+    __syncthreads();
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= count) return;
+    const int row = c + 1 + r;
+    T dot = 0;
+    for (int k = 0; k < width; ++k) dot += uw[row + (long long)k * ldu] * s_s[k];
+    uw[row + (long long)(nb + i) * ldu] = tau_right[c] * (y[r] - dot);
+}
+
+// The T factor of compact WY (reference._wy_factor) for each panel, block p of the grid:
+// gram (nb, nb) = Y^T Y of the panel, taus (nb,), out t (nb, nb) upper triangular with
+// H_1 ... H_nb = I - Y T Y^T. All column-major, panels consecutive. Thread r owns row r:
+// T[r, i] = -tau_i sum_{r <= k < i} T[r, k] G[k, i] depends on row r alone.
+template <typename T>
+__device__ void wy_factor(const T* __restrict__ gram, const T* __restrict__ taus, int nb, T* __restrict__ t) {
+    const long long panel = blockIdx.x;
+    gram += panel * nb * nb;
+    taus += panel * nb;
+    t += panel * nb * nb;
+    for (int r = threadIdx.x; r < nb; r += blockDim.x) {
+        for (int i = 0; i < nb; ++i) {
+            T value = 0;
+            if (i == r) {
+                value = taus[i];
+            } else if (i > r) {
+                T dot = 0;
+                for (int k = r; k < i; ++k) dot += t[r + (long long)k * nb] * gram[k + (long long)i * nb];
+                value = -taus[i] * dot;
+            }
+            t[r + (long long)i * nb] = value;
+        }
+    }
+}
+
+// ------------------------------------------------------------ bidiagonal QR --
+// reference.bidiagonal_svd, run by one thread: the scalar bulge chase is sequential. The
+// rotations of each sweep are logged for gpu/svd/cuda.py to apply to U and V^T in
+// batches. Resumable: the kernel stops when the log is full (status PAUSED) and the next
+// launch carries on from `state`.
+
+enum { STATE_HI, STATE_SWEEPS, STATE_OLD_LO, STATE_OLD_HI, STATE_FORWARD, STATE_STATUS, STATE_LOGGED, STATE_ROTATIONS, STATE_INTS };
+enum { STATUS_FRESH = 0, STATUS_PAUSED = 1, STATUS_DONE = 2, STATUS_NO_CONVERGENCE = 3 };
+// A logged sweep: rotation t (0 <= t < count) acts on the pair (first + step t, first + step t + 1)
+// of rows of V^T (and of U^T), as row_j <- c row_j + s row_{j+1}, row_{j+1} <- c row_{j+1} - s row_j,
+// with (c, s) = rotations[offset + t]. step is +1 or -1.
+struct Sweep { int first, count, step, offset; };
+
+template <typename T> struct Bidiagonal {
+    T* d;
+    T* e;
+    int lo, hi;
+    bool forward;
+    // The block lo..hi, read top to bottom (forward) or as its reversed transpose.
+    __device__ __forceinline__ T& D(int k) const { return forward ? d[lo + k] : d[hi - k]; }
+    __device__ __forceinline__ T& E(int k) const { return forward ? e[lo + k] : e[hi - 1 - k]; }
+};
+
+// 1 / sqrt(x) and 1 / x to about an ulp, without the IEEE-exact library sequences
+// (--prec-sqrt, --prec-div): the chase is one thread's chain of dependent operations, and
+// its latency is the SVD's. The hardware approximation plus one Newton step; callers keep
+// x normal. Rotations with c^2 + s^2 = 1 to an ulp or two keep U and V orthonormal to
+// LAPACK's test threshold (tests/gpu/svd/test_cuda.py).
+__device__ __forceinline__ float rsqrt_t(float x) {
+    const float y = rsqrtf(x);
+    return y * fmaf(-0.5f * x * y, y, 1.5f);
+}
+__device__ __forceinline__ double rsqrt_t(double x) {
+    const double y = rsqrt(x);
+    return y * fma(-0.5 * x * y, y, 1.5);
+}
+__device__ __forceinline__ float reciprocal_t(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y * fmaf(-x, y, 2.0f);
+}
+__device__ __forceinline__ double reciprocal_t(double x) {
+    const double y = double(reciprocal_t(float(x)));
+    const double once = y * fma(-x, y, 2.0);
+    return once * fma(-x, once, 2.0);
+}
+
+// mu / (mu + e) for the convergence tests, the reciprocal's shortcut where it is safe
+template <typename T> __device__ __forceinline__ T ratio_t(T mu, T sum) {
+    return (sum >= T(1e-30) && sum <= T(1e30)) ? mu * reciprocal_t(sum) : mu / sum;
+}
+
+// reference.givens: [c s; -s c] [f; g] = [r; 0].
+template <typename T> __device__ __forceinline__ void givens(T f, T g, T& c, T& s, T& r) {
+    if (g == 0) { c = 1; s = 0; r = f; return; }
+    if (f == 0) { c = 0; s = 1; r = g; return; }
+    const T squares = f * f + g * g;
+    if (squares >= T(1e-30) && squares <= T(1e30)) {
+        const T inverse = rsqrt_t(squares);
+        c = f * inverse;
+        s = g * inverse;
+        r = squares * inverse;
+        return;
+    }
+    r = hypot_t(f, g);  // the squares would lose precision to under- or overflow
+    c = f / r;
+    s = g / r;
+}
+
+// reference.smallest_singular_value_2x2
+template <typename T> __device__ T smallest_singular_value_2x2(T f, T g, T h) {
+    const T fa = abs(f), ga = abs(g), ha = abs(h);
+    const T lo = min(fa, ha), hi = max(fa, ha);
+    if (lo == 0) return lo;
+    const T plus = 1 + lo / hi, minus = (hi - lo) / hi;
+    if (ga < hi) {
+        const T ratio = (ga / hi) * (ga / hi);
+        return lo * (2 / (sqrt_t(plus * plus + ratio) + sqrt_t(minus * minus + ratio)));
+    }
+    const T ratio = hi / ga;
+    if (ratio == 0) return (lo * hi) / ga;
+    return 2 * (lo * ratio / (sqrt_t(1 + (plus * ratio) * (plus * ratio)) + sqrt_t(1 + (minus * ratio) * (minus * ratio))));
+}
+
+// reference.svd_2x2 as rotations: left = [cl sl; -sl cl], right = [cr sr; -sr cr].
+template <typename T> __device__ void svd_2x2(T f, T g, T h, T& cl, T& sl, T& cr, T& sr, T& s1, T& s2) {
+    const T r = hypot_t(f + h, g);
+    T c1 = 1, s1_ = 0;
+    if (r != 0) { c1 = (f + h) / r; s1_ = g / r; }
+    const T p = c1 * f, q = s1_ * f, t = s1_ * g + c1 * h;
+    T c2 = 1, s2_ = 0, tangent = 0;
+    if (q != 0) {
+        const T zeta = (t - p) / (2 * q);
+        tangent = isinf(zeta) ? T(0) : copysign_t(T(1), zeta) / (abs(zeta) + hypot_t(T(1), zeta));
+        c2 = 1 / hypot_t(T(1), tangent);
+        s2_ = tangent * c2;
+    }
+    cr = c2; sr = s2_;
+    // left = [c1 s1; -s1 c1] @ right
+    cl = c1 * c2 + s1_ * (-s2_);
+    sl = c1 * s2_ + s1_ * c2;
+    s1 = p - tangent * q;
+    s2 = t + tangent * q;
+}
+
+// One implicit QR sweep on the block, top to bottom in its own reading (reference._sweep);
+// rotation k of the sweep is logged through `log_rotation(k, cr, sr, cl, sl)`. The values
+// carried from one step to the next stay in registers, and each step's loads are issued
+// before its stores, so the chain of dependent arithmetic is all that sets the pace.
+template <typename T, typename Log>
+__device__ void sweep(const Bidiagonal<T>& b, T shift, Log log_rotation) {
+    const int k_end = b.hi - b.lo;  // number of rotations
+    if (shift == 0) {
+        T c = 1, old_c = 1, old_s = 0, s, r;
+        T d_i = b.D(0), e_i = b.E(0);
+        for (int i = 0; i < k_end; ++i) {
+            const T d_next = b.D(i + 1);
+            const T e_next = i + 1 < k_end ? b.E(i + 1) : T(0);
+            givens(d_i * c, e_i, c, s, r);
+            if (i > 0) b.E(i - 1) = old_s * r;
+            T d_new;
+            givens(old_c * r, d_next * s, old_c, old_s, d_new);
+            b.D(i) = d_new;
+            log_rotation(i, c, s, old_c, old_s);
+            d_i = d_next;
+            e_i = e_next;
+        }
+        const T h = d_i * c;
+        b.D(k_end) = h * old_c;
+        b.E(k_end - 1) = h * old_s;
+        return;
+    }
+    T d_i = b.D(0), e_i = b.E(0);
+    T f = (abs(d_i) - shift) * (copysign_t(T(1), d_i) + shift / d_i);
+    T g = e_i;
+    for (int i = 0; i < k_end; ++i) {
+        T d_next = b.D(i + 1);
+        const T e_next = i + 1 < k_end ? b.E(i + 1) : T(0);
+        T c, s, r;
+        givens(f, g, c, s, r);
+        if (i > 0) b.E(i - 1) = r;
+        f = c * d_i + s * e_i;
+        const T e_rotated = c * e_i - s * d_i;
+        g = s * d_next;
+        d_next = c * d_next;
+        const T cr = c, sr = s;
+        givens(f, g, c, s, r);
+        b.D(i) = r;
+        f = c * e_rotated + s * d_next;
+        d_i = c * d_next - s * e_rotated;  // d[i+1], the next step's d_i
+        g = s * e_next;
+        e_i = c * e_next;                    // e[i+1], the next step's e_i
+        log_rotation(i, cr, sr, c, s);
+    }
+    b.D(k_end) = d_i;
+    b.E(k_end - 1) = f;
+}
+
+// d (n,), e (n-1,) in global memory (worked on in shared memory, written back at exit).
+// state: STATE_INTS ints, all 0 for a fresh start; thresh_out: the negligibility threshold.
+// Logs at most sweep_capacity sweeps and rotation_capacity rotations per launch when
+// `log` is not null (vectors wanted); without a log the chase runs to the end.
+template <typename T>
+__device__ void bidiagonal_qr(T* __restrict__ d_global, T* __restrict__ e_global, int n, int* __restrict__ state, T* __restrict__ thresh_io,
+                              Sweep* __restrict__ log, int sweep_capacity, typename Pair<T>::type* __restrict__ rot_vt,
+                              typename Pair<T>::type* __restrict__ rot_u, int rotation_capacity, int max_sweeps) {
+    extern __shared__ unsigned char shared_bytes[];
+    T* d = reinterpret_cast<T*>(shared_bytes);
+    T* e = d + n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = d_global[i];
+    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) e[i] = e_global[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        typedef typename Pair<T>::type T2;
+        const T eps = Limits<T>::eps();
+        const T tol = T(10) * eps;  // reference.TOLERANCE_ULP
+        int hi, sweeps, old_lo, old_hi;
+        bool forward;
+        T thresh;
+        if (state[STATE_STATUS] == STATUS_FRESH) {
+            T mu = abs(d[0]), smin = mu;
+            for (int i = 1; i < n; ++i) {
+                if (smin == 0) break;
+                mu = abs(d[i]) * ratio_t(mu, mu + abs(e[i - 1]));
+                smin = min(smin, mu);
+            }
+            thresh = max(tol * smin / sqrt_t(T(n)), T(6) * T(n) * T(n) * Limits<T>::tiny());
+            hi = n - 1; sweeps = 0; old_lo = -1; old_hi = -1; forward = true;
+        } else {
+            hi = state[STATE_HI]; sweeps = state[STATE_SWEEPS];
+            old_lo = state[STATE_OLD_LO]; old_hi = state[STATE_OLD_HI]; forward = state[STATE_FORWARD] != 0;
+            thresh = *thresh_io;
+        }
+        int logged = 0, rotations = 0, status = STATUS_DONE;
+        while (hi > 0) {
+            int lo = hi;
+            T smax = abs(d[hi]);
+            while (lo > 0 && abs(e[lo - 1]) > thresh) {
+                --lo;
+                smax = max(smax, max(abs(d[lo]), abs(e[lo])));
+            }
+            if (lo > 0) e[lo - 1] = 0;
+            if (lo == hi) { --hi; continue; }
+            if (log != nullptr && (logged == sweep_capacity || rotations + (hi - lo) > rotation_capacity)) {
+                status = STATUS_PAUSED;  // the log is full: the host applies it and relaunches
+                break;
+            }
+            if (lo == hi - 1) {
+                T cl, sl, cr, sr, s1, s2;
+                svd_2x2(d[lo], e[lo], d[hi], cl, sl, cr, sr, s1, s2);
+                d[lo] = s1; d[hi] = s2; e[lo] = 0;
+                if (log != nullptr) {  // V^T <- right^T V^T, U^T <- left^T U^T: the sines change sign
+                    log[logged] = Sweep{lo, 1, 1, rotations};
+                    rot_vt[rotations] = T2{cr, -sr};
+                    rot_u[rotations] = T2{cl, -sl};
+                    ++logged; ++rotations;
+                }
+                hi -= 2;
+                continue;
+            }
+            if (lo > old_hi || hi < old_lo) forward = abs(d[lo]) >= abs(d[hi]);
+            const Bidiagonal<T> b{d, e, lo, hi, forward};
+            const int last = hi - lo - 1;  // index of the last e in the block's reading
+            if (abs(b.E(last)) <= tol * abs(b.D(last + 1))) { b.E(last) = 0; continue; }
+            T mu = abs(b.D(0)), smin = mu;
+            bool split = false;
+            for (int k = 0; k <= last; ++k) {
+                if (abs(b.E(k)) <= tol * mu) { b.E(k) = 0; split = true; break; }
+                mu = abs(b.D(k + 1)) * ratio_t(mu, mu + abs(b.E(k)));
+                smin = min(smin, mu);
+            }
+            if (split) continue;
+            if (sweeps >= max_sweeps) { status = STATUS_NO_CONVERGENCE; break; }
+            old_lo = lo; old_hi = hi;
+            T shift = 0;
+            if (!(T(n) * tol * (smin / smax) <= max(eps, tol / 100))) {
+                shift = smallest_singular_value_2x2(b.D(last), b.E(last), b.D(last + 1));
+                const T relative = shift / abs(b.D(0));
+                if (relative * relative < eps) shift = 0;
+            }
+            if (log != nullptr) {
+                const int offset = rotations;
+                log[logged] = forward ? Sweep{lo, hi - lo, 1, offset} : Sweep{hi - 1, hi - lo, -1, offset};
+                // forward: right rotations to V^T, left ones to U^T; reversed: the roles swap
+                // and the pair turns around, so the sines change sign
+                sweep(b, shift, [&](int k, T cr, T sr, T cl, T sl) {
+                    if (forward) {
+                        rot_vt[offset + k] = T2{cr, sr};
+                        rot_u[offset + k] = T2{cl, sl};
+                    } else {
+                        rot_vt[offset + k] = T2{cl, -sl};
+                        rot_u[offset + k] = T2{cr, -sr};
+                    }
+                });
+                ++logged;
+                rotations += hi - lo;
+            } else {
+                sweep(b, shift, [](int, T, T, T, T) {});
+            }
+            ++sweeps;
+            if (abs(b.E(last)) <= thresh) b.E(last) = 0;
+        }
+        state[STATE_HI] = hi; state[STATE_SWEEPS] = sweeps;
+        state[STATE_OLD_LO] = old_lo; state[STATE_OLD_HI] = old_hi; state[STATE_FORWARD] = forward;
+        state[STATE_STATUS] = status; state[STATE_LOGGED] = logged; state[STATE_ROTATIONS] = rotations;
+        *thresh_io = thresh;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) d_global[i] = d[i];
+    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) e_global[i] = e[i];
+}
+
+// ------------------------------------------------------- applying the rotations --
+// A batch of up to S logged sweeps, all with the same step, applied to the rows of a
+// row-major matrix X (rows, width; row stride ld): each thread owns one column and keeps
+// a window of 2S of its elements in registers, so X is read and written once per batch
+// instead of once per sweep. In the batch's own coordinates (element k = row first_row + k
+// for step +1, first_row + elements - 1 - k for step -1) every sweep runs upwards in k, and sweep
+// q applies its rotation at pair (k, k+1) at time k + 2q: by then sweep q-1 is done with
+// k, k+1 and k+2, and the rotations of one time touch disjoint pairs.
+template <typename T, int S>
+__device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int first_row, int elements, int step,
+                             const Sweep* __restrict__ sweeps, int count, const typename Pair<T>::type* __restrict__ rotations) {
+    constexpr int W = 2 * S;
+    const int column = blockIdx.x * blockDim.x + threadIdx.x;
+    // where each sweep's first rotation falls in batch coordinates, and its length
+    int start[S], length[S], offset[S];
+#pragma unroll
+    for (int q = 0; q < S; ++q) {
+        if (q < count) {
+            const Sweep sw = sweeps[q];
+            start[q] = step > 0 ? sw.first - first_row : (first_row + elements - 1) - sw.first - 1;
+            length[q] = sw.count;
+            offset[q] = sw.offset;
+        } else {
+            start[q] = 0; length[q] = 0; offset[q] = 0;
+        }
+    }
+    if (column >= width) return;
+    T* base = x + column + (step > 0 ? (long long)first_row * ld : (long long)(first_row + elements - 1) * ld);
+    const long long stride = step > 0 ? ld : -ld;
+    // mirrored, the pair (row j, row j+1) is (k+1, k): the same rotation with -s
+    const T sign = step > 0 ? T(1) : T(-1);
+    T ring[W];
+    ring[0] = base[0];
+    const int steps = elements + 2 * S - 2;  // the last one stores element `elements - 1`
+    for (int time0 = 0; time0 < steps; time0 += W) {
+#pragma unroll
+        for (int u = 0; u < W; ++u) {
+            const int time = time0 + u;
+            if (time + 1 < elements) ring[(u + 1) % W] = base[(time + 1) * stride];
+#pragma unroll
+            for (int q = 0; q < S; ++q) {
+                const int t = time - 2 * q - start[q];
+                if (t >= 0 && t < length[q]) {
+                    const typename Pair<T>::type cs = __ldg(&rotations[offset[q] + t]);
+                    T& a = ring[((u - 2 * q) % W + W) % W];
+                    T& b = ring[((u - 2 * q + 1) % W + W) % W];
+                    const T upper = a, sine = sign * cs.y;
+                    a = cs.x * upper + sine * b;
+                    b = cs.x * b - sine * upper;
+                }
+            }
+            const int done = time - (2 * S - 2);
+            if (done >= 0 && done < elements) base[done * stride] = ring[((u - (2 * S - 2)) % W + W) % W];
+        }
+    }
+}
+
+// ------------------------------------------------------------ entry points --
+#define SVD_KERNELS(T, SUFFIX)                                                                                                      \
+    extern "C" __global__ void householder_##SUFFIX(const T* x, int len, T* v, T* tau, T* beta) { householder<T>(x, len, v, tau, beta); } \
+    extern "C" __global__ void z_and_row_##SUFFIX(const T* a, int lda, T* zv, int ldz, const T* uw, int ldu, const T* y, const T* t,     \
+                                                  const T* tau_left, int c, int i, int width, int count, T* row) {                   \
+        z_and_row<T>(a, lda, zv, ldz, uw, ldu, y, t, tau_left, c, i, width, count, row);                                             \
+    }                                                                                                                                \
+    extern "C" __global__ void w_update_##SUFFIX(T* uw, int ldu, const T* y, const T* s, const T* tau_right, int c, int i, int nb,   \
+                                                 int count) {                                                                        \
+        w_update<T>(uw, ldu, y, s, tau_right, c, i, nb, count);                                                                      \
+    }                                                                                                                                \
+    extern "C" __global__ void wy_factor_##SUFFIX(const T* gram, const T* taus, int nb, T* t) { wy_factor<T>(gram, taus, nb, t); }     \
+    extern "C" __global__ void bidiagonal_qr_##SUFFIX(T* d, T* e, int n, int* state, T* thresh, Sweep* log, int sweep_capacity,     \
+                                                      Pair<T>::type* rot_vt, Pair<T>::type* rot_u, int rotation_capacity,             \
+                                                      int max_sweeps) {                                                              \
+        bidiagonal_qr<T>(d, e, n, state, thresh, log, sweep_capacity, rot_vt, rot_u, rotation_capacity, max_sweeps);                \
+    }                                                                                                                                \
+    extern "C" __global__ void apply_sweeps_##SUFFIX(T* vt, int vt_width, T* ut, int ut_width, long long ld_vt, long long ld_ut,      \
+                                                     int first_row, int elements, int step, const Sweep* sweeps, int count,          \
+                                                     const Pair<T>::type* rot_vt, const Pair<T>::type* rot_u) {                      \
+        if (blockIdx.y == 0)                                                                                                         \
+            apply_sweeps<T, SWEEPS_PER_BATCH>(vt, vt_width, ld_vt, first_row, elements, step, sweeps, count, rot_vt);               \
+        else                                                                                                                         \
+            apply_sweeps<T, SWEEPS_PER_BATCH>(ut, ut_width, ld_ut, first_row, elements, step, sweeps, count, rot_u);                \
+    }
+
+#ifndef SWEEPS_PER_BATCH
+#define SWEEPS_PER_BATCH 16
+#endif
+
+SVD_KERNELS(float, f32)
+SVD_KERNELS(double, f64)

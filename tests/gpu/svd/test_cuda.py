@@ -1,0 +1,203 @@
+"""gpu/svd/cuda.py (Golub-Reinsch on the GPU) against float64 LAPACK and against
+gpu/svd/reference.py, step by step and end to end.
+
+CUDA only (marker `gpu`; skipped without a device). Fresh random seeds, printed so a
+failure can be replayed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu.backend import cuda_devices
+from gpu.svd import reference as ref
+from gpu.svd.params import SvdParams, make_matrix
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+
+DTYPES = (np.float32, np.float64)
+MAX_RATIO = 35  # LAPACK's threshold for its SVD test ratios
+
+
+@pytest.fixture()
+def seed() -> int:
+    value = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"seed {value}")
+    return value
+
+
+@pytest.fixture()
+def rng(seed) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from gpu.svd import cuda
+
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def lease():
+    import cupy
+
+    from gpu.pool import Lease
+
+    return Lease(device=0, slot=0, stream=cupy.cuda.Stream(non_blocking=True), side_stream=cupy.cuda.Stream(non_blocking=True))
+
+
+def _check(cuda, lease, a: np.ndarray, params: SvdParams, context: str):
+    """Run the GPU SVD and check it like the reference's tests: values against float64
+    LAPACK, non-negative and descending, shapes and dtypes, LAPACK's three ratios <= 35."""
+    m, n = a.shape
+    k = min(m, n)
+    timings: dict[str, float] = {}
+    u, s, vt = cuda.svd(a, params, lease, timings)
+    expected = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    eps = np.finfo(a.dtype).eps
+    assert s.dtype == a.dtype and s.shape == (k,), context
+    assert np.all(s >= 0), f"{context}: negative singular values {s[s < 0]}"
+    assert np.all(np.diff(s) <= 0), f"{context}: not descending"
+    error = np.max(np.abs(s.astype(np.float64) - expected)) / expected[0]
+    assert error <= 50 * eps * max(m, n), f"{context}: singular values off by {error:.2e} of s_max"
+    assert {"bidiagonalization", "diagonalization"} <= timings.keys(), timings
+    if params.compute_uv:
+        rows, cols = (m, n) if params.full_matrices else (k, k)
+        assert u.shape == (m, rows) and vt.shape == (cols, n), f"{context}: shapes {u.shape}, {vt.shape}"
+        assert u.dtype == a.dtype and vt.dtype == a.dtype, context
+        ratios = ref.accuracy(a, u, s, vt)
+        assert max(ratios.values()) <= MAX_RATIO, f"{context}: accuracy ratios {ratios}"
+        if params.full_matrices:  # the completed bases are orthonormal too
+            for name, q in (("u", u), ("vt", vt)):
+                error = np.abs(q.astype(np.float64).T @ q - np.eye(q.shape[0])).max()
+                assert error <= 50 * eps * q.shape[0], f"{context}: full {name} not orthonormal ({error:.1e})"
+    else:
+        assert u is None and vt is None, context
+    return u, s, vt
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["gaussian", "ill_conditioned", "low_rank"])
+@pytest.mark.parametrize("shape", [(300, 300), (517, 203), (203, 517), (96, 95)])
+def test_matches_lapack(cuda, lease, dtype, kind, shape, seed):
+    a = make_matrix(*shape, dtype, seed, kind, cond=1e6 if dtype == np.float64 else 1e3)
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch"), f"{kind} {shape} {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 37), (37, 1), (2, 2), (3, 2), (2, 5), (33, 33), (65, 64), (1000, 40)])
+def test_shapes(cuda, lease, dtype, shape, seed):
+    a = make_matrix(*shape, dtype, seed, "gaussian")
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch"), f"{shape} {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ill_conditioned_keeps_its_smallest_singular_value(cuda, lease, dtype, seed):
+    cond = 1e6 if dtype == np.float64 else 1e3
+    a = make_matrix(200, 150, dtype, seed, "ill_conditioned", cond=cond)
+    _, s, _ = _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "ill-conditioned")
+    expected = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    assert abs(s[-1] - expected[-1]) <= 1e-2 * expected[-1] * (1 if dtype == np.float64 else 100)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_repeated_singular_values_and_rank_deficiency(cuda, lease, dtype, rng, seed):
+    q1, _ = np.linalg.qr(rng.standard_normal((160, 120)))
+    q2, _ = np.linalg.qr(rng.standard_normal((120, 120)))
+    values = np.repeat([3.0, 1.0, 0.0], 40)  # three values, 40 times each; a third of them zero
+    a = ((q1 * values) @ q2.T).astype(dtype)
+    _, s, _ = _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "repeated")
+    tolerance = 100 * np.finfo(dtype).eps * 120
+    np.testing.assert_allclose(s[:40], 3.0, rtol=tolerance)
+    np.testing.assert_allclose(s[40:80], 1.0, rtol=tolerance)
+    assert np.all(s[80:] <= 3 * tolerance)
+    a[:, 7] = 0  # and an exact zero column
+    a[11, :] = 0  # and row
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "zero column and row")
+
+
+@pytest.mark.parametrize("shape", [(90, 60), (60, 90)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_full_matrices(cuda, lease, shape, dtype, seed):
+    a = make_matrix(*shape, dtype, seed, "gaussian")
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch", full_matrices=True), f"full {shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_only(cuda, lease, dtype, seed):
+    a = make_matrix(257, 131, dtype, seed, "gaussian")
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch", compute_uv=False), "values only")
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 32, 64])
+def test_block_sizes(cuda, lease, block_size, seed):
+    a = make_matrix(150, 120, np.float64, seed, "gaussian")
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch", block_size=block_size), f"block {block_size}")
+
+
+def test_bidiagonalization_matches_the_reference(cuda, lease, seed):
+    """Same reflectors as the NumPy definition: d and e agree to rounding."""
+    import cupy
+
+    a = make_matrix(140, 100, np.float64, seed, "gaussian")
+    _, d_ref, e_ref, _ = ref.bidiagonalize(a, 16, "none")
+    with cupy.cuda.Device(0), lease.stream:
+        d, e, _ = cuda.bidiagonalize(cupy.asarray(a), 16, vectors=False)
+        d, e = d.get(), e.get()[:99]
+    scale = np.abs(a).max() * 1e-12
+    np.testing.assert_allclose(d, d_ref, atol=scale)
+    np.testing.assert_allclose(e, e_ref, atol=scale)
+
+
+def test_chase_in_many_small_chunks(cuda, lease, seed, monkeypatch):
+    """The chase pauses whenever its log is full and resumes where it stopped: with a log of
+    3 sweeps the result is the same as with the default."""
+    a = make_matrix(120, 90, np.float32, seed, "gaussian")
+    _, s_default, _ = cuda.svd(a, SvdParams(method="golub_reinsch"), lease)
+    monkeypatch.setattr(cuda, "SWEEPS_PER_CHUNK", 3)
+    _, s, _ = _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "chunks of 3 sweeps")
+    np.testing.assert_array_equal(s, s_default)
+
+
+def test_diagonalize_bidiagonals_with_zeros(cuda, lease, rng, seed):
+    """Zero diagonal entries and zero superdiagonal entries (splits) in the bidiagonal."""
+    import cupy
+
+    n = 60
+    d = rng.standard_normal(n)
+    e = rng.standard_normal(n - 1)
+    d[[0, 17, 59]] = 0
+    e[[5, 30]] = 0
+    b = np.diag(d) + np.diag(e, 1)
+    with cupy.cuda.Device(0), lease.stream:
+        ut, vt = cupy.eye(n), cupy.eye(n)
+        s = cuda.diagonalize(cupy.asarray(d), cupy.asarray(e), ut, vt, side=lease.side_stream)
+        s, ut, vt = s.get(), ut.get(), vt.get()
+    np.testing.assert_allclose(s, np.linalg.svd(b, compute_uv=False), atol=1e-13 * np.abs(b).max())
+    # B = X S Y^T with U^T = X^T and V^T = Y^T
+    np.testing.assert_allclose((ut.T * s) @ vt, b, atol=1e-12 * np.abs(b).max())
+
+
+def test_no_convergence_is_an_error(cuda, lease, rng):
+    import cupy
+
+    with cupy.cuda.Device(0), lease.stream, pytest.raises(np.linalg.LinAlgError):
+        cuda.diagonalize(cupy.asarray(rng.standard_normal(50)), cupy.asarray(rng.standard_normal(49)), None, None, max_sweeps=1)
+
+
+def test_batches_group_sweeps_of_one_direction():
+    from gpu.svd import cuda
+
+    headers = np.array([
+        [0, 10, 1, 0], [0, 10, 1, 10], [0, 9, 1, 20],  # forward over rows 0..10
+        [9, 9, 1, 29],  # forward too, but far from the others? rows 9..18 overlap: same batch
+        [20, 5, -1, 38],  # backward: a new batch (rows 16..21)
+        [100, 3, 1, 43],  # forward, far away: a new batch
+    ], np.int32)
+    batches = list(cuda._batches(headers))
+    assert [(b[0], b[1]) for b in batches] == [(0, 4), (4, 5), (5, 6)]
+    assert batches[0][2:] == (0, 19, 1)  # rows 0..18
+    assert batches[1][2:] == (16, 6, -1)
+    assert batches[2][2:] == (100, 4, 1)
