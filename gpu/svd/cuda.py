@@ -6,11 +6,14 @@ gpu/svd/reference.py, on a lease of the device pool:
 
 1. Bidiagonalization: per column, the two big products (A^T u and A v, the BLAS-2 half
    that moves (2/3) n^3 words) are cuBLAS GEMVs on the trailing block in place; the
-   reflectors and the panel's z and w vectors are svd.cu kernels; each panel of L
-   columns ends with one rank-2L GEMM. Nothing goes back to the host.
-2. Diagonalization: one GPU thread runs the scalar bulge chase of reference.bidiagonal_svd
-   (the paper runs it on the host; here it avoids a copy per sweep) and logs each sweep's
-   rotations. The log is applied to U and V^T on the side stream in batches of up to
+   reflectors with their small panel products, and the panel's z and w vectors, are four
+   svd.cu kernels; each panel of L columns ends with one rank-2L GEMM. Nothing goes back
+   to the host. Six launches per column: the host's launch time, not the GPU, sets the
+   pace below a few thousand columns.
+2. Diagonalization: one warp runs the scalar bulge chase of reference.bidiagonal_svd
+   (the paper runs it on the host; here it avoids a copy per sweep): the sweep itself is
+   a chain of dependent operations, the block search and the convergence test are split
+   over the 32 lanes. It logs each sweep's rotations. The log is applied to U and V^T on the side stream in batches of up to
    SWEEPS_PER_BATCH sweeps, each element read and written once per batch, while the
    chase goes on with the next chunk of sweeps.
 3. Signs and the descending order are fixed on the host's copy of s and applied to the
@@ -35,8 +38,8 @@ SOURCE = Path(__file__).with_name("svd.cu")
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 # Mirrored from svd.cu.
-STATE_INTS = 8
-STATE_STATUS, STATE_LOGGED = 5, 6
+STATE_INTS = 10
+STATE_SWEEPS, STATE_STATUS, STATE_LOGGED, STATE_CHASED, STATE_TESTED = 1, 5, 6, 8, 9
 STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
 SWEEPS_PER_BATCH = 16
 
@@ -100,7 +103,8 @@ def bidiagonalize(a: cupy.ndarray, block_size: int = 32, vectors: bool = True) -
     product = cupy.empty(max(m, n), dtype)
     small = cupy.empty(width, dtype)
     row = cupy.empty(n, dtype)
-    reflector, z_and_row, w_update = _k("householder", dtype), _k("z_and_row", dtype), _k("w_update", dtype)
+    column_reflector, row_reflector = _k("column_reflector", dtype), _k("row_reflector", dtype)
+    z_and_row, w_update = _k("z_and_row", dtype), _k("w_update", dtype)
     i32 = np.int32
 
     for p in range(0, n, nb):
@@ -109,20 +113,17 @@ def bidiagonalize(a: cupy.ndarray, block_size: int = 32, vectors: bool = True) -
         zv.fill(0)
         for i in range(panel):
             c = p + i
-            # column c brought up to date: A[c:, c] -= [U W][c:, :] [Z V][c, :]^T, then its reflector
-            blas.gemv("N", m - c, width, -1.0, uw, c, m, zv, c, n, 1.0, work, c + c * m)
-            reflector((1,), (REFLECTOR_THREADS,), (_at(work, c + c * m), i32(m - c), _at(uw, c + i * m), _at(tau_left, c), _at(d, c)))
+            # column c brought up to date, its reflector u, and small = [U W][c:, :]^T u
+            column_reflector((1,), (REFLECTOR_THREADS,), (work, i32(m), uw, i32(m), zv, i32(n), i32(c), i32(i), i32(width), i32(m - c), tau_left, d, small),
+                             shared_mem=width * item)
             if c == n - 1:
                 break
-            u_offset = c + i * m
-            blas.gemv("T", m - c, n - c - 1, 1.0, work, c + (c + 1) * m, m, uw, u_offset, 1, 0.0, product, 0)
-            blas.gemv("T", m - c, width, 1.0, uw, c, m, uw, u_offset, 1, 0.0, small, 0)
+            blas.gemv("T", m - c, n - c - 1, 1.0, work, c + (c + 1) * m, m, uw, c + i * m, 1, 0.0, product, 0)
             z_and_row(_blocks(n - c - 1), (THREADS,), (work, i32(m), zv, i32(n), uw, i32(m), product, small, tau_left, i32(c), i32(i), i32(width), i32(n - c - 1), row),
                       shared_mem=2 * width * item)
-            v_offset = (c + 1) + (nb + i) * n
-            reflector((1,), (REFLECTOR_THREADS,), (row, i32(n - c - 1), _at(zv, v_offset), _at(tau_right, c), _at(e, c)))
-            blas.gemv("N", m - c - 1, n - c - 1, 1.0, work, (c + 1) + (c + 1) * m, m, zv, v_offset, 1, 0.0, product, 0)
-            blas.gemv("T", n - c - 1, width, 1.0, zv, c + 1, n, zv, v_offset, 1, 0.0, small, 0)
+            # the row's reflector v, and small = [Z V][c+1:, :]^T v
+            row_reflector((1,), (REFLECTOR_THREADS,), (row, i32(n - c - 1), zv, i32(n), i32(c), i32(i), i32(nb), tau_right, e, small))
+            blas.gemv("N", m - c - 1, n - c - 1, 1.0, work, (c + 1) + (c + 1) * m, m, zv, (c + 1) + (nb + i) * n, 1, 0.0, product, 0)
             w_update(_blocks(m - c - 1), (THREADS,), (uw, i32(m), product, small, tau_right, i32(c), i32(i), i32(nb), i32(m - c - 1)), shared_mem=width * item)
         t = p + panel
         # the rank-2L update of the trailing block: A[t:, t:] -= [U W][t:] [Z V][t:]^T
@@ -229,19 +230,22 @@ def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy
 
 
 def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: cupy.ndarray | None, side: cupy.cuda.Stream | None = None,
-                max_sweeps: int | None = None) -> cupy.ndarray:
+                max_sweeps: int | None = None, counts: dict[str, int] | None = None) -> cupy.ndarray:
     """Singular values of the upper bidiagonal (d (n,), e (n-1,)), descending and non-negative
     (device (n,)); d and e are destroyed. The left and right rotations go to the first n
     rows of ut = U^T and to the rows of vt = V^T (row-major, C-contiguous), in place, on
     `side` (default: the current stream), which is joined back before returning. The chase
-    runs on the current stream. Raises NoConvergence after max_sweeps (default 30 n) sweeps."""
+    runs on the current stream. Raises NoConvergence after max_sweeps (default 30 n) sweeps.
+    counts, if given, gets the numbers of sweeps, of rotations chased and of steps of the
+    convergence tests, and the GPU clock ticks the chase spent finding blocks, testing
+    them and sweeping."""
     n = d.shape[0]
     dtype = d.dtype
     max_sweeps = 30 * n if max_sweeps is None else max_sweeps
     main = cupy.cuda.get_current_stream()
     side = main if side is None else side
     vectors = ut is not None or vt is not None
-    shared = 2 * n * dtype.itemsize
+    shared = (2 * n + 1) * dtype.itemsize  # d, e with one entry to spare, a scratch slot
     if shared > kernels.max_shared_bytes():
         raise ValueError(f"the bidiagonal of {n} columns does not fit in shared memory ({shared} bytes)")
     if n > 1:
@@ -252,6 +256,7 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
                 for _ in range(2 if vectors else 0)]
         applied: list[cupy.cuda.Event | None] = [None, None]
         chase = _k("bidiagonal_qr", dtype)
+        cycles = cupy.zeros(3, np.int64) if counts is not None else None
         chunk = 0
         null = np.uint64(0)
         while True:
@@ -260,7 +265,8 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
             if applied[buffer] is not None:
                 main.wait_event(applied[buffer])  # the side stream is done with this buffer
             chase((1,), (32,), (d, e, np.int32(n), state, thresh, null if log is None else log.sweeps, np.int32(SWEEPS_PER_CHUNK),
-                                null if log is None else log.rot_vt, null if log is None else log.rot_u, np.int32(capacity), np.int32(max_sweeps)),
+                                null if log is None else log.rot_vt, null if log is None else log.rot_u, np.int32(capacity), np.int32(max_sweeps),
+                                null if cycles is None else cycles),
                   shared_mem=shared)
             status = state.get()  # waits for this chunk of the chase
             if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
@@ -276,6 +282,10 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
             if status[STATE_STATUS] == STATUS_DONE:
                 break
             chunk += 1
+        if counts is not None:
+            scan, test, chased = (int(c) for c in cycles.get())
+            counts.update(sweeps=int(status[STATE_SWEEPS]), rotations=int(status[STATE_CHASED]), test_steps=int(status[STATE_TESTED]), chunks=chunk + 1,
+                          scan_cycles=scan, test_cycles=test, sweep_cycles=chased)
         if side is not main:
             main.wait_event(side.record())
 
@@ -297,10 +307,11 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
 # ------------------------------------------------------------------------- the SVD --
 
 
-def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | None = None):
+def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | None = None, statistics: dict[str, int] | None = None):
     """A = U diag(s) V^T on the lease's device: (u, s, vt) as host arrays in the dtype of
     `a`, shaped as reference.svd returns them (u, vt None without compute_uv).
-    timings, if given, gets the milliseconds of each phase (CUDA events)."""
+    timings, if given, gets the milliseconds of each phase (CUDA events); statistics the
+    counts of the bulge chase (see `diagonalize`)."""
     a = check_matrix(a)
     timings = {} if timings is None else timings
     m, n = a.shape
@@ -320,7 +331,8 @@ def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | Non
                 side.wait_event(marks[2])
                 ut, vt = accumulate(reflectors, rows, cols, params.full_matrices)
                 accumulated = side.record()
-        s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side)
+        counts: dict[str, int] = {}
+        s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side, counts=counts)
         marks[3].record(main)
         start = time.perf_counter()
         u = vt_out = None
@@ -336,4 +348,6 @@ def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | Non
             timings["accumulation"] = cupy.cuda.get_elapsed_time(marks[2], accumulated)
         timings["diagonalization"] = cupy.cuda.get_elapsed_time(marks[2], marks[3])
         timings["download"] = (time.perf_counter() - start) * 1000
+    if statistics is not None:
+        statistics.update(counts)
     return u, values, vt_out

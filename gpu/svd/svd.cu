@@ -89,6 +89,52 @@ __device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v,
     }
 }
 
+// Column c of one panel step, one block (reference.bidiagonalize): bring the column up to
+// date, A[c:, c] -= [U W][c:, :] [Z V][c, :]^T (width 2 nb), make its reflector u (into
+// UW[c:, i], tau_left[c], d[c]), and t = [U W][c:, :]^T u (width,) for the z of the step.
+template <typename T>
+__device__ void column_reflector(T* __restrict__ a, int lda, T* __restrict__ uw, int ldu, const T* __restrict__ zv, int ldz,
+                                 int c, int i, int width, int len, T* __restrict__ tau_left, T* __restrict__ d, T* __restrict__ t) {
+    extern __shared__ unsigned char shared_bytes[];
+    T* zv_c = reinterpret_cast<T*>(shared_bytes);
+    for (int k = threadIdx.x; k < width; k += blockDim.x) zv_c[k] = zv[c + (long long)k * ldz];
+    __syncthreads();
+    T* column = a + c + (long long)c * lda;
+    for (int r = threadIdx.x; r < len; r += blockDim.x) {
+        T dot = 0;
+        for (int k = 0; k < width; ++k) dot += uw[c + r + (long long)k * ldu] * zv_c[k];
+        column[r] -= dot;
+    }
+    __syncthreads();
+    T* u = uw + c + (long long)i * ldu;
+    householder(column, len, u, tau_left + c, d + c);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int k = warp; k < width; k += warps) {
+        T dot = 0;
+        for (int r = lane; r < len; r += 32) dot += uw[c + r + (long long)k * ldu] * u[r];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (lane == 0) t[k] = dot;
+    }
+}
+
+// The row of one panel step (from z_and_row), one block: its reflector v (into ZV[c+1:,
+// nb+i], tau_right[c], e[c]), and s = [Z V][c+1:, :]^T v (2 nb,) for the w of the step.
+template <typename T>
+__device__ void row_reflector(const T* __restrict__ row, int len, T* __restrict__ zv, int ldz, int c, int i, int nb,
+                              T* __restrict__ tau_right, T* __restrict__ e, T* __restrict__ s) {
+    T* v = zv + (c + 1) + (long long)(nb + i) * ldz;
+    householder(row, len, v, tau_right + c, e + c);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int k = warp; k < 2 * nb; k += warps) {
+        T dot = 0;
+        for (int j = lane; j < len; j += 32) dot += zv[c + 1 + j + (long long)k * ldz] * v[j];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (lane == 0) s[k] = dot;
+    }
+}
+
 // z and the updated row of one panel step (reference.bidiagonalize, the lines after the
 // left reflector), thread j for column col = c + 1 + j, j < count:
 //   z_j   = tau_left * (y_j - sum_k ZV[col, k] t_k)          -> ZV[col, i]
@@ -168,26 +214,29 @@ __device__ void wy_factor(const T* __restrict__ gram, const T* __restrict__ taus
 // batches. Resumable: the kernel stops when the log is full (status PAUSED) and the next
 // launch carries on from `state`.
 
-enum { STATE_HI, STATE_SWEEPS, STATE_OLD_LO, STATE_OLD_HI, STATE_FORWARD, STATE_STATUS, STATE_LOGGED, STATE_ROTATIONS, STATE_INTS };
+enum { STATE_HI, STATE_SWEEPS, STATE_OLD_LO, STATE_OLD_HI, STATE_FORWARD, STATE_STATUS, STATE_LOGGED, STATE_ROTATIONS,
+       STATE_CHASED, STATE_TESTED, STATE_INTS };  // CHASED, TESTED: rotations and test steps, all launches
 enum { STATUS_FRESH = 0, STATUS_PAUSED = 1, STATUS_DONE = 2, STATUS_NO_CONVERGENCE = 3 };
 // A logged sweep: rotation t (0 <= t < count) acts on the pair (first + step t, first + step t + 1)
 // of rows of V^T (and of U^T), as row_j <- c row_j + s row_{j+1}, row_{j+1} <- c row_{j+1} - s row_j,
 // with (c, s) = rotations[offset + t]. step is +1 or -1.
 struct Sweep { int first, count, step, offset; };
 
+// The block lo..hi read top to bottom (forward) or as its reversed transpose: D(k), E(k)
+// are d[lo + k], e[lo + k] or d[hi - k], e[hi - 1 - k].
 template <typename T> struct Bidiagonal {
-    T* d;
-    T* e;
-    int lo, hi;
-    bool forward;
-    // The block lo..hi, read top to bottom (forward) or as its reversed transpose.
-    __device__ __forceinline__ T& D(int k) const { return forward ? d[lo + k] : d[hi - k]; }
-    __device__ __forceinline__ T& E(int k) const { return forward ? e[lo + k] : e[hi - 1 - k]; }
+    T* d0;
+    T* e0;
+    int step;
+    __device__ __forceinline__ Bidiagonal(T* d, T* e, int lo, int hi, bool forward)
+        : d0(forward ? d + lo : d + hi), e0(forward ? e + lo : e + hi - 1), step(forward ? 1 : -1) {}
+    __device__ __forceinline__ T& D(int k) const { return d0[k * step]; }
+    __device__ __forceinline__ T& E(int k) const { return e0[k * step]; }
 };
 
 // 1 / sqrt(x) and 1 / x to about an ulp, without the IEEE-exact library sequences
-// (--prec-sqrt, --prec-div): the chase is one thread's chain of dependent operations, and
-// its latency is the SVD's. The hardware approximation plus one Newton step; callers keep
+// (--prec-sqrt, --prec-div): the chase is a chain of dependent operations, and its
+// latency is the SVD's. The hardware approximation plus one Newton step; callers keep
 // x normal. Rotations with c^2 + s^2 = 1 to an ulp or two keep U and V orthonormal to
 // LAPACK's test threshold (tests/gpu/svd/test_cuda.py).
 __device__ __forceinline__ float rsqrt_t(float x) {
@@ -214,21 +263,31 @@ template <typename T> __device__ __forceinline__ T ratio_t(T mu, T sum) {
     return (sum >= T(1e-30) && sum <= T(1e30)) ? mu * reciprocal_t(sum) : mu / sum;
 }
 
-// reference.givens: [c s; -s c] [f; g] = [r; 0].
+template <typename T> struct Rotation { T c, s, r; };
+
+// reference.givens where f or g is zero, or their squares would under- or overflow
+// (returned by value: out-parameters would put the fast path's results in local memory)
+template <typename T> __device__ __noinline__ Rotation<T> givens_careful(T f, T g) {
+    if (g == 0) return Rotation<T>{T(1), T(0), f};
+    if (f == 0) return Rotation<T>{T(0), T(1), g};
+    const T r = hypot_t(f, g);
+    return Rotation<T>{f / r, g / r, r};
+}
+
+// reference.givens: [c s; -s c] [f; g] = [r; 0], r >= 0 on the fast path (also where one
+// of f, g is zero but not both: c or s is then +-1, still a rotation). No branch taken
+// unless the squares leave the safe range.
 template <typename T> __device__ __forceinline__ void givens(T f, T g, T& c, T& s, T& r) {
-    if (g == 0) { c = 1; s = 0; r = f; return; }
-    if (f == 0) { c = 0; s = 1; r = g; return; }
     const T squares = f * f + g * g;
-    if (squares >= T(1e-30) && squares <= T(1e30)) {
+    if (__builtin_expect(squares >= T(1e-30) && squares <= T(1e30), 1)) {
         const T inverse = rsqrt_t(squares);
         c = f * inverse;
         s = g * inverse;
         r = squares * inverse;
-        return;
+    } else {
+        const Rotation<T> careful = givens_careful(f, g);
+        c = careful.c; s = careful.s; r = careful.r;
     }
-    r = hypot_t(f, g);  // the squares would lose precision to under- or overflow
-    c = f / r;
-    s = g / r;
 }
 
 // reference.smallest_singular_value_2x2
@@ -271,17 +330,18 @@ template <typename T> __device__ void svd_2x2(T f, T g, T h, T& cl, T& sl, T& cr
 // rotation k of the sweep is logged through `log_rotation(k, cr, sr, cl, sl)`. The values
 // carried from one step to the next stay in registers, and each step's loads are issued
 // before its stores, so the chain of dependent arithmetic is all that sets the pace.
+// `spare` is a writable slot outside d and e (for the e[-1] of step 0), and E(k_end) must
+// be readable (its value is not used).
 template <typename T, typename Log>
-__device__ void sweep(const Bidiagonal<T>& b, T shift, Log log_rotation) {
-    const int k_end = b.hi - b.lo;  // number of rotations
+__device__ void sweep(const Bidiagonal<T>& b, int k_end, T shift, T* spare, Log log_rotation) {
     if (shift == 0) {
         T c = 1, old_c = 1, old_s = 0, s, r;
         T d_i = b.D(0), e_i = b.E(0);
         for (int i = 0; i < k_end; ++i) {
             const T d_next = b.D(i + 1);
-            const T e_next = i + 1 < k_end ? b.E(i + 1) : T(0);
+            const T e_next = b.E(i + 1);
             givens(d_i * c, e_i, c, s, r);
-            if (i > 0) b.E(i - 1) = old_s * r;
+            *(i > 0 ? &b.E(i - 1) : spare) = old_s * r;
             T d_new;
             givens(old_c * r, d_next * s, old_c, old_s, d_new);
             b.D(i) = d_new;
@@ -299,10 +359,10 @@ __device__ void sweep(const Bidiagonal<T>& b, T shift, Log log_rotation) {
     T g = e_i;
     for (int i = 0; i < k_end; ++i) {
         T d_next = b.D(i + 1);
-        const T e_next = i + 1 < k_end ? b.E(i + 1) : T(0);
+        const T e_next = b.E(i + 1);
         T c, s, r;
         givens(f, g, c, s, r);
-        if (i > 0) b.E(i - 1) = r;
+        *(i > 0 ? &b.E(i - 1) : spare) = r;
         f = c * d_i + s * e_i;
         const T e_rotated = c * e_i - s * d_i;
         g = s * d_next;
@@ -320,118 +380,224 @@ __device__ void sweep(const Bidiagonal<T>& b, T shift, Log log_rotation) {
     b.E(k_end - 1) = f;
 }
 
+constexpr unsigned FULL_WARP = 0xffffffffu;
+
+// The smallest lo <= hi with |e[j]| > thresh for lo <= j < hi: the unreduced block that
+// ends at hi. The warp tests 32 entries at a time.
+template <typename T> __device__ int block_start(const T* e, int hi, T thresh, int lane) {
+    for (int top = hi - 1;; top -= 32) {
+        const int j = top - lane;
+        const bool negligible = j < 0 || !(abs(e[j]) > thresh);
+        const unsigned found = __ballot_sync(FULL_WARP, negligible);
+        if (found) return top - (__ffs(found) - 1) + 1;
+    }
+}
+
+template <typename T> __device__ T warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL_WARP, v, o));
+    return v;
+}
+
+// Demmel & Kahan's convergence test along the block (reference.bidiagonal_svd): with
+// mu_0 = |D(0)|, mu_{k+1} = |D(k+1)| mu_k / (mu_k + |E(k)|), the first k with
+// |E(k)| <= tol mu_k (returned; -1 if none) and smin = min mu_k. In x = 1/mu the
+// recurrence is affine, x_{k+1} = (|E(k)| x_k + 1) / |D(k+1)|, so the warp takes 32 steps
+// at once as a prefix scan of affine maps. Where a D is zero or x leaves the floating-point
+// range, the exact sequential recurrence is used instead.
+template <typename T> __device__ int first_negligible(const Bidiagonal<T>& b, int last, T tol, T& smin, int lane, long long& tested) {
+    const T d0 = abs(b.D(0));
+    bool sequential = !(d0 > 0 && d0 <= T(1e30));
+    T carry = sequential ? T(0) : reciprocal_t(d0);  // x_0
+    T largest = carry;
+    for (int base = 0; !sequential && base <= last; base += 32) {
+        const int k = base + lane;
+        const bool valid = k <= last;
+        const T e_k = valid ? abs(b.E(k)) : T(0);
+        const T d_next = valid ? abs(b.D(k + 1)) : T(1);
+        const bool fine = d_next >= T(1e-30) && d_next <= T(1e30);
+        const T inverse = fine ? reciprocal_t(d_next) : T(0);
+        T a = valid ? e_k * inverse : T(1), c = valid ? inverse : T(0);  // x -> a x + c
+        for (int o = 1; o < 32; o <<= 1) {
+            const T a_before = __shfl_up_sync(FULL_WARP, a, o), c_before = __shfl_up_sync(FULL_WARP, c, o);
+            if (lane >= o) {
+                c = fma(a, c_before, c);
+                a = a * a_before;
+            }
+        }
+        const T x_next = fma(a, carry, c);  // x_{k+1}
+        T x_k = __shfl_up_sync(FULL_WARP, x_next, 1);
+        if (lane == 0) x_k = carry;
+        const bool bad = valid && (!fine || !(x_next <= T(1e30)) || !(x_k <= T(1e30)));
+        if (__ballot_sync(FULL_WARP, bad)) {
+            sequential = true;
+            break;
+        }
+        const unsigned split = __ballot_sync(FULL_WARP, valid && e_k * x_k <= tol);
+        if (split) {
+            tested += __ffs(split);
+            return base + __ffs(split) - 1;
+        }
+        tested += min(32, last + 1 - base);
+        largest = max(largest, warp_max(valid ? x_next : T(0)));
+        carry = __shfl_sync(FULL_WARP, x_next, 31);
+    }
+    if (!sequential) {
+        smin = reciprocal_t(largest);
+        return -1;
+    }
+    T mu = abs(b.D(0));
+    smin = mu;
+    for (int k = 0; k <= last; ++k) {
+        ++tested;
+        if (abs(b.E(k)) <= tol * mu) return k;
+        mu = abs(b.D(k + 1)) * (mu / (mu + abs(b.E(k))));
+        smin = min(smin, mu);
+    }
+    return -1;
+}
+
 // d (n,), e (n-1,) in global memory (worked on in shared memory, written back at exit).
-// state: STATE_INTS ints, all 0 for a fresh start; thresh_out: the negligibility threshold.
+// state: STATE_INTS ints, all 0 for a fresh start; thresh_io: the negligibility threshold.
 // Logs at most sweep_capacity sweeps and rotation_capacity rotations per launch when
 // `log` is not null (vectors wanted); without a log the chase runs to the end.
+// One warp: the 32 lanes run the sequential parts in lockstep on the same values (only
+// lane 0 writes to global memory) and share the parallel ones (the block search, the
+// convergence test, the largest entry).
 template <typename T>
 __device__ void bidiagonal_qr(T* __restrict__ d_global, T* __restrict__ e_global, int n, int* __restrict__ state, T* __restrict__ thresh_io,
                               Sweep* __restrict__ log, int sweep_capacity, typename Pair<T>::type* __restrict__ rot_vt,
-                              typename Pair<T>::type* __restrict__ rot_u, int rotation_capacity, int max_sweeps) {
+                              typename Pair<T>::type* __restrict__ rot_u, int rotation_capacity, int max_sweeps, long long* __restrict__ cycles) {
     extern __shared__ unsigned char shared_bytes[];
     T* d = reinterpret_cast<T*>(shared_bytes);
-    T* e = d + n;
+    T* e = d + n;       // n - 1 entries, then one more that the sweeps read past the end of a block
+    T* spare = e + n;   // written, never read
     for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = d_global[i];
-    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) e[i] = e_global[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) e[i] = i < n - 1 ? e_global[i] : T(0);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        typedef typename Pair<T>::type T2;
-        const T eps = Limits<T>::eps();
-        const T tol = T(10) * eps;  // reference.TOLERANCE_ULP
-        int hi, sweeps, old_lo, old_hi;
-        bool forward;
-        T thresh;
-        if (state[STATE_STATUS] == STATUS_FRESH) {
-            T mu = abs(d[0]), smin = mu;
-            for (int i = 1; i < n; ++i) {
-                if (smin == 0) break;
-                mu = abs(d[i]) * ratio_t(mu, mu + abs(e[i - 1]));
-                smin = min(smin, mu);
-            }
-            thresh = max(tol * smin / sqrt_t(T(n)), T(6) * T(n) * T(n) * Limits<T>::tiny());
-            hi = n - 1; sweeps = 0; old_lo = -1; old_hi = -1; forward = true;
-        } else {
-            hi = state[STATE_HI]; sweeps = state[STATE_SWEEPS];
-            old_lo = state[STATE_OLD_LO]; old_hi = state[STATE_OLD_HI]; forward = state[STATE_FORWARD] != 0;
-            thresh = *thresh_io;
+    if (threadIdx.x >= 32) return;
+    typedef typename Pair<T>::type T2;
+    const int lane = threadIdx.x;
+    const bool writer = lane == 0;
+    const T eps = Limits<T>::eps();
+    const T tol = T(10) * eps;  // reference.TOLERANCE_ULP
+    int hi, sweeps, old_lo, old_hi;
+    bool forward;
+    T thresh;
+    if (state[STATE_STATUS] == STATUS_FRESH) {
+        T mu = abs(d[0]), smin = mu;
+        for (int i = 1; i < n; ++i) {
+            if (smin == 0) break;
+            mu = abs(d[i]) * (mu / (mu + abs(e[i - 1])));
+            smin = min(smin, mu);
         }
-        int logged = 0, rotations = 0, status = STATUS_DONE;
-        while (hi > 0) {
-            int lo = hi;
-            T smax = abs(d[hi]);
-            while (lo > 0 && abs(e[lo - 1]) > thresh) {
-                --lo;
-                smax = max(smax, max(abs(d[lo]), abs(e[lo])));
+        thresh = max(tol * smin / sqrt_t(T(n)), T(6) * T(n) * T(n) * Limits<T>::tiny());
+        hi = n - 1; sweeps = 0; old_lo = -1; old_hi = -1; forward = true;
+    } else {
+        hi = state[STATE_HI]; sweeps = state[STATE_SWEEPS];
+        old_lo = state[STATE_OLD_LO]; old_hi = state[STATE_OLD_HI]; forward = state[STATE_FORWARD] != 0;
+        thresh = *thresh_io;
+    }
+    int logged = 0, rotations = 0, status = STATUS_DONE;
+    long long chased = 0, tested = 0;  // for the benchmark's account of where the time goes
+    long long scan_cycles = 0, test_cycles = 0, sweep_cycles = 0;
+    while (hi > 0) {
+        const long long mark = clock64();
+        const int lo = block_start(e, hi, thresh, lane);
+        if (lo > 0) e[lo - 1] = 0;
+        scan_cycles += clock64() - mark;
+        if (lo == hi) { --hi; continue; }
+        if (log != nullptr && (logged == sweep_capacity || rotations + (hi - lo) > rotation_capacity)) {
+            status = STATUS_PAUSED;  // the log is full: the host applies it and relaunches
+            break;
+        }
+        if (lo == hi - 1) {
+            T cl, sl, cr, sr, s1, s2;
+            svd_2x2(d[lo], e[lo], d[hi], cl, sl, cr, sr, s1, s2);
+            __syncwarp();
+            d[lo] = s1; d[hi] = s2; e[lo] = 0;
+            if (log != nullptr && writer) {  // V^T <- right^T V^T, U^T <- left^T U^T: the sines change sign
+                log[logged] = Sweep{lo, 1, 1, rotations};
+                rot_vt[rotations] = T2{cr, -sr};
+                rot_u[rotations] = T2{cl, -sl};
             }
-            if (lo > 0) e[lo - 1] = 0;
-            if (lo == hi) { --hi; continue; }
-            if (log != nullptr && (logged == sweep_capacity || rotations + (hi - lo) > rotation_capacity)) {
-                status = STATUS_PAUSED;  // the log is full: the host applies it and relaunches
-                break;
-            }
-            if (lo == hi - 1) {
-                T cl, sl, cr, sr, s1, s2;
-                svd_2x2(d[lo], e[lo], d[hi], cl, sl, cr, sr, s1, s2);
-                d[lo] = s1; d[hi] = s2; e[lo] = 0;
-                if (log != nullptr) {  // V^T <- right^T V^T, U^T <- left^T U^T: the sines change sign
-                    log[logged] = Sweep{lo, 1, 1, rotations};
-                    rot_vt[rotations] = T2{cr, -sr};
-                    rot_u[rotations] = T2{cl, -sl};
-                    ++logged; ++rotations;
+            if (log != nullptr) { ++logged; ++rotations; }
+            hi -= 2;
+            continue;
+        }
+        if (lo > old_hi || hi < old_lo) forward = abs(d[lo]) >= abs(d[hi]);
+        const Bidiagonal<T> b(d, e, lo, hi, forward);
+        const int last = hi - lo - 1;  // index of the last e in the block's reading
+        if (abs(b.E(last)) <= tol * abs(b.D(last + 1))) {
+            __syncwarp();
+            b.E(last) = 0;
+            continue;
+        }
+        T smin;
+        const int negligible = first_negligible(b, last, tol, smin, lane, tested);
+        const long long tested_at = clock64();
+        test_cycles += tested_at - mark;
+        if (negligible >= 0) {
+            __syncwarp();
+            b.E(negligible) = 0;
+            continue;
+        }
+        if (sweeps >= max_sweeps) { status = STATUS_NO_CONVERGENCE; break; }
+        old_lo = lo; old_hi = hi;
+        T smax = 0;
+        for (int k = lane; k <= hi - lo; k += 32) smax = max(smax, max(abs(d[lo + k]), k < hi - lo ? abs(e[lo + k]) : T(0)));
+        smax = warp_max(smax);
+        T shift = 0;
+        if (!(T(n) * tol * (smin / smax) <= max(eps, tol / 100))) {
+            shift = smallest_singular_value_2x2(b.D(last), b.E(last), b.D(last + 1));
+            const T relative = shift / abs(b.D(0));
+            if (relative * relative < eps) shift = 0;
+        }
+        __syncwarp();
+        if (log != nullptr) {
+            const int offset = rotations, count = hi - lo;
+            if (writer) log[logged] = forward ? Sweep{lo, count, 1, offset} : Sweep{hi - 1, count, -1, offset};
+            // forward: right rotations to V^T, left ones to U^T; reversed: the roles swap
+            // and the pair turns around, so the sines change sign. Lane k % 32 keeps step k's
+            // rotations, and every 32 steps the warp stores them with one coalesced write.
+            const T sign = forward ? T(1) : T(-1);
+            T2 pending_vt{}, pending_u{};
+            sweep(b, count, shift, spare, [&](int k, T cr, T sr, T cl, T sl) {
+                const int slot = k & 31;
+                if (lane == slot) {
+                    pending_vt = forward ? T2{cr, sr} : T2{cl, sign * sl};
+                    pending_u = forward ? T2{cl, sl} : T2{cr, sign * sr};
                 }
-                hi -= 2;
-                continue;
-            }
-            if (lo > old_hi || hi < old_lo) forward = abs(d[lo]) >= abs(d[hi]);
-            const Bidiagonal<T> b{d, e, lo, hi, forward};
-            const int last = hi - lo - 1;  // index of the last e in the block's reading
-            if (abs(b.E(last)) <= tol * abs(b.D(last + 1))) { b.E(last) = 0; continue; }
-            T mu = abs(b.D(0)), smin = mu;
-            bool split = false;
-            for (int k = 0; k <= last; ++k) {
-                if (abs(b.E(k)) <= tol * mu) { b.E(k) = 0; split = true; break; }
-                mu = abs(b.D(k + 1)) * ratio_t(mu, mu + abs(b.E(k)));
-                smin = min(smin, mu);
-            }
-            if (split) continue;
-            if (sweeps >= max_sweeps) { status = STATUS_NO_CONVERGENCE; break; }
-            old_lo = lo; old_hi = hi;
-            T shift = 0;
-            if (!(T(n) * tol * (smin / smax) <= max(eps, tol / 100))) {
-                shift = smallest_singular_value_2x2(b.D(last), b.E(last), b.D(last + 1));
-                const T relative = shift / abs(b.D(0));
-                if (relative * relative < eps) shift = 0;
-            }
-            if (log != nullptr) {
-                const int offset = rotations;
-                log[logged] = forward ? Sweep{lo, hi - lo, 1, offset} : Sweep{hi - 1, hi - lo, -1, offset};
-                // forward: right rotations to V^T, left ones to U^T; reversed: the roles swap
-                // and the pair turns around, so the sines change sign
-                sweep(b, shift, [&](int k, T cr, T sr, T cl, T sl) {
-                    if (forward) {
-                        rot_vt[offset + k] = T2{cr, sr};
-                        rot_u[offset + k] = T2{cl, sl};
-                    } else {
-                        rot_vt[offset + k] = T2{cl, -sl};
-                        rot_u[offset + k] = T2{cr, -sr};
+                if (slot == 31 || k == count - 1) {
+                    if (lane <= slot) {
+                        rot_vt[offset + k - slot + lane] = pending_vt;
+                        rot_u[offset + k - slot + lane] = pending_u;
                     }
-                });
-                ++logged;
-                rotations += hi - lo;
-            } else {
-                sweep(b, shift, [](int, T, T, T, T) {});
-            }
-            ++sweeps;
-            if (abs(b.E(last)) <= thresh) b.E(last) = 0;
+                }
+            });
+            ++logged;
+            rotations += count;
+        } else {
+            sweep(b, hi - lo, shift, spare, [](int, T, T, T, T) {});
         }
+        ++sweeps;
+        chased += hi - lo;
+        sweep_cycles += clock64() - tested_at;
+        if (abs(b.E(last)) <= thresh) b.E(last) = 0;
+    }
+    __syncwarp();
+    if (writer) {
         state[STATE_HI] = hi; state[STATE_SWEEPS] = sweeps;
         state[STATE_OLD_LO] = old_lo; state[STATE_OLD_HI] = old_hi; state[STATE_FORWARD] = forward;
         state[STATE_STATUS] = status; state[STATE_LOGGED] = logged; state[STATE_ROTATIONS] = rotations;
+        state[STATE_CHASED] += int(chased); state[STATE_TESTED] += int(tested);
+        if (cycles != nullptr) {  // clock64 ticks spent finding the block, testing it and sweeping
+            cycles[0] += scan_cycles; cycles[1] += test_cycles; cycles[2] += sweep_cycles;
+        }
         *thresh_io = thresh;
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) d_global[i] = d[i];
-    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) e_global[i] = e[i];
+    __syncwarp();
+    for (int i = lane; i < n; i += 32) d_global[i] = d[i];
+    for (int i = lane; i < n - 1; i += 32) e_global[i] = e[i];
 }
 
 // ------------------------------------------------------- applying the rotations --
@@ -493,7 +659,14 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
 
 // ------------------------------------------------------------ entry points --
 #define SVD_KERNELS(T, SUFFIX)                                                                                                      \
-    extern "C" __global__ void householder_##SUFFIX(const T* x, int len, T* v, T* tau, T* beta) { householder<T>(x, len, v, tau, beta); } \
+    extern "C" __global__ void column_reflector_##SUFFIX(T* a, int lda, T* uw, int ldu, const T* zv, int ldz, int c, int i, int width,  \
+                                                         int len, T* tau_left, T* d, T* t) {                                         \
+        column_reflector<T>(a, lda, uw, ldu, zv, ldz, c, i, width, len, tau_left, d, t);                                             \
+    }                                                                                                                                \
+    extern "C" __global__ void row_reflector_##SUFFIX(const T* row, int len, T* zv, int ldz, int c, int i, int nb, T* tau_right, T* e, \
+                                                      T* s) {                                                                        \
+        row_reflector<T>(row, len, zv, ldz, c, i, nb, tau_right, e, s);                                                              \
+    }                                                                                                                                \
     extern "C" __global__ void z_and_row_##SUFFIX(const T* a, int lda, T* zv, int ldz, const T* uw, int ldu, const T* y, const T* t,     \
                                                   const T* tau_left, int c, int i, int width, int count, T* row) {                   \
         z_and_row<T>(a, lda, zv, ldz, uw, ldu, y, t, tau_left, c, i, width, count, row);                                             \
@@ -505,8 +678,8 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
     extern "C" __global__ void wy_factor_##SUFFIX(const T* gram, const T* taus, int nb, T* t) { wy_factor<T>(gram, taus, nb, t); }     \
     extern "C" __global__ void bidiagonal_qr_##SUFFIX(T* d, T* e, int n, int* state, T* thresh, Sweep* log, int sweep_capacity,     \
                                                       Pair<T>::type* rot_vt, Pair<T>::type* rot_u, int rotation_capacity,             \
-                                                      int max_sweeps) {                                                              \
-        bidiagonal_qr<T>(d, e, n, state, thresh, log, sweep_capacity, rot_vt, rot_u, rotation_capacity, max_sweeps);                \
+                                                      int max_sweeps, long long* cycles) {                                           \
+        bidiagonal_qr<T>(d, e, n, state, thresh, log, sweep_capacity, rot_vt, rot_u, rotation_capacity, max_sweeps, cycles);        \
     }                                                                                                                                \
     extern "C" __global__ void apply_sweeps_##SUFFIX(T* vt, int vt_width, T* ut, int ut_width, long long ld_vt, long long ld_ut,      \
                                                      int first_row, int elements, int step, const Sweep* sweeps, int count,          \
