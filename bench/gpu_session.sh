@@ -3,8 +3,9 @@
 # tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
-#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench]    (default: the first four)
-# SVD_SIZES picks the sizes of svd-bench (bench/svd.py --sizes).
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench] [svd-sanitize]
+#        [stencil-tests] [stencil-sanitize] [stencil-bench]    (default: the first four)
+# SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
 mkdir -p "$out"
@@ -27,6 +28,15 @@ for step in $steps; do
     bench) python3 bench/pencil.py --backend cuda 2>&1 | tee "$out/bench.log" ;;
     svd-tests) python3 -m pytest -q -m gpu tests/gpu/svd tests/app/jobs/test_api_cuda.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/svd-tests.log" | tail -40 ;;
     svd-bench) python3 bench/svd.py --sizes "${SVD_SIZES:-1024x1024,2048x2048,4096x4096,8192x512}" 2>&1 | tee "$out/svd-bench.log" ;;
+    svd-sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/svd/test_cuda.py -p no:cacheprovider -k "shapes and 65 or chunks or zeros" 2>&1 | tee "$out/svd-sanitize-$tool.log" | tail -6
+      done ;;
+    stencil-tests) python3 -m pytest -q -m gpu tests/gpu/stencil tests/app/jobs/test_stencil.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/stencil-tests.log" | tail -40 ;;
+    stencil-sanitize)
+      compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/stencil/test_cuda.py -k no_write -p no:cacheprovider 2>&1 | tee "$out/stencil-sanitize-memcheck.log" | tail -6
+      compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/stencil/test_cuda.py -k "no_write and shared" -p no:cacheprovider 2>&1 | tee "$out/stencil-sanitize-racecheck.log" | tail -6 ;;
+    stencil-bench) python3 bench/stencil.py --shapes "${STENCIL_SHAPES:-1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512}" 2>&1 | tee "$out/stencil-bench.log" ;;
     e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
   esac
 done

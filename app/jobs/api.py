@@ -4,7 +4,7 @@
     GET    /jobs                   list, newest first (?status=&kind=&page_size=&page_token=)
     GET    /jobs/{id}              status, progress, error, result_url (Retry-After until finished)
     GET    /jobs/{id}/result       the result summary (JSON) with the URLs of its files
-    GET    /jobs/{id}/files/{name} one result file (.npy)
+    GET    /jobs/{id}/files/{name} one result file (.npy, .npz, .png, .json, .safetensors)
     DELETE /jobs/{id}              cancel: a queued job at once, a running one at its next checkpoint
 
 Routes stay thin: a kind's parser validates and builds the submission, the store keeps it,
@@ -101,6 +101,10 @@ def _submit_route(kind: JobKind):
     return submit
 
 
+# Result files by extension; anything else is served as bytes.
+RESULT_MEDIA_TYPES = {".png": "image/png", ".json": "application/json"}
+
+
 def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
@@ -147,7 +151,10 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         path = request.app.state.jobs.result_file(job_id, name)
         if path is None:
             raise ApiError(404, "file_not_found", f"job {job_id} has no result file {name!r}; GET /jobs/{job_id}/result lists them")
-        return FileResponse(path, media_type="application/octet-stream", filename=f"{job_id}-{name}")
+        media_type = RESULT_MEDIA_TYPES.get(path.suffix, "application/octet-stream")
+        # images are shown in the browser (the jobs page links them); arrays are downloads
+        disposition = "inline" if media_type.startswith("image/") else "attachment"
+        return FileResponse(path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition)
 
     @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)")
     async def cancel_job(request: Request, job_id: str) -> JSONResponse:

@@ -512,3 +512,18 @@ def test_the_api_docs_show_the_svd_job_schema_and_an_example(make_client):
     assert body["multipart/form-data"]["schema"]["required"] == ["matrix"]
     assert {"401", "404", "409", "503"} <= set(post["responses"])
     assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/result", "/jobs/{job_id}/files/{name}"} <= set(document["paths"])
+
+
+def test_result_files_carry_their_media_type(make_client, tmp_path):
+    """.npy files are attachments of bytes; a PNG result is an inline image/png."""
+    client = admin(make_client)
+    job_id = submit(client, json={"spec": spec(), "method": "lapack"})
+    finished_ok(client, job_id)
+    response = client.get(f"/jobs/{job_id}/files/s.npy")
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-disposition"].startswith("attachment")
+    folder = client.app.state.jobs.result_dir(job_id)
+    (folder / "picture.png").write_bytes(photo_bytes("coffee", "png", 32))
+    response = client.get(f"/jobs/{job_id}/files/picture.png")
+    assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+    assert response.headers["content-disposition"].startswith("inline")

@@ -1,0 +1,222 @@
+"""Benchmark of the stencil job's nine CUDA variants, with the roofline and the CuPy anchor
+measured in the same run.
+
+    python bench/stencil.py [--shapes 1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512]
+                            [--variants all] [--seconds 1.0] [--zchunk N] [--no-energy] [--check-steps 4]
+
+Shapes are nx x ny x nz (x fastest, as the job's grids; the paper's 1024 .. 7168 x 256 x
+256 and 512^3). Per shape, on GPU 0, fp32, no sponge, random fields in a constant model:
+
+- roofline: a device-to-device copy (cudaMemcpyAsync of 2 GiB) gives the bandwidth B
+  (bytes read + written per second); a step needs at least 16 bytes a point (p, p_prev
+  and c read, p_next written), so no variant beats B / 16 points per second.
+- each variant: back-to-back steps on one stream for about --seconds (CUDA events), with
+  NVML energy over the same window: ms/step, GPts/s (interior points updated per second),
+  effective GB/s (16 B x GPts/s), % of the roofline, x the anchor, average W, GPts/J.
+- anchor: the same step written with CuPy slicing (gpu/stencil/reference.py's Propagator on
+  CuPy arrays: ~25 elementwise kernels, each a full pass over memory).
+- check: every variant's field after --check-steps steps from the same start, against the
+  anchor's (they round alike: expect 0).
+- auto: what the job's `auto` trial (gpu/stencil/cuda.py: time_variants) picks here.
+Times drift between machines and clocks: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cupy  # noqa: E402
+
+from gpu.stencil import cuda, reference  # noqa: E402
+from gpu.stencil.energy import EnergyMeter  # noqa: E402
+from gpu.stencil.params import RADIUS, VARIANTS, ConstantModel, StencilParams  # noqa: E402
+
+BYTES_PER_POINT = 16
+SHAPES = "1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512"
+CFL = 0.4
+
+
+def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting the read and the write."""
+    src = cupy.ones(nbytes // 4, np.float32)
+    dst = cupy.empty_like(src)
+    stream = cupy.cuda.get_current_stream()
+    times = []
+    for i in range(repeats + 2):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        stop.record()
+        stop.synchronize()
+        if i >= 2:
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1000)
+    del src, dst
+    cupy.get_default_memory_pool().free_all_blocks()
+    return 2 * nbytes / statistics.median(times)
+
+
+def peak_bandwidth() -> float | None:
+    """The memory's nominal bandwidth from the device attributes, bytes/s (DDR: x2), or
+    None where the runtime no longer reports the memory clock."""
+    try:
+        attributes = cupy.cuda.Device().attributes
+        return 2 * attributes["MemoryClockRate"] * 1e3 * attributes["GlobalMemoryBusWidth"] / 8
+    except Exception:  # attribute missing or refused: the copy is what counts anyway
+        return None
+
+
+class Grid:
+    """The buffers of one shape: p, pp (ping-pong), c, and the start (p0, pp0) every run
+    begins from. Interior fields random, border 0, c = CFL^2 inside."""
+
+    def __init__(self, nx: int, ny: int, nz: int, zchunk: int | None):
+        self.shape = (nz, ny, nx)
+        self.params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=1, f0=10.0, model=ConstantModel(2000.0), dt=CFL * 10.0 / 2000.0, snapshot_every=0, receivers=[(RADIUS,) * 3])
+        self.points = nx * ny * nz
+        self.interior = self.params.interior_points
+        self.zchunk = cuda.default_zchunk(nx, ny, nz) if zchunk is None else zchunk
+        inner = (slice(RADIUS, -RADIUS),) * 3
+        self.c = cupy.zeros(self.shape, np.float32)
+        self.c[inner] = np.float32(CFL**2)
+        self.c = self.c.ravel()
+        generator = cupy.random.default_rng(1)
+        self.p0 = cupy.zeros(self.shape, np.float32)
+        self.pp0 = cupy.zeros(self.shape, np.float32)
+        self.p0[inner] = generator.standard_normal(tuple(n - 2 * RADIUS for n in self.shape), dtype=np.float32)
+        self.pp0[inner] = self.p0[inner] * np.float32(0.999)
+        self.p0, self.pp0 = self.p0.ravel(), self.pp0.ravel()
+        self.p = self.p0.copy()
+        self.pp = self.pp0.copy()
+
+    def reset(self) -> None:
+        self.p[...] = self.p0
+        self.pp[...] = self.pp0
+
+    def launch(self, variant: str, amp: float = 0.0) -> None:
+        """One step without the swap (timing; the trial of `auto` calls this)."""
+        cuda.launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, 0, 0.0, self.zchunk)
+
+    def step(self, variant: str) -> None:
+        self.launch(variant)
+        self.p, self.pp = self.pp, self.p
+
+
+def timed(run_step, seconds: float, energy: bool) -> tuple[float, float | None, float | None]:
+    """(ms per step, joules, average watts) of back-to-back steps for about `seconds`."""
+    for _ in range(3):
+        run_step()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(5):
+        run_step()
+    stop.record()
+    stop.synchronize()
+    per_step = cupy.cuda.get_elapsed_time(start, stop) / 5
+    steps = max(10, int(seconds * 1000 / max(per_step, 1e-3)))
+    meter = EnergyMeter(cupy.cuda.Device().pci_bus_id) if energy else None
+    if meter is not None:
+        meter.start()
+    start.record()
+    for _ in range(steps):
+        run_step()
+    stop.record()
+    stop.synchronize()
+    reading = meter.stop() if meter is not None else None
+    ms = cupy.cuda.get_elapsed_time(start, stop) / steps
+    if reading is None or reading.joules is None:
+        return ms, None, None
+    return ms, reading.joules / steps, reading.average_watts
+
+
+def anchor_for(grid: Grid) -> reference.Propagator:
+    prop = reference.Propagator(grid.params, xp=cupy, c=grid.c)
+    prop.amplitudes[:] = 0
+    return prop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=SHAPES, help="nx x ny x nz, comma-separated")
+    parser.add_argument("--variants", default="all", help="comma-separated variant names, or all")
+    parser.add_argument("--seconds", type=float, default=1.0, help="timed window per variant (energy needs ~0.5 s or more)")
+    parser.add_argument("--zchunk", type=int, default=None, help="planes per thread of the z-marching variants (default: as the job chooses)")
+    parser.add_argument("--check-steps", type=int, default=4, help="steps compared against the anchor (0: no check)")
+    parser.add_argument("--no-energy", action="store_true")
+    args = parser.parse_args()
+    variants = VARIANTS if args.variants == "all" else tuple(args.variants.split(","))
+    for variant in variants:
+        if variant not in VARIANTS:
+            parser.error(f"unknown variant {variant}; choose from {', '.join(VARIANTS)}")
+    energy = not args.no_energy
+    properties = cupy.cuda.runtime.getDeviceProperties(0)
+    copy = copy_bandwidth()
+    ceiling = copy / BYTES_PER_POINT / 1e9
+    print(f"# stencil benchmark: {properties['name'].decode()}, {properties['multiProcessorCount']} SMs, CuPy {cupy.__version__}, fp32, 13-point 4th-order, {args.seconds:g} s per variant")
+    nominal = peak_bandwidth()
+    print(f"# memory: nominal {f'{nominal / 1e9:.0f}' if nominal else 'n/a'} GB/s; measured D2D copy {copy / 1e9:.0f} GB/s (read + write) -> roofline {ceiling:.1f} GPts/s at {BYTES_PER_POINT} B/pt/step")
+    probe = EnergyMeter(cupy.cuda.Device().pci_bus_id)
+    probe.start()
+    time.sleep(0.05)
+    reading = probe.stop()
+    print(f"# energy: {reading.method or 'none'}{' (' + reading.note + ')' if reading.note else ''}" if energy else "# energy: not measured (--no-energy)")
+    print("shape | variant | zchunk | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor")
+    for text in args.shapes.split(","):
+        bench_shape(text, variants, args, energy, ceiling)
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, energy: bool, ceiling: float) -> None:
+    """One shape: the anchor, each variant, the check against the anchor, auto's pick."""
+    nx, ny, nz = (int(v) for v in text.lower().split("x"))
+    grid = Grid(nx, ny, nz, args.zchunk)
+    anchor = anchor_for(grid)
+    anchor.p[...] = grid.p0
+    anchor.pp[...] = grid.pp0
+    anchor_ms, anchor_j, anchor_w = timed(lambda a=anchor: a.step(0), args.seconds, energy)
+    expected = None
+    if args.check_steps:
+        anchor.p[...] = grid.p0
+        anchor.pp[...] = grid.pp0
+        for _ in range(args.check_steps):
+            anchor.step(0)
+        expected = anchor.p.copy()
+    del anchor
+    cupy.get_default_memory_pool().free_all_blocks()
+
+    def row(variant: str, zchunk: str, ms: float, joules: float | None, watts: float | None, diff: str) -> None:
+        gpts = grid.interior / ms / 1e6
+        per_joule = f"{grid.interior / joules / 1e9:.2f}" if joules else "-"
+        print(f"{text} | {variant} | {zchunk} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}")
+
+    row("cupy-slicing anchor", "-", anchor_ms, anchor_j, anchor_w, "-")
+    results = {}
+    for variant in variants:
+        diff = "-"
+        if expected is not None:
+            grid.reset()
+            for _ in range(args.check_steps):
+                grid.step(variant)
+            diff = f"{float(cupy.abs(grid.p - expected).max()):.3g}"
+        grid.reset()
+        ms, joules, watts = timed(lambda v=variant: grid.step(v), args.seconds, energy)
+        results[variant] = ms
+        row(variant, str(grid.zchunk) if "int_z" in variant else "-", ms, joules, watts, diff)
+    grid.reset()
+    trial = cuda.time_variants(grid, variants)
+    best = min(results, key=results.get)
+    picked = min(trial, key=trial.get)
+    best_gpts = grid.interior / results[best] / 1e6
+    verdict = "the same" if picked == best else f"{100 * (results[picked] / results[best] - 1):.1f}% slower in the long run"
+    print(f"# {text}: best {best} {best_gpts:.1f} GPts/s = {100 * best_gpts / ceiling:.0f}% of the roofline, {anchor_ms / results[best]:.1f}x the CuPy anchor; auto's trial picks {picked} ({verdict})")
+
+
+if __name__ == "__main__":
+    main()

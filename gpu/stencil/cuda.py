@@ -1,0 +1,279 @@
+"""The stencil on the GPU: the nine kernel variants of stencil.cu (naive / shared /
+readonly x plain / int_z / int_z_reg), launched through CuPy on a lease's stream.
+
+One shot, on the lease's main stream:
+
+    upload c = (v dt / h)^2, zero p and pp -> [auto: time each variant, once per grid]
+    -> per step: stencil kernel (pp <- p^(n+1), then swap) -> gather the receivers into
+       row n of the record [-> copy the snapshot slices]
+    -> in batches of steps: wait for the previous batch's event, report progress (the
+       cancel checkpoint), so the GPU always has a batch queued
+    -> download record and snapshots.
+
+Energy is read from NVML over the stepping loop (gpu/stencil/energy.py). The kernels
+agree with gpu/stencil/reference.py bit for bit (same operations, same order, no FMA).
+
+Importing this module needs CuPy; app code imports it inside the job's run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+from gpu import kernels
+from gpu.stencil import reference
+from gpu.stencil.energy import EnergyMeter, EnergyReading
+from gpu.stencil.params import RADIUS, VARIANTS, StencilParams
+
+SOURCE = Path(__file__).with_name("stencil.cu")
+BLOCK = (32, 8, 1)  # mirrors BX, BY of stencil.cu
+GATHER_BLOCK = 256
+BLOCKS_PER_SM = 8  # resident blocks of 256 threads (the kernels' launch bounds allow 6-8)
+WAVES = 4  # z-marching variants: chunk z so that the grid fills the GPU this many times
+MIN_ZCHUNK = 16
+BATCH_SECONDS = 0.2  # progress is reported (and cancel checked) about this often
+TRIAL_MS = 2.0  # auto: each variant runs at least this long (and at least 3 launches)
+UPLOAD_POINTS = 1 << 24  # host slab of c built and uploaded at once (64 MiB of float32)
+
+
+def _k(name: str) -> cupy.RawKernel:
+    return kernels.kernel(SOURCE, name)
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def default_zchunk(nx: int, ny: int, nz: int) -> int:
+    """Planes each thread of a z-marching variant walks: the whole interior column when
+    the x-y tiles alone fill the GPU WAVES times, else chunks of at least MIN_ZCHUNK."""
+    interior_z = nz - 2 * RADIUS
+    tiles = _div_up(nx - 2 * RADIUS, BLOCK[0]) * _div_up(ny - 2 * RADIUS, BLOCK[1])
+    wanted = WAVES * BLOCKS_PER_SM * kernels.device_attribute("MultiProcessorCount")
+    chunks = max(1, min(_div_up(wanted, tiles), _div_up(interior_z, MIN_ZCHUNK)))
+    return _div_up(interior_z, chunks)
+
+
+def grid(variant: str, nx: int, ny: int, nz: int, zchunk: int) -> tuple[int, int, int]:
+    """Launch grid of a variant: x-y tiles of BLOCK, and one block per interior plane
+    (plain) or per chunk of `zchunk` planes (int_z, int_z_reg)."""
+    interior_z = nz - 2 * RADIUS
+    planes = interior_z if not variant.endswith(("_int_z", "_int_z_reg")) else _div_up(interior_z, zchunk)
+    return (_div_up(nx - 2 * RADIUS, BLOCK[0]), _div_up(ny - 2 * RADIUS, BLOCK[1]), planes)
+
+
+def launch(variant: str, p: cupy.ndarray, pp: cupy.ndarray, c: cupy.ndarray, shape: tuple[int, int, int], source: tuple[int, int, int],
+           amp: float = 0.0, sponge: int = 0, eta_max: float = 0.0, zchunk: int | None = None) -> None:
+    """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
+    p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
+    source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
+    nz, ny, nx = shape
+    zchunk = default_zchunk(nx, ny, nz) if zchunk is None else zchunk
+    if zchunk < 1:
+        raise ValueError(f"zchunk must be >= 1, got {zchunk}")
+    sx, sy, sz = source
+    i32 = np.int32
+    args = (p, pp, c, i32(nx), i32(ny), i32(nz), i32(zchunk), i32(sx), i32(sy), i32(sz), np.float32(amp), i32(sponge), np.float32(eta_max))
+    _k(f"stencil_{variant}")(grid(variant, nx, ny, nz, zchunk), BLOCK, args)
+
+
+# ---------------------------------------------------------------------- a shot --
+
+
+class GpuShot:
+    """The state of one shot on the current device: c, p, pp (flat float32), the
+    receivers' flat indices, the record (steps, receivers) on the device (NaN until
+    written) and the per-step source amplitudes (host)."""
+
+    def __init__(self, params: StencilParams, velocity: np.ndarray | None = None, zchunk: int | None = None):
+        self.params = params
+        self.shape = params.shape
+        self.zchunk = default_zchunk(params.nx, params.ny, params.nz) if zchunk is None else zchunk
+        self.c = cupy.empty(params.points, np.float32)
+        plane = params.nx * params.ny
+        step = max(1, UPLOAD_POINTS // plane)  # c is built and uploaded a slab of planes at a time
+        for z0 in range(0, params.nz, step):
+            z1 = min(params.nz, z0 + step)
+            slab = params.velocity(z0, z1) if velocity is None else velocity[z0:z1]
+            self.c[z0 * plane : z1 * plane].set(reference.coefficients(slab, params.dt, params.h, z0, params.nz).ravel())
+        self.p = cupy.zeros(params.points, np.float32)
+        self.pp = cupy.zeros(params.points, np.float32)
+        self.amplitudes = reference.source_amplitudes(params)
+        nx, ny = params.nx, params.ny
+        self.receivers = cupy.asarray(np.array([(z * ny + y) * nx + x for x, y, z in params.receivers], np.int64))
+        self.record = cupy.full((params.steps, len(params.receivers)), np.nan, np.float32)
+        self.eta_max = float(np.float32(params.eta_max))
+
+    def set_fields(self, p0: np.ndarray, p_prev: np.ndarray) -> None:
+        """Start from (p^0, p^-1) instead of zeros: (nz, ny, nx) float32, zero border."""
+        self.p.set(reference.check_initial(p0, self.shape, "p^0").ravel())
+        self.pp.set(reference.check_initial(p_prev, self.shape, "p^-1").ravel())
+
+    def launch(self, variant: str, amp: float) -> None:
+        launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, self.params.sponge, self.eta_max, self.zchunk)
+
+    def step(self, variant: str, n: int) -> None:
+        """Step n: p^(n+1), swap, and row n of the record."""
+        self.launch(variant, float(self.amplitudes[n]))
+        self.p, self.pp = self.pp, self.p
+        count = self.receivers.size
+        _k("gather_receivers")((_div_up(count, GATHER_BLOCK),), (GATHER_BLOCK,), (self.p, self.receivers, np.int32(count), self.record[n]))
+
+    def field(self) -> cupy.ndarray:
+        return self.p.reshape(self.shape)
+
+
+# ------------------------------------------------------------- auto selection --
+
+_chosen: dict[tuple, tuple[str, dict[str, float]]] = {}
+_chosen_lock = threading.Lock()
+
+
+def time_variants(shot: GpuShot, variants=VARIANTS, min_ms: float = TRIAL_MS) -> dict[str, float]:
+    """Milliseconds per step of each variant on this shot's buffers, with source amplitude
+    0 (zero fields stay zero). Each runs once to warm up, then enough launches for
+    `min_ms` (at least 3, at most 50), timed with events on the current stream. `shot`
+    needs only a launch(variant, amp) method (the benchmark passes its own buffers)."""
+    times = {}
+    for variant in variants:
+        shot.launch(variant, 0.0)
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        shot.launch(variant, 0.0)
+        stop.record()
+        stop.synchronize()
+        once = max(cupy.cuda.get_elapsed_time(start, stop), 1e-3)
+        repeats = max(3, min(50, math.ceil(min_ms / once)))
+        start.record()
+        for _ in range(repeats):
+            shot.launch(variant, 0.0)
+        stop.record()
+        stop.synchronize()
+        times[variant] = cupy.cuda.get_elapsed_time(start, stop) / repeats
+    return times
+
+
+def choose_variant(shot: GpuShot) -> tuple[str, dict[str, float] | None]:
+    """The fastest variant for this grid on this device: timed once per (device, grid,
+    sponge, zchunk) on the shot's (zero) buffers, then cached. Returns (variant, the
+    trial's ms per step, or None when it came from the cache)."""
+    params = shot.params
+    key = (cupy.cuda.Device().id, params.shape, params.sponge > 0, shot.zchunk)
+    with _chosen_lock:
+        found = _chosen.get(key)
+    if found is not None:
+        return found[0], None
+    times = time_variants(shot)
+    best = min(times, key=times.get)
+    with _chosen_lock:
+        _chosen.setdefault(key, (best, times))
+    return best, times
+
+
+def forget_choices() -> None:
+    """Clear the cache of `auto` choices (tests, benchmarks)."""
+    with _chosen_lock:
+        _chosen.clear()
+
+
+# -------------------------------------------------------------------- the job --
+
+
+@dataclass
+class GpuRun:
+    shot: reference.Shot
+    variant: str
+    trial_ms: dict[str, float] | None  # auto's trial (None: a named variant, or cached)
+    zchunk: int
+    kernel_seconds: float  # GPU time of the stepping loop (events), with the recording
+    wall_seconds: float
+    energy: EnergyReading
+    batches: int = 0
+    timeline: list[tuple[int, float]] = field(default_factory=list)  # (steps done, s) per batch
+
+
+def simulate(lease, params: StencilParams, velocity: np.ndarray | None = None, variant: str | None = None,
+             checkpoint: Callable[[int], None] | None = None, initial: tuple[np.ndarray, np.ndarray] | None = None,
+             zchunk: int | None = None, measure_energy: bool = True) -> GpuRun:
+    """Run the shot on `lease` (a gpu.pool.Lease). variant: one of VARIANTS or "auto"
+    (default params.variant). checkpoint(steps_done) is called between batches of steps
+    (it may raise to cancel: the stream is drained first). initial: (p^0, p^-1) instead
+    of zeros (tests). velocity: the model on the grid; default built from params a slab
+    at a time (the host never holds the whole grid)."""
+    variant = variant or params.variant
+    with cupy.cuda.Device(lease.device), lease.stream:
+        stream = lease.stream
+        shot = GpuShot(params, velocity, zchunk)
+        trial = None
+        if variant == "auto":
+            variant, trial = choose_variant(shot)
+            shot.p.fill(0)
+            shot.pp.fill(0)
+        elif variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}")
+        if initial is not None:
+            shot.set_fields(*initial)
+        stream.synchronize()
+        snapshot_at = set(params.snapshot_steps)
+        _, y, z = params.source
+        snapshots: list[tuple[int, cupy.ndarray, cupy.ndarray]] = []
+        meter = EnergyMeter(cupy.cuda.Device(lease.device).pci_bus_id) if measure_energy else None
+        timeline: list[tuple[int, float]] = []
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        try:
+            if meter is not None:
+                meter.start()
+            wall = time.perf_counter()
+            start.record()
+            done, batch, pending = 0, min(8, params.steps), None
+            while done < params.steps:
+                first = done
+                for n in range(first, min(first + batch, params.steps)):
+                    shot.step(variant, n)
+                    if n + 1 in snapshot_at:
+                        f = shot.field()
+                        snapshots.append((n + 1, f[:, y, :].copy(), f[z, :, :].copy()))
+                done = min(first + batch, params.steps)
+                queued = stream.record()
+                if pending is not None:  # the GPU works on this batch while we wait for the last
+                    pending_event, pending_done, pending_size = pending
+                    pending_event.synchronize()
+                    seconds = time.perf_counter() - wall
+                    previous_seconds = timeline[-1][1] if timeline else 0.0
+                    timeline.append((pending_done, seconds))
+                    per_step = max((seconds - previous_seconds) / pending_size, 1e-7)
+                    batch = max(1, min(int(BATCH_SECONDS / per_step), max(1, params.steps // 20)))
+                    if checkpoint is not None:
+                        checkpoint(pending_done)
+                pending = (queued, done, done - first)
+            stop.record()
+            stop.synchronize()
+            wall_seconds = time.perf_counter() - wall
+            timeline.append((params.steps, wall_seconds))
+            energy = meter.stop() if meter is not None else None
+            meter = None
+        finally:
+            stream.synchronize()  # nothing of ours left running when the buffers go
+            if meter is not None:
+                meter.stop()
+        if checkpoint is not None:
+            checkpoint(params.steps)
+        kernel_seconds = cupy.cuda.get_elapsed_time(start, stop) / 1000.0
+        record = shot.record.get()
+        final = shot.field().get()
+        previous = shot.pp.reshape(shot.shape).get()
+        shots = [reference.Snapshot(step, xz.get(), xy.get()) for step, xz, xy in snapshots]
+        stream.synchronize()
+    if energy is None:
+        energy = EnergyReading(None, wall_seconds, None, None, 0, "energy not measured")
+    return GpuRun(reference.Shot(record, shots, final, previous), variant, trial, shot.zchunk, kernel_seconds, wall_seconds, energy, len(timeline), timeline)

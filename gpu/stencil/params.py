@@ -1,0 +1,366 @@
+"""Parameters of the stencil job (3D acoustic waves, Pavan et al. 2018), validated once and
+shared by the NumPy reference and the CUDA kernels.
+
+The grid has nx x ny x nz points at spacing h (m). Arrays are (nz, ny, nx) float32, x the
+fastest axis; z is depth. Points (source, receivers) are (x, y, z) grid indices. The
+outer RADIUS = 2 cells of every face are the Dirichlet border (p = 0 there, never
+updated), so a source or receiver must lie in [2, n - 3] on each axis.
+
+Velocity models: `ConstantModel`, `LayeredModel` (depths in m of the top of each layer,
+the first at 0, and their velocities) or `ArrayModel` (an uploaded (nz, ny, nx) array of
+m/s). Stability: the leapfrog scheme with the 4th-order Laplacian is stable for
+v_max dt / h <= 0.5 (the CFL number); larger dt is refused, naming the largest stable dt.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RADIUS = 2  # half-width of the 13-point stencil, and the Dirichlet border in cells
+MIN_SIDE = 2 * RADIUS + 1  # one interior point
+CFL_LIMIT = 0.5  # v_max dt / h: leapfrog needs CFL^2 * max|h^2 Lap4 symbol| = CFL^2 * 3 * 16/3 <= 4
+DEFAULT_CFL = 0.4  # dt when none is given: 0.8 of the largest stable step
+MEMORIES = ("naive", "shared", "readonly")
+MARCHES = ("", "_int_z", "_int_z_reg")
+VARIANTS = tuple(memory + march for memory in MEMORIES for march in MARCHES)
+VARIANT_CHOICES = ("auto", *VARIANTS)
+MAX_STEPS = 1_000_000
+MAX_RECEIVERS = 65_536
+MAX_RECORD_VALUES = 1 << 27  # steps x receivers in the shot record (512 MiB of float32)
+MAX_SNAPSHOTS = 100
+MAX_LAYERS = 1024
+MAX_VELOCITY = 100_000.0  # m/s: anything faster is a unit mistake
+MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
+MAX_PLANE = (1 << 31) - 1  # nx * ny: in-plane offsets are 32-bit in the kernels
+SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
+RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
+GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
+CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
+
+
+class StencilParamError(ValueError):
+    """A parameter is missing, has the wrong type, is out of range or unstable. `code` is
+    the API's error code (invalid_parameter, cfl_violation, source_outside_grid,
+    receiver_outside_grid, invalid_model)."""
+
+    def __init__(self, name: str, message: str, code: str = "invalid_parameter"):
+        super().__init__(f"{name}: {message}")
+        self.name, self.code = name, code
+
+
+def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise StencilParamError(name, f"expected an integer, got {value!r}")
+    if value < minimum:
+        raise StencilParamError(name, f"must be >= {minimum}; got {value}")
+    if maximum is not None and value > maximum:
+        raise StencilParamError(name, f"must be <= {maximum}; got {value}")
+    return int(value)
+
+
+def _positive(name: str, value, maximum: float | None = None, code: str = "invalid_parameter") -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise StencilParamError(name, f"expected a finite number, got {value!r}", code)
+    if value <= 0:
+        raise StencilParamError(name, f"must be > 0; got {value}", code)
+    if maximum is not None and value > maximum:
+        raise StencilParamError(name, f"must be <= {maximum:g}; got {value:g}", code)
+    return float(value)
+
+
+def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tuple[int, int, int]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
+        raise StencilParamError(name, f"expected [x, y, z] grid indices, got {value!r}")
+    point = tuple(_int(f"{name}[{axis}]", v, -(1 << 62)) for axis, v in zip("xyz", value, strict=True))
+    for axis, v, n in zip("xyz", point, shape_xyz, strict=True):
+        if not RADIUS <= v <= n - 1 - RADIUS:
+            raise StencilParamError(name, f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})", code)
+    return point  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------ velocity models --
+
+
+@dataclass(frozen=True)
+class ConstantModel:
+    """One velocity (m/s) everywhere."""
+
+    velocity: float
+
+    def __post_init__(self) -> None:
+        _positive("model.velocity", self.velocity, MAX_VELOCITY, "invalid_model")
+
+    def v_range(self, nz: int, h: float) -> tuple[float, float]:
+        return float(self.velocity), float(self.velocity)
+
+    def build(self, nx: int, ny: int, nz: int, h: float, z0: int = 0, z1: int | None = None) -> np.ndarray:
+        """(z1 - z0, ny, nx) float32: planes z0 .. z1-1 (default all nz)."""
+        return np.full(((nz if z1 is None else z1) - z0, ny, nx), self.velocity, np.float32)
+
+    def velocity_at(self, x: int, y: int, z: int, h: float) -> float:
+        """The float32 velocity of point (x, y, z), as `build` holds it."""
+        return float(np.float32(self.velocity))
+
+
+@dataclass(frozen=True)
+class LayeredModel:
+    """Horizontal layers: layer i spans depths [depths[i], depths[i+1]) m with velocity
+    velocities[i] m/s; depths[0] = 0 and depths increase. Plane z lies at depth z * h."""
+
+    depths: tuple[float, ...]
+    velocities: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("depths", "velocities"):
+            values = getattr(self, name)
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise StencilParamError(f"model.{name}", f"expected a list of numbers, got {values!r}", "invalid_model")
+            object.__setattr__(self, name, tuple(values))
+        if not 1 <= len(self.depths) <= MAX_LAYERS:
+            raise StencilParamError("model.depths", f"expected 1 to {MAX_LAYERS} layer tops, got {len(self.depths)}", "invalid_model")
+        if len(self.velocities) != len(self.depths):
+            raise StencilParamError("model", f"{len(self.depths)} depths but {len(self.velocities)} velocities: give one velocity per layer", "invalid_model")
+        for i, depth in enumerate(self.depths):
+            if isinstance(depth, bool) or not isinstance(depth, numbers.Real) or not math.isfinite(depth):
+                raise StencilParamError(f"model.depths[{i}]", f"expected a finite number, got {depth!r}", "invalid_model")
+        if self.depths[0] != 0:
+            raise StencilParamError("model.depths[0]", f"the first layer must start at depth 0, got {self.depths[0]}", "invalid_model")
+        for i in range(1, len(self.depths)):
+            if not self.depths[i] > self.depths[i - 1]:
+                raise StencilParamError(f"model.depths[{i}]", f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}", "invalid_model")
+        for i, v in enumerate(self.velocities):
+            _positive(f"model.velocities[{i}]", v, MAX_VELOCITY, "invalid_model")
+
+    def _present(self, nz: int, h: float) -> tuple[float, ...]:
+        """Velocities of the layers that reach into the grid (depths up to (nz - 1) h)."""
+        bottom = (nz - 1) * h
+        return tuple(v for d, v in zip(self.depths, self.velocities, strict=True) if d <= bottom)
+
+    def v_range(self, nz: int, h: float) -> tuple[float, float]:
+        present = self._present(nz, h)
+        return float(min(present)), float(max(present))
+
+    def layer_of_planes(self, nz: int, h: float) -> np.ndarray:
+        """(nz,) index of the layer each plane z (depth z h) lies in."""
+        return np.searchsorted(np.asarray(self.depths, np.float64), np.arange(nz) * h, side="right") - 1
+
+    def build(self, nx: int, ny: int, nz: int, h: float, z0: int = 0, z1: int | None = None) -> np.ndarray:
+        per_plane = np.asarray(self.velocities, np.float32)[self.layer_of_planes(nz, h)[z0:z1]]
+        return np.ascontiguousarray(np.broadcast_to(per_plane[:, None, None], (per_plane.size, ny, nx)))
+
+    def velocity_at(self, x: int, y: int, z: int, h: float) -> float:
+        return float(np.float32(self.velocities[int(self.layer_of_planes(z + 1, h)[z])]))
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayModel:
+    """An uploaded velocity array (nz, ny, nx) in m/s; see `check_velocity_array`."""
+
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", check_velocity_array(self.values))
+
+    def v_range(self, nz: int, h: float) -> tuple[float, float]:
+        return float(self.values.min()), float(self.values.max())
+
+    def build(self, nx: int, ny: int, nz: int, h: float, z0: int = 0, z1: int | None = None) -> np.ndarray:
+        return self.values[z0:z1]
+
+    def velocity_at(self, x: int, y: int, z: int, h: float) -> float:
+        return float(self.values[z, y, x])
+
+
+def check_velocity_array(values) -> np.ndarray:
+    """The model as a C-contiguous float32 (nz, ny, nx) array, or StencilParamError
+    (code invalid_model): 3-D, float32 or float64, every value finite, > 0 and <= MAX_VELOCITY."""
+    values = np.asarray(values)
+    if values.ndim != 3:
+        raise StencilParamError("model", f"expected a 3-D array (nz, ny, nx) of velocities, got shape {values.shape}", "invalid_model")
+    if values.dtype.kind != "f" or values.dtype.itemsize not in (4, 8):
+        raise StencilParamError("model", f"the array is {values.dtype}; send float32 velocities in m/s", "invalid_model")
+    if any(n < MIN_SIDE for n in values.shape):
+        raise StencilParamError("model", f"shape {values.shape} (nz, ny, nx): every side needs at least {MIN_SIDE} points", "invalid_model")
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    finite = np.isfinite(values)
+    if not finite.all():
+        raise StencilParamError("model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model")
+    low, high = float(values.min()), float(values.max())
+    if low <= 0:
+        raise StencilParamError("model", f"{int(np.count_nonzero(values <= 0))} velocities are <= 0 (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
+    if high > MAX_VELOCITY:
+        raise StencilParamError("model", f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?", "invalid_model")
+    return values
+
+
+VelocityModel = ConstantModel | LayeredModel | ArrayModel
+
+
+def receiver_line(start, end, count: int) -> tuple[tuple[int, int, int], ...]:
+    """`count` receivers evenly spaced from `start` to `end` ([x, y, z] each, inclusive),
+    rounded to the nearest grid point (duplicates kept: one trace each)."""
+    count = _int("receivers.count", count, 1, MAX_RECEIVERS)
+    for name, point in (("receivers.start", start), ("receivers.end", end)):
+        if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != 3:
+            raise StencilParamError(name, f"expected [x, y, z] grid indices, got {point!r}")
+        for axis, v in zip("xyz", point, strict=True):
+            _int(f"{name}[{axis}]", v, -(1 << 62))
+    a, b = np.asarray(start, np.float64), np.asarray(end, np.float64)
+    fractions = np.linspace(0.0, 1.0, count) if count > 1 else np.zeros(1)
+    points = np.rint(a + fractions[:, None] * (b - a)).astype(np.int64)
+    return tuple((int(x), int(y), int(z)) for x, y, z in points)
+
+
+# ------------------------------------------------------------------------ the run --
+
+
+@dataclass(frozen=True)
+class StencilParams:
+    """One shot, validated on construction (raises StencilParamError).
+
+    nx, ny, nz: grid points; h: spacing (m); steps: time steps; f0: Ricker peak frequency
+    (Hz); model: the velocities; dt: time step (s; default DEFAULT_CFL h / v_max);
+    source: [x, y, z] (default the grid's centre); receivers: [x, y, z] points (default
+    every interior x on the line through the source); sponge: width in cells of the
+    absorbing layer inside the Dirichlet border (0: none); snapshot_every: wavefield
+    snapshots every this many steps (default: 4 over the run; 0: none); variant: the CUDA
+    kernel, or "auto" (the fastest on the device; the CPU runs the reference).
+    """
+
+    nx: int
+    ny: int
+    nz: int
+    h: float
+    steps: int
+    f0: float
+    model: VelocityModel
+    dt: float | None = None
+    source: tuple[int, int, int] | None = None
+    receivers: tuple[tuple[int, int, int], ...] | None = None
+    sponge: int = 0
+    snapshot_every: int | None = None
+    variant: str = "auto"
+    v_min: float = field(init=False, default=0.0)
+    v_max: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        for name in ("nx", "ny", "nz"):
+            _int(name, getattr(self, name), MIN_SIDE)
+        if self.nz - 2 * RADIUS > MAX_INTERIOR_Z:
+            raise StencilParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
+        if self.nx * self.ny > MAX_PLANE:
+            raise StencilParamError("nx", f"nx * ny must be < 2^31; got {self.nx} * {self.ny} = {self.nx * self.ny}")
+        _positive("h", self.h)
+        _int("steps", self.steps, 1, MAX_STEPS)
+        _positive("f0", self.f0)
+        if not isinstance(self.model, (ConstantModel, LayeredModel, ArrayModel)):
+            raise StencilParamError("model", f"expected a constant, layered or array model, got {type(self.model).__name__}", "invalid_model")
+        if isinstance(self.model, ArrayModel) and self.model.values.shape != self.shape:
+            raise StencilParamError("model", f"the array has shape {self.model.values.shape} (nz, ny, nx) but the grid is nz, ny, nx = {self.shape}", "invalid_model")
+        v_min, v_max = self.model.v_range(self.nz, self.h)
+        object.__setattr__(self, "v_min", v_min)
+        object.__setattr__(self, "v_max", v_max)
+        if self.dt is None:
+            object.__setattr__(self, "dt", DEFAULT_CFL * self.h / v_max)
+        _positive("dt", self.dt)
+        if self.cfl > CFL_LIMIT:
+            raise StencilParamError("dt", f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s", "cfl_violation")
+        shape_xyz = (self.nx, self.ny, self.nz)
+        source = (self.nx // 2, self.ny // 2, self.nz // 2) if self.source is None else self.source
+        object.__setattr__(self, "source", _point("source", source, shape_xyz, "source_outside_grid"))
+        if self.receivers is None:
+            x_range = range(RADIUS, self.nx - RADIUS)
+            receivers = tuple((x, self.source[1], self.source[2]) for x in x_range)
+        else:
+            if isinstance(self.receivers, (str, bytes)) or not hasattr(self.receivers, "__len__"):
+                raise StencilParamError("receivers", f"expected a list of [x, y, z] points, got {self.receivers!r}")
+            if not 1 <= len(self.receivers) <= MAX_RECEIVERS:
+                raise StencilParamError("receivers", f"expected 1 to {MAX_RECEIVERS} receivers, got {len(self.receivers)}")
+            receivers = tuple(_point(f"receivers[{i}]", r, shape_xyz, "receiver_outside_grid") for i, r in enumerate(self.receivers))
+        object.__setattr__(self, "receivers", receivers)
+        if self.steps * len(receivers) > MAX_RECORD_VALUES:
+            raise StencilParamError("receivers", f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}")
+        max_sponge = (min(shape_xyz) - 2 * RADIUS) // 2
+        _int("sponge", self.sponge, 0, max_sponge)
+        if self.snapshot_every is None:
+            object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
+        _int("snapshot_every", self.snapshot_every, 0)
+        if len(self.snapshot_steps) > MAX_SNAPSHOTS:
+            raise StencilParamError("snapshot_every", f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})")
+        if not isinstance(self.variant, str) or self.variant not in VARIANT_CHOICES:
+            raise StencilParamError("variant", f"must be one of {', '.join(VARIANT_CHOICES)}; got {self.variant!r}")
+
+    # ------------------------------------------------------------- derived values --
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """Array shape (nz, ny, nx)."""
+        return (self.nz, self.ny, self.nx)
+
+    @property
+    def points(self) -> int:
+        return self.nx * self.ny * self.nz
+
+    @property
+    def interior_points(self) -> int:
+        """Points updated each step (all but the Dirichlet border)."""
+        return (self.nx - 2 * RADIUS) * (self.ny - 2 * RADIUS) * (self.nz - 2 * RADIUS)
+
+    @property
+    def cfl(self) -> float:
+        """The Courant number v_max dt / h (stable up to CFL_LIMIT)."""
+        return self.v_max * self.dt / self.h
+
+    @property
+    def dt_max(self) -> float:
+        """The largest stable time step, s."""
+        return CFL_LIMIT * self.h / self.v_max
+
+    @property
+    def points_per_wavelength(self) -> float:
+        """Grid points per shortest wavelength (v_min / (2.5 f0)); below ~5 the 4th-order
+        stencil disperses visibly."""
+        return self.v_min / (RICKER_BANDWIDTH * self.f0 * self.h)
+
+    @property
+    def snapshot_steps(self) -> tuple[int, ...]:
+        """Steps n (1-based: the field at time n dt) at which snapshots are taken."""
+        if not self.snapshot_every:
+            return ()
+        return tuple(range(self.snapshot_every, self.steps + 1, self.snapshot_every))
+
+    @property
+    def eta_max(self) -> float:
+        """Damping sigma dt at the outer edge of the sponge: a quadratic profile of width W
+        cells with sigma_max = 3 v_max ln(1 / R) / (2 W h) (R = SPONGE_REFLECTION)."""
+        if self.sponge == 0:
+            return 0.0
+        return 1.5 * math.log(1.0 / SPONGE_REFLECTION) * self.cfl / self.sponge
+
+    def velocity(self, z0: int = 0, z1: int | None = None) -> np.ndarray:
+        """The model on the grid: (nz, ny, nx) float32 m/s, or planes z0 .. z1-1 of it."""
+        return self.model.build(self.nx, self.ny, self.nz, self.h, z0, z1)
+
+    def velocity_xz(self, y: int) -> np.ndarray:
+        """The vertical section at y: (nz, nx) float32, without building the whole grid."""
+        if isinstance(self.model, ArrayModel):
+            return self.model.values[:, y, :]
+        return self.model.build(self.nx, 1, self.nz, self.h)[:, 0, :]
+
+    def velocity_xy(self, z: int) -> np.ndarray:
+        """The horizontal section at depth z: (ny, nx) float32."""
+        return self.velocity(z, z + 1)[0]
+
+    def gpu_bytes(self) -> int:
+        """Device memory a CUDA run holds: fields and coefficients, record, snapshots."""
+        snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
+        return GPU_BYTES_PER_POINT * self.points + self.steps * len(self.receivers) * 4 + len(self.receivers) * 8 + snapshots
+
+    def cpu_bytes(self) -> int:
+        """Host memory a CPU (NumPy) run holds at its peak."""
+        snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
+        return CPU_BYTES_PER_POINT * self.points + self.steps * len(self.receivers) * 4 + snapshots

@@ -1,0 +1,210 @@
+"""gpu/stencil/cuda.py and stencil.cu against gpu/stencil/reference.py: all nine variants
+on small odd-sized grids (not multiples of the 32 x 8 block, several z chunks), from
+random fields in random velocity models, over 100+ steps, with and without the sponge;
+no write outside the interior; `auto`; the CuPy-slicing anchor; cancel; NVML energy.
+
+CUDA only (marker `gpu`; skipped without a device). Fresh random seeds (printed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu.backend import cuda_devices
+from gpu.stencil import reference as ref
+from gpu.stencil.params import VARIANTS, ArrayModel, ConstantModel, LayeredModel, StencilParams
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+
+# (nx, ny, nz): none a multiple of the block but one (36 x 12: 32 x 8 interior); a single
+# interior point; a tall one that the z-marching variants cut into chunks.
+SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (5, 5, 5), (9, 27, 45)]
+STEPS = 120
+
+
+@pytest.fixture()
+def rng() -> np.random.Generator:
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"seed {seed}")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from gpu.stencil import cuda
+
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def pool(cuda):
+    from gpu.pool import DevicePool
+
+    return DevicePool(streams_per_device=2)
+
+
+@pytest.fixture
+def lease(pool):
+    import cupy
+
+    with pool.lease() as held, cupy.cuda.Device(held.device), held.stream:
+        yield held
+        held.stream.synchronize()
+
+
+def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], sponge: int, steps: int = STEPS) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
+    """Random velocities (1500-4000 m/s) at dt near the largest stable step, a random source
+    and receivers, random initial fields (zero border)."""
+    nx, ny, nz = shape_xyz
+    velocity = rng.uniform(1500, 4000, (nz, ny, nx)).astype(np.float32)
+    h = 10.0
+    dt = 0.499 * h / float(velocity.max())  # just under the CFL limit (0.5 itself may round above it)
+    interior = [rng.integers(2, n - 2, 8) for n in shape_xyz]
+    points = [tuple(int(a[i]) for a in interior) for i in range(8)]
+    params = StencilParams(nx=nx, ny=ny, nz=nz, h=h, steps=steps, f0=float(rng.uniform(10, 40)), model=ArrayModel(velocity), dt=dt,
+                           source=points[0], receivers=points[1:], sponge=sponge, snapshot_every=steps // 3)
+    fields = []
+    for _ in range(2):
+        p = np.zeros(params.shape, np.float32)
+        p[2:-2, 2:-2, 2:-2] = rng.standard_normal((nz - 4, ny - 4, nx - 4))
+        fields.append(p)
+    return params, (fields[0], fields[1])
+
+
+def relative_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.linalg.norm((actual - expected).astype(np.float64)) / np.linalg.norm(expected.astype(np.float64)))
+
+
+def compare(run, expected: ref.Shot, what: str) -> None:
+    shot = run.shot
+    assert np.isfinite(shot.record).all(), f"{what}: record rows missing (NaN) or diverged"
+    for name, a, b in (("field", shot.field, expected.field), ("previous", shot.previous, expected.previous), ("record", shot.record, expected.record)):
+        error = relative_l2(a, b)
+        assert error <= 1e-5, f"{what}: {name} relative L2 {error:.3g}, {int(np.count_nonzero(a != b))} of {a.size} values differ"
+    assert [s.step for s in shot.snapshots] == [s.step for s in expected.snapshots]
+    for got, want in zip(shot.snapshots, expected.snapshots, strict=True):
+        assert relative_l2(got.xz, want.xz) <= 1e-5 and relative_l2(got.xy, want.xy) <= 1e-5, f"{what}: snapshot {want.step}"
+
+
+@pytest.mark.parametrize("sponge", [0, 2])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_variant_matches_the_reference(cuda, lease, rng, shape, sponge):
+    if sponge and min(shape) < 9:
+        pytest.skip("no room for a sponge")
+    params, initial = random_case(rng, shape, sponge)
+    expected = ref.simulate(params, initial=initial)
+    for variant in VARIANTS:
+        for zchunk in ((None, 5) if "int_z" in variant else (None,)):
+            run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=zchunk, measure_energy=False)
+            assert run.variant == variant
+            compare(run, expected, f"{variant} zchunk {run.zchunk}")
+
+
+def test_the_variants_agree_bit_for_bit(cuda, lease, rng):
+    """The kernels round every operation as the reference does (no FMA contraction): the
+    results are identical, not just close."""
+    params, initial = random_case(rng, (45, 19, 23), sponge=3, steps=100)
+    expected = ref.simulate(params, initial=initial)
+    for variant in VARIANTS:
+        run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
+        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=variant)
+        np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_write_outside_the_interior(cuda, lease, rng, variant):
+    """One launch on arrays that sit inside NaN-filled guard zones: the guards and the
+    Dirichlet border are untouched, a read outside the arrays would bring NaN in, and the
+    interior equals one reference step."""
+    import cupy
+
+    params, (p0, p_prev) = random_case(rng, (41, 15, 13), sponge=2, steps=1)
+    guard = 4096
+    n = params.points
+    buffers = []
+    for array in (p0, p_prev, ref.coefficients(params.velocity(), params.dt, params.h)):
+        padded = cupy.full(n + 2 * guard, np.nan, np.float32)
+        padded[guard : guard + n] = cupy.asarray(array.ravel())
+        buffers.append(padded)
+    p, pp, c = (b[guard : guard + n] for b in buffers)
+    amp = float(ref.source_amplitudes(params)[0])
+    cuda.launch(variant, p, pp, c, params.shape, params.source, amp, params.sponge, float(np.float32(params.eta_max)), zchunk=3)
+    for b in buffers:
+        assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), f"{variant} wrote into a guard zone"
+    out = pp.get().reshape(params.shape)
+    expected = ref.simulate(params, initial=(p0, p_prev)).field
+    border = out.copy()
+    border[2:-2, 2:-2, 2:-2] = 0
+    assert not border.any(), f"{variant} wrote on the Dirichlet border"
+    np.testing.assert_array_equal(out, expected, err_msg=variant)
+    np.testing.assert_array_equal(p.get(), p0.ravel())  # p^n is only read
+
+
+def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):
+    cuda.forget_choices()
+    params, initial = random_case(rng, (57, 29, 33), sponge=0, steps=101)
+    expected = ref.simulate(params, initial=initial)
+    first = cuda.simulate(lease, params, variant="auto", initial=initial, measure_energy=False)
+    assert first.variant in VARIANTS and set(first.trial_ms) == set(VARIANTS)
+    assert all(ms > 0 for ms in first.trial_ms.values())
+    assert first.variant == min(first.trial_ms, key=first.trial_ms.get)
+    compare(first, expected, "auto")  # the trial left no trace in the fields
+    second = cuda.simulate(lease, params, variant="auto", initial=initial, measure_energy=False)
+    assert second.variant == first.variant and second.trial_ms is None
+    np.testing.assert_array_equal(second.shot.record, first.shot.record)
+
+
+def test_a_shot_from_rest_matches_the_reference(cuda, lease):
+    """The job's case: zero fields, a Ricker source, a layered model, receivers on a line."""
+    params = StencilParams(nx=101, ny=37, nz=61, h=10.0, steps=400, f0=12.0, model=LayeredModel((0.0, 300.0), (1500.0, 2500.0)),
+                           source=(50, 18, 12), receivers=tuple((x, 18, 12) for x in range(4, 97, 3)), sponge=8, snapshot_every=100)
+    expected = ref.simulate(params)
+    assert np.abs(expected.record).max() > 0
+    run = cuda.simulate(lease, params, variant="readonly_int_z_reg", measure_energy=False)
+    compare(run, expected, "shot")
+    assert run.batches >= 2 and run.timeline[-1][0] == params.steps
+
+
+def test_the_cupy_slicing_anchor_matches_the_reference(lease, rng):
+    import cupy
+
+    params, initial = random_case(rng, (33, 17, 21), sponge=2, steps=100)
+    expected = ref.simulate(params, initial=initial)
+    prop = ref.Propagator(params, xp=cupy, initial=initial)
+    for n in range(params.steps):
+        prop.step(n)
+    assert relative_l2(prop.field().get(), expected.field) <= 1e-5
+
+
+def test_cancel_between_batches(cuda, lease, pool):
+    params = StencilParams(nx=64, ny=64, nz=64, h=10.0, steps=5000, f0=10.0, model=ConstantModel(2000.0), snapshot_every=0)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def checkpoint(done):
+        seen.append(done)
+        if len(seen) == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        cuda.simulate(lease, params, variant="shared", checkpoint=checkpoint, measure_energy=False)
+    assert seen[0] < seen[1] < params.steps
+    run = cuda.simulate(lease, StencilParams(nx=16, ny=16, nz=16, h=10.0, steps=10, f0=10.0, model=ConstantModel(2000.0)), variant="naive", measure_energy=False)
+    assert np.isfinite(run.shot.record).all()  # the lease still works
+
+
+def test_energy_is_measured_over_the_run(cuda, lease):
+    params = StencilParams(nx=256, ny=256, nz=256, h=10.0, steps=1500, f0=5.0, model=ConstantModel(2000.0), snapshot_every=0, receivers=[(128, 128, 128)])
+    run = cuda.simulate(lease, params, variant="readonly")
+    energy = run.energy
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        assert energy.joules is None and "nvidia-ml-py" in energy.note
+        return
+    assert energy.method in ("total_energy_counter", "power_samples"), energy
+    assert energy.joules > 0 and 20 < energy.average_watts < 2000, energy
+    assert run.kernel_seconds <= run.wall_seconds + 1e-3
