@@ -1,6 +1,7 @@
-// The batch-job page: the admin token (sessionStorage), an SVD submission form, and the
-// job list, refreshed every 2 s. Every request carries "Authorization: Bearer <token>";
-// result files are fetched with it and saved through an object URL.
+// The batch-job page: the admin token (sessionStorage), an SVD submission form, a JSON
+// form for every job kind (examples from /openapi.json), and the job list, refreshed every
+// 2 s. Every request carries "Authorization: Bearer <token>"; result files are fetched
+// with it and saved through an object URL; PNG results are shown as thumbnails.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -43,16 +44,34 @@ async function download(url, name) {
   } catch (error) { showError(error.message); }
 }
 
+// One line about a finished job's result: the SVD's own, else its first few scalar fields.
+function summarize(kind, result) {
+  if (kind === "svd") {
+    const accuracy = result.accuracy;
+    return `${result.m}x${result.n} ${result.method}, ${Math.round(result.times_ms.svd)} ms` + (accuracy ? `, residual ratio ${accuracy.resid.toFixed(2)}` : "");
+  }
+  const scalars = Object.entries(result).filter(([, value]) => ["number", "string", "boolean"].includes(typeof value));
+  return scalars.slice(0, 5).map(([key, value]) => `${key} ${typeof value === "number" ? Number(value.toPrecision(4)) : value}`).join(", ");
+}
+
+async function thumbnail(url, name) {
+  const image = document.createElement("img");
+  image.className = "result-thumb";
+  image.alt = name;
+  image.src = URL.createObjectURL(await (await api(url)).blob());
+  return image;
+}
+
 async function resultCell(job) {
   const td = document.createElement("td");
   if (job.status === "failed" || job.status === "canceled") { td.textContent = job.error || job.status; return td; }
   if (job.status !== "succeeded") return td;
   const result = await (await api(job.result_url)).json();
-  const accuracy = result.result.accuracy;
   const summary = document.createElement("span");
-  summary.textContent = `${result.result.m}x${result.result.n} ${result.result.method}, ${Math.round(result.result.times_ms.svd)} ms` +
-    (accuracy ? `, residual ratio ${accuracy.resid.toFixed(2)}` : "");
+  summary.textContent = summarize(job.kind, result.result);
   td.append(summary);
+  const gallery = document.createElement("div");
+  gallery.className = "thumbs";
   for (const [name, url] of Object.entries(result.files)) {
     const button = document.createElement("button");
     button.type = "button";
@@ -60,7 +79,17 @@ async function resultCell(job) {
     button.textContent = name;
     button.addEventListener("click", () => download(url, `${job.id}-${name}`));
     td.append(" ", button);
+    if (name.endsWith(".png")) {
+      try {
+        const figure = document.createElement("figure");
+        const caption = document.createElement("figcaption");
+        caption.textContent = name;
+        figure.append(await thumbnail(url, name), caption);
+        gallery.append(figure);
+      } catch { /* the link alone */ }
+    }
   }
+  if (gallery.childElementCount) td.append(gallery);
   return td;
 }
 
@@ -142,5 +171,40 @@ $("svd-form").addEventListener("submit", async (event) => {
   }
 });
 
+// The JSON form: one option per job kind the server runs, its body from the API's example.
+const examples = new Map();
+async function loadKinds() {
+  try {
+    const schema = await (await fetch("/openapi.json")).json();
+    for (const [path, item] of Object.entries(schema.paths)) {
+      const match = path.match(/^\/jobs\/([a-z0-9_]+)$/);
+      const content = item.post && item.post.requestBody && item.post.requestBody.content;
+      if (!match || !content) continue;
+      const json = content["application/json"];
+      examples.set(match[1], json && json.example ? json.example : {});
+    }
+  } catch (error) { showError(`Could not read the API schema: ${error.message}`); }
+  $("json-kind").replaceChildren(...[...examples.keys()].sort().map((kind) => new Option(kind, kind)));
+  showExample();
+}
+function showExample() {
+  const kind = $("json-kind").value;
+  $("json-body").value = JSON.stringify(examples.get(kind) || {}, null, 2);
+}
+$("json-kind").addEventListener("change", showExample);
+$("json-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    let body;
+    try { body = JSON.parse($("json-body").value); } catch (error) { throw new Error(`The body is not JSON: ${error.message}`); }
+    await api(`/jobs/${$("json-kind").value}`, { method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" } });
+    showError("");
+    refresh();
+  } catch (error) {
+    showError(error.message);
+  }
+});
+
+loadKinds();
 refresh();
 setInterval(refresh, 2000);

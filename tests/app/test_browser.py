@@ -298,3 +298,37 @@ def test_jobs_page_submits_an_svd_and_downloads_its_result(jobs_server, web_page
     assert np.load(saved).shape == (48,)
     _shot(page, "jobs-page.png")
     assert page_errors == []
+
+
+def test_jobs_page_submits_any_kind_as_json_and_shows_its_images(jobs_server, web_page, page_errors):
+    """The JSON form lists every job kind with the API's example; a small stencil shot runs
+    on the CPU backend and its PNG results appear as thumbnails in the list."""
+    import json
+
+    page = web_page
+    page.goto(f"{jobs_server}/jobs-admin")
+    page.fill("#token", JOBS_TOKEN)
+    page.dispatch_event("#token", "change")
+    page.wait_for_function("document.querySelectorAll('#json-kind option').length >= 2")
+    kinds = page.eval_on_selector_all("#json-kind option", "options => options.map(o => o.value)")
+    assert {"svd", "stencil"} <= set(kinds)
+    page.select_option("#json-kind", "stencil")
+    assert json.loads(page.input_value("#json-body"))["model"]["type"] == "layered"  # the API's example
+    small = {"nx": 24, "ny": 20, "nz": 22, "h": 10.0, "steps": 40, "f0": 15.0, "source": [12, 10, 6],
+             "receivers": {"start": [4, 10, 4], "end": [19, 10, 4], "count": 8},
+             "model": {"type": "layered", "depths": [0, 100], "velocities": [1500, 2500]}, "snapshot_every": 20}
+    page.fill("#json-body", json.dumps(small))
+    page.click("#json-submit")
+    newest = "#jobs tbody tr:first-child"
+    page.wait_for_function(
+        f"(() => {{ const row = document.querySelector('{newest}'); return row && row.cells[0].textContent.startsWith('stencil') && row.cells[1].textContent === 'succeeded'; }})()",
+        timeout=RENDER_TIMEOUT_MS)
+    assert "shot_record.png" in page.inner_text(newest)
+    page.wait_for_selector(f"{newest} img.result-thumb")
+    page.wait_for_function(f"[...document.querySelectorAll('{newest} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)")
+    page.fill("#json-body", "{not json")
+    page.click("#json-submit")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "not JSON" in page.inner_text("#error")
+    _shot(page, "jobs-page-json.png")
+    assert page_errors == []
