@@ -4,7 +4,7 @@
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
 #   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench] [svd-sanitize]
-#        [stencil-tests] [stencil-sanitize] [stencil-bench]    (default: the first four)
+#        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]    (default: the first four)
 # SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
@@ -37,6 +37,12 @@ for step in $steps; do
       compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/stencil/test_cuda.py -k no_write -p no:cacheprovider 2>&1 | tee "$out/stencil-sanitize-memcheck.log" | tail -6
       compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/stencil/test_cuda.py -k "no_write and shared" -p no:cacheprovider 2>&1 | tee "$out/stencil-sanitize-racecheck.log" | tail -6 ;;
     stencil-bench) python3 bench/stencil.py --shapes "${STENCIL_SHAPES:-1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512}" 2>&1 | tee "$out/stencil-bench.log" ;;
+    cs256-tests) python3 -m pytest -q -m gpu tests/gpu/cs256 tests/app/jobs/test_cs256.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/cs256-tests.log" | tail -40 ;;
+    cs256-sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/cs256/test_cuda.py -p no:cacheprovider -x -k "spmv or spmm" 2>&1 | tee "$out/cs256-sanitize-$tool.log" | tail -6
+      done ;;
+    cs256-bench) python3 bench/cs256.py 2>&1 | tee "$out/cs256-bench.log" ;;
     e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
   esac
 done

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Request
+from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
 from app.jobs.store import Job
@@ -65,3 +66,26 @@ class JobKind:
     parse: Callable[[Request, Settings], Awaitable[Submission]]
     run: Callable[[JobContext], Mapping[str, Any]]
     openapi: dict[str, Any] = field(default_factory=dict)  # request body and result docs for POST /jobs/<name>
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its nested models written in place: a schema inside an
+    OpenAPI document cannot resolve pydantic's "#/$defs/..." references."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"$ref"}:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return inline(schema)
+
+
+def validation_detail(exc: ValidationError) -> str:
+    """A pydantic error as one line a client can act on: "field.sub: message; ..."."""
+    return "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())

@@ -33,7 +33,7 @@ from starlette.datastructures import UploadFile
 from app.config import Settings
 from app.errors import ApiError
 from app.forms import read_form
-from app.jobs.kinds import JobContext, JobKind, Submission
+from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
 from gpu.stencil import reference
 from gpu.stencil.energy import unmeasured
 from gpu.stencil.params import (
@@ -100,22 +100,6 @@ class StencilRequest(_Strict):
     sponge: int = Field(0, ge=0, description="absorbing sponge width in cells inside the 2-cell Dirichlet border; 0: reflecting walls")
 
 
-def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema with pydantic's "#/$defs/..." references written in place (an
-    OpenAPI requestBody cannot resolve them)."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if set(node) == {"$ref"}:
-                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(value) for value in node]
-        return node
-
-    return inline(schema)
 
 
 EXAMPLE = {
@@ -136,7 +120,7 @@ OPENAPI = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": _inline_schema(StencilRequest), "example": EXAMPLE},
+            "application/json": {"schema": inline_schema(StencilRequest), "example": EXAMPLE},
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
@@ -156,15 +140,13 @@ OPENAPI = {
 # ------------------------------------------------------------------- parsing --
 
 
-def _validation_detail(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors())
 
 
 def _request(body: Any) -> StencilRequest:
     try:
         return StencilRequest.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(422, "invalid_parameter", _validation_detail(exc)) from None
+        raise ApiError(422, "invalid_parameter", validation_detail(exc)) from None
 
 
 def build_params(request: StencilRequest, model: np.ndarray | None = None) -> StencilParams:

@@ -23,7 +23,7 @@ from starlette.datastructures import UploadFile
 from app.config import Settings
 from app.errors import ApiError
 from app.forms import read_form
-from app.jobs.kinds import JobContext, JobKind, Submission
+from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
 from gpu.svd import reference
 from gpu.svd.params import MATRIX_KINDS, SvdParams, make_matrix
 
@@ -57,22 +57,6 @@ class SvdRequest(SvdOptions):
     spec: MatrixSpec
 
 
-def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its nested models written in place: a schema inside an
-    OpenAPI document cannot resolve pydantic's "#/$defs/..." references."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if set(node) == {"$ref"}:
-                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(value) for value in node]
-        return node
-
-    return inline(schema)
 
 
 EXAMPLE = {"spec": {"m": 2048, "n": 2048, "dtype": "float32", "seed": 1, "kind": "ill_conditioned", "cond": 1e6}, "compute_uv": True, "method": "auto"}
@@ -81,7 +65,7 @@ OPENAPI = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": _inline_schema(SvdRequest), "example": EXAMPLE},
+            "application/json": {"schema": inline_schema(SvdRequest), "example": EXAMPLE},
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
@@ -116,7 +100,7 @@ def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
     try:
         options = SvdOptions.model_validate(raw)
     except ValidationError as exc:
-        raise ApiError(422, "invalid_parameter", _validation_detail(exc)) from None
+        raise ApiError(422, "invalid_parameter", validation_detail(exc)) from None
     if options.method == "cusolver" and backend != "cuda":
         raise ApiError(422, "invalid_parameter", "method: cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)")
     if options.method == "golub_reinsch" and backend != "cuda" and min(m, n) > GOLUB_REINSCH_MAX_SIDE:
@@ -124,8 +108,6 @@ def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
     return options
 
 
-def _validation_detail(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())
 
 
 def _check_size(m: int, n: int, settings: Settings) -> None:
@@ -141,7 +123,7 @@ async def parse(request: Request, settings: Settings) -> Submission:
             body = await request.json()
             spec_request = SvdRequest.model_validate(body)
         except ValueError as exc:  # ValidationError is a ValueError; so is malformed JSON
-            detail = _validation_detail(exc) if isinstance(exc, ValidationError) else f"the body is not JSON: {exc}"
+            detail = validation_detail(exc) if isinstance(exc, ValidationError) else f"the body is not JSON: {exc}"
             raise ApiError(422 if isinstance(exc, ValidationError) else 400, "invalid_parameter" if isinstance(exc, ValidationError) else "bad_request", detail) from None
         _check_size(spec_request.spec.m, spec_request.spec.n, settings)
         options = _options(spec_request.model_dump(exclude={"spec"}), backend, spec_request.spec.m, spec_request.spec.n)

@@ -1,0 +1,396 @@
+// CS256 sparse matrix times dense vector(s), y = A x (SpMV) and Y = A X for up to 16
+// vectors (SpMM), after the kernel of Lasby, Zimmer, Pokutta & Schultheis (appendix A.1).
+// gpu/cs256/format.py defines the arrays, gpu/cs256/reference.py the product; compiled at
+// run time by NVRTC (gpu/kernels.py), once per device. No headers: half and bfloat16 are
+// carried as 16-bit patterns and converted here.
+//
+// The format, for an m x n matrix with T = ceil(n / 256) tiles of 1 x 256 columns per row
+// and P = T rounded up to a multiple of 4:
+//   values[row_ptr[i] .. row_ptr[i + 1])  row i's stored entries, tile after tile, columns
+//                                         ascending within a tile (explicit zeros pad)
+//   indices[...]                          uint8: the column within the tile
+//   block_increments[i * P + t]           uint8: entries of tile t in units of vec (0 for t >= T)
+// Each tile holds a multiple of vec (4, 8 or 16) entries. So a chunk of W entries (W divides
+// vec) never straddles two tiles and starts at an element offset that is a multiple of W:
+// values and indices load as W-wide vectors, and four tile counts load as one 32-bit word.
+// Stored entries past column n (padding of the last, partial tile) are zeros; x is staged
+// with zeros there.
+//
+// Two kernels:
+//   cs256_group_*   G lanes (a power of two up to 32) per row split the row's chunks
+//                   round-robin (split-k over chunks): consecutive lanes load consecutive
+//                   chunks (coalesced). Each lane finds the tile of its chunk by walking the
+//                   row's tile counts. x, or a slice of whole tiles of x, sits in shared
+//                   memory; float accumulation; a shuffle reduction over the G lanes. Blocks
+//                   of 512 threads stride over the rows. K vectors (1, 2, 4, 8, 16) per launch.
+//   cs256_split4_*  the appendix design as written: 4 threads per row, each taking one tile
+//                   of every group of four (split-k over tiles), the 4 x 256 slice of x of
+//                   the group staged in shared memory per round, VEC-wide loads, a 4-lane
+//                   reduction. One vector. Rows need not be a multiple of 64.
+// Both take any m >= 1 and n >= 1.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#define GROUP_BLOCK 512
+#define SPLIT4_BLOCK 256
+#define SPLIT4_ROWS (SPLIT4_BLOCK / 4)
+
+// ------------------------------------------------------------------ element types --
+// S: the stored type; to_float / from_float: exact widening, round-to-nearest-even narrowing.
+
+struct F32 {
+    typedef float S;
+    static __device__ __forceinline__ float to_float(float v) { return v; }
+    static __device__ __forceinline__ float from_float(float f) { return f; }
+    static __device__ __forceinline__ float from_words(const u32* w, int k) { return __uint_as_float(w[k]); }
+};
+
+struct F16 {
+    typedef u16 S;
+    static __device__ __forceinline__ float to_float(u16 h) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    }
+    static __device__ __forceinline__ u16 from_float(float f) {
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+    static __device__ __forceinline__ float from_words(const u32* w, int k) { return to_float((u16)(w[k >> 1] >> ((k & 1) << 4))); }
+};
+
+struct BF16 {
+    typedef u16 S;
+    static __device__ __forceinline__ float to_float(u16 h) { return __uint_as_float((u32)h << 16); }
+    static __device__ __forceinline__ u16 from_float(float f) {
+        const u32 u = __float_as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);  // NaN stays NaN (quiet)
+        return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    static __device__ __forceinline__ float from_words(const u32* w, int k) {
+        return __uint_as_float((k & 1) ? (w[k >> 1] & 0xffff0000u) : (w[k >> 1] << 16));
+    }
+};
+
+// ------------------------------------------------------------------ vector loads --
+
+// N 32-bit words from p (aligned to min(4 N, 16) bytes) in the widest loads.
+template <int N>
+__device__ __forceinline__ void load_words(const void* p, u32 (&w)[N]) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    } else if constexpr (N == 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+    } else {
+        static_assert(N == 1, "1, 2 or a multiple of 4 words");
+        w[0] = *reinterpret_cast<const u32*>(p);
+    }
+}
+
+__device__ __forceinline__ int byte_of(u32 word, int k) { return (word >> (k << 3)) & 0xff; }
+
+__device__ __forceinline__ int byte_sum(u32 w) {
+    const u32 pairs = (w & 0x00ff00ffu) + ((w >> 8) & 0x00ff00ffu);
+    return (int)((pairs & 0xffffu) + (pairs >> 16));
+}
+
+// acc[j] += v * x[col][j] for the K values of x's row `col` (xrow points at it, in shared memory).
+template <class D, int K>
+__device__ __forceinline__ void fma_row(float (&acc)[K], float v, const typename D::S* xrow) {
+    if constexpr (K == 1) {
+        acc[0] = fmaf(v, D::to_float(xrow[0]), acc[0]);
+    } else {
+        constexpr int WORDS = K * (int)sizeof(typename D::S) / 4;
+        u32 w[WORDS];
+        load_words<WORDS>(xrow, w);
+#pragma unroll
+        for (int j = 0; j < K; ++j) acc[j] = fmaf(v, D::from_words(w, j), acc[j]);
+    }
+}
+
+// xs[0 .. cols * K) = x[col0 * K ..] for the columns col0 .. col0 + cols - 1 of x (n x K,
+// row-major), zeros past column n. cols is a multiple of 256, so the slice is a whole
+// number of 16-byte units and starts 512-byte aligned in x. All threads of the block.
+template <class D, int K>
+__device__ __forceinline__ void stage_x(typename D::S* xs, const typename D::S* __restrict__ x, int col0, int cols, int n) {
+    typedef typename D::S S;
+    constexpr int E = 16 / (int)sizeof(S);
+    union Unit {
+        uint4 v;
+        S s[E];
+    };
+    const long long first = (long long)col0 * K;
+    const int total = cols * K;
+    const long long left = (long long)(n - col0) * K;
+    const int valid = left < total ? (int)left : total;
+    for (int e = threadIdx.x * E; e < total; e += blockDim.x * E) {
+        Unit unit;
+        if (e + E <= valid) {
+            unit.v = *reinterpret_cast<const uint4*>(x + first + e);
+        } else {
+#pragma unroll
+            for (int i = 0; i < E; ++i) unit.s[i] = e + i < valid ? x[first + e + i] : (S)0;
+        }
+        *reinterpret_cast<uint4*>(xs + e) = unit.v;
+    }
+}
+
+// ------------------------------------------------------------------ the group kernel --
+// lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32); chunk_shift: log2 W;
+// unit_shift: log2(vec / W), tile counts are in units of vec; slice_tiles: tiles of x held
+// in shared memory at once (>= T: all of x, staged once per block; else a multiple of 4,
+// and the block's rows step through the slices together). Dynamic shared memory:
+// min(slice_tiles, T) * 256 * K * sizeof(S) bytes.
+template <class D, int W, int K>
+__device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
+                                             const int* __restrict__ row_ptr, const u8* __restrict__ increments,
+                                             int m, int n, int padded_tiles, int unit_shift,
+                                             const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
+                                             int lanes_log2, int slice_tiles) {
+    typedef typename D::S S;
+    constexpr int U = (K >= 16 && sizeof(S) == 4) ? 1 : (K >= 8 || sizeof(S) == 4) ? 2 : 4;  // chunks each lane has in flight
+    constexpr int VW = W * (int)sizeof(S) / 4;               // words of values per chunk
+    constexpr int IW = W / 4;                                // words of indices per chunk
+    extern __shared__ uint4 shared_units[];
+    S* xs = reinterpret_cast<S*>(shared_units);
+
+    const int G = 1 << lanes_log2;
+    const int lane = threadIdx.x & (G - 1);
+    const int groups = blockDim.x >> lanes_log2;
+    const int group = threadIdx.x >> lanes_log2;
+    const int tiles = (n + 255) >> 8;
+    const bool one_slice = slice_tiles >= tiles;
+    if (one_slice) {
+        stage_x<D, K>(xs, x, 0, tiles * 256, n);
+        __syncthreads();
+    }
+
+    const int stride = gridDim.x * groups;
+    int next_begin = 0, next_end = 0;  // row_ptr of the group's next row, loaded one row ahead
+    if (blockIdx.x * groups + group < m) {
+        next_begin = row_ptr[blockIdx.x * groups + group];
+        next_end = row_ptr[blockIdx.x * groups + group + 1];
+    }
+    for (int base = blockIdx.x * groups; base < m; base += stride) {  // uniform in the block
+        const int row = base + group;
+        const bool active = row < m;
+        float acc[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) acc[j] = 0.f;
+        const int start = next_begin;
+        const int chunks = (next_end - next_begin) / W;
+        if (row + stride < m) {
+            next_begin = row_ptr[row + stride];
+            next_end = row_ptr[row + stride + 1];
+        }
+        const u32* incw = reinterpret_cast<const u32*>(increments + (size_t)(active ? row : 0) * padded_tiles);
+        const S* vrow = values + start;
+        const u8* irow = indices + start;
+        // Walk over the row's tiles: tile t holds the chunks below tile_end not below the previous end.
+        int t = -1, tile_end = 0;
+        u32 word = 0;
+        int c_lo = 0;
+        for (int s0 = 0; s0 < tiles; s0 += slice_tiles) {
+            int c_hi = chunks;
+            if (!one_slice) {
+                const int s1 = min(s0 + slice_tiles, tiles);
+                __syncthreads();  // the previous slice is no longer read
+                stage_x<D, K>(xs, x, s0 * 256, (s1 - s0) * 256, n);
+                __syncthreads();
+                if (active) {
+                    int units = 0;
+                    for (int q = s0 >> 2; q < (s1 + 3) >> 2; ++q) units += byte_sum(incw[q]);  // counts past T are 0
+                    c_hi = c_lo + (units << unit_shift);
+                }
+            }
+            if (active) {
+                for (int c = c_lo + ((lane - c_lo) & (G - 1)); c < c_hi; c += U * G) {
+                    u32 vw[U][VW];
+                    u32 iw[U][IW];
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const int cu = c + u * G;
+                        if (cu < c_hi) {
+                            load_words<VW>(vrow + cu * W, vw[u]);
+                            load_words<IW>(irow + cu * W, iw[u]);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const int cu = c + u * G;
+                        if (cu < c_hi) {
+                            while (cu >= tile_end && t + 1 < padded_tiles) {
+                                ++t;
+                                if ((t & 3) == 0) word = incw[t >> 2];
+                                tile_end += byte_of(word, t & 3) << unit_shift;
+                            }
+                            const S* xt = xs + (size_t)((t - s0) << 8) * K;
+#pragma unroll
+                            for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[u], k), xt + byte_of(iw[u][k >> 2], k & 3) * K);
+                        }
+                    }
+                }
+            }
+            c_lo = c_hi;
+        }
+        // Sum the G lanes' parts of each row (every lane of the warp takes part).
+        for (int offset = G >> 1; offset > 0; offset >>= 1) {
+#pragma unroll
+            for (int j = 0; j < K; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+        }
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < K; ++j)
+                if ((j & (G - 1)) == lane) y[(size_t)row * K + j] = D::from_float(acc[j]);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the appendix kernel --
+
+// Four consecutive elements of x from column col (zeros past n).
+template <class D>
+__device__ __forceinline__ void load_x4(typename D::S (&out)[4], const typename D::S* __restrict__ x, int col, int n) {
+    typedef typename D::S S;
+    if (col + 4 <= n) {
+        if constexpr (sizeof(S) == 2) {
+            const uint2 v = *reinterpret_cast<const uint2*>(x + col);
+            out[0] = (S)(v.x & 0xffffu);
+            out[1] = (S)(v.x >> 16);
+            out[2] = (S)(v.y & 0xffffu);
+            out[3] = (S)(v.y >> 16);
+        } else {
+            const float4 v = *reinterpret_cast<const float4*>(x + col);
+            out[0] = v.x;
+            out[1] = v.y;
+            out[2] = v.z;
+            out[3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[i] = col + i < n ? x[col + i] : (S)0;
+    }
+}
+
+template <class D, int VEC>
+__device__ __forceinline__ void split4_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
+                                              const int* __restrict__ row_ptr, const u8* __restrict__ increments,
+                                              int m, int n, int padded_tiles,
+                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y) {
+    typedef typename D::S S;
+    constexpr int VW = VEC * (int)sizeof(S) / 4;
+    constexpr int IW = VEC / 4;
+    __shared__ __align__(16) S xs[4 * 256];
+    const int part = threadIdx.x & 3;  // the tile of each group of four this thread takes
+    const int r = threadIdx.x >> 2;
+    for (int base = blockIdx.x * SPLIT4_ROWS; base < m; base += gridDim.x * SPLIT4_ROWS) {  // uniform in the block
+        const int row = base + r;
+        const bool active = row < m;
+        int start = active ? row_ptr[row] : 0;
+        const u32* incw = reinterpret_cast<const u32*>(increments + (size_t)(active ? row : 0) * padded_tiles);
+        float s = 0.f;
+        S ftr[4];
+        load_x4<D>(ftr, x, threadIdx.x * 4, n);
+        for (int q = 0; q < padded_tiles; q += 4) {
+            const u32 counts = active ? incw[q >> 2] : 0u;
+            __syncthreads();  // the previous round's slice is no longer read
+#pragma unroll
+            for (int i = 0; i < 4; ++i) xs[threadIdx.x * 4 + i] = ftr[i];
+            load_x4<D>(ftr, x, (q + 4) * 256 + threadIdx.x * 4, n);  // the next round's slice, in flight meanwhile
+            __syncthreads();
+            int begin = start;
+            for (int j = 0; j < part; ++j) begin += byte_of(counts, j) * VEC;
+            const int end = begin + byte_of(counts, part) * VEC;
+            const S* xt = xs + part * 256;
+            for (int e = begin; e < end; e += VEC) {
+                u32 vw[VW];
+                u32 iw[IW];
+                load_words<VW>(values + e, vw);
+                load_words<IW>(indices + e, iw);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) s = fmaf(D::from_words(vw, k), D::to_float(xt[byte_of(iw[k >> 2], k & 3)]), s);
+            }
+            start += byte_sum(counts) * VEC;
+        }
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (active && part == 0) y[row] = D::from_float(s);
+    }
+}
+
+// ------------------------------------------------------------------ entry points --
+// cs256_group_<f16|bf16|f32>_w<W>_k<K> and cs256_split4_<f16|bf16|f32>_v<VEC>.
+
+#define GROUP_ENTRY(NAME, D, W, K)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(GROUP_BLOCK, 2) NAME(                                                     \
+        const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
+        const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
+        const D::S* __restrict__ x, D::S* __restrict__ y, int lanes_log2, int slice_tiles) {                             \
+        group_kernel<D, W, K>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y, lanes_log2,   \
+                              slice_tiles);                                                                             \
+    }
+
+#define GROUP_ENTRIES(TAG, D, W)              \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k1, D, W, 1)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k2, D, W, 2)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k4, D, W, 4)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k8, D, W, 8)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k16, D, W, 16)
+
+GROUP_ENTRIES(f16, F16, 4)
+GROUP_ENTRIES(f16, F16, 8)
+GROUP_ENTRIES(bf16, BF16, 4)
+GROUP_ENTRIES(bf16, BF16, 8)
+GROUP_ENTRIES(f32, F32, 4)
+GROUP_ENTRIES(f32, F32, 8)
+
+#define SPLIT4_ENTRY(NAME, D, VEC)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(SPLIT4_BLOCK) NAME(                                                    \
+        const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
+        const u8* __restrict__ increments, int m, int n, int padded_tiles, const D::S* __restrict__ x,                  \
+        D::S* __restrict__ y) {                                                                                         \
+        split4_kernel<D, VEC>(values, indices, row_ptr, increments, m, n, padded_tiles, x, y);                          \
+    }
+
+SPLIT4_ENTRY(cs256_split4_f16_v4, F16, 4)
+SPLIT4_ENTRY(cs256_split4_f16_v8, F16, 8)
+SPLIT4_ENTRY(cs256_split4_f16_v16, F16, 16)
+SPLIT4_ENTRY(cs256_split4_bf16_v4, BF16, 4)
+SPLIT4_ENTRY(cs256_split4_bf16_v8, BF16, 8)
+SPLIT4_ENTRY(cs256_split4_bf16_v16, BF16, 16)
+SPLIT4_ENTRY(cs256_split4_f32_v4, F32, 4)
+SPLIT4_ENTRY(cs256_split4_f32_v8, F32, 8)
+SPLIT4_ENTRY(cs256_split4_f32_v16, F32, 16)
+
+// ------------------------------------------------------------------ timing helpers --
+// Used by gpu/cs256/anchors.py to time one launch at a time with CUDA events: cs256_spin
+// keeps the stream busy while the host queues the events and the launch (so the events
+// time the GPU, not the host), cs256_read_flush reads a buffer larger than L2 (clean
+// lines: the next kernel evicts them for free, unlike a memset's dirty ones).
+
+extern "C" __global__ void cs256_spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+extern "C" __global__ void cs256_read_flush(const uint4* __restrict__ data, long long units, u32* __restrict__ sink) {
+    u32 acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < units; i += (long long)gridDim.x * blockDim.x) {
+        const uint4 v = data[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}

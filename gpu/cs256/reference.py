@@ -1,0 +1,75 @@
+"""The CS256 product y = A x in NumPy: the definition the CUDA kernels are checked against,
+and the CPU backend of the /jobs/cs256 job.
+
+Every stored entry contributes value * x[column] (exact float64 products of the float16 /
+bfloat16 / float32 inputs), summed in float64 and rounded once to the matrix's dtype. The
+kernels sum in float32 in another order; the error measure is `relative_error`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu.cs256.format import CS256, STORAGE, TILE, CS256Error, as_storage, from_float, to_float32
+
+MAX_VECTORS = 16
+
+
+def check_vectors(cs_or_shape, x, dtype: str):
+    """x as the matrix's storage dtype, shape (n,) or (n, k) with 1 <= k <= MAX_VECTORS;
+    CS256Error when it does not fit. Float inputs of another precision are rounded."""
+    n = cs_or_shape.n if isinstance(cs_or_shape, CS256) else cs_or_shape[1]
+    x, _ = as_storage(x, dtype)
+    if x.ndim not in (1, 2) or x.shape[0] != n:
+        raise CS256Error(f"x must have shape ({n},) or ({n}, k); got {tuple(x.shape)}")
+    if x.ndim == 2 and not 1 <= x.shape[1] <= MAX_VECTORS:
+        raise CS256Error(f"x holds {x.shape[1]} vectors; 1 to {MAX_VECTORS} are supported")
+    return x
+
+
+def expand(cs: CS256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, cols, values as float64) of every stored entry of a host matrix; cols run up
+    to T * 256 - 1 (padding past n is zero-valued)."""
+    cs = cs.to_host()
+    rows, cols = cs.entry_positions()
+    return rows, cols, to_float32(cs.values, cs.dtype).astype(np.float64)
+
+
+def product_float64(cs: CS256, x) -> np.ndarray:
+    """A x in float64 (exact products, float64 sums): (m,) for x of shape (n,), (m, k) for (n, k)."""
+    cs = cs.to_host()
+    x = check_vectors(cs, np.asarray(x) if not hasattr(x, "get") else x.get(), cs.dtype)
+    rows, cols, vals = expand(cs)
+    x64 = np.zeros((cs.tiles_per_row * TILE,) + x.shape[1:], np.float64)
+    x64[: cs.n] = to_float32(x, cs.dtype)
+    if x.ndim == 1:
+        return np.bincount(rows, weights=vals * x64[cols], minlength=cs.m)
+    return np.stack([np.bincount(rows, weights=vals * x64[cols, j], minlength=cs.m) for j in range(x.shape[1])], axis=1)
+
+
+def spmv(cs: CS256, x) -> np.ndarray:
+    """y = A x in the matrix's storage dtype (bfloat16 as uint16 bit patterns); x: (n,) or
+    (n, k) in that dtype (or float, rounded to it). The CPU backend of the job."""
+    return from_float(product_float64(cs, x), cs.dtype)
+
+
+def dense_product(a, x, dtype: str) -> np.ndarray:
+    """A x in float64 for a dense (m, n) matrix in the storage of `dtype`: the independent
+    check of the CS256 products (no CS256 code involved)."""
+    a64 = to_float32(np.asarray(a), dtype).astype(np.float64)
+    return a64 @ to_float32(np.asarray(x), dtype).astype(np.float64)
+
+
+def relative_error(y, reference, dtype: str) -> float:
+    """max |y - reference| / max |reference| (0 when both are 0): y in the storage of `dtype`
+    (or float32), reference in float64, both (m,) or (m, k)."""
+    y = np.asarray(y)
+    y64 = (to_float32(y, dtype) if y.dtype == STORAGE[dtype] else y.astype(np.float32)).astype(np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    if y64.shape != reference.shape:
+        raise ValueError(f"shapes differ: {y64.shape} and {reference.shape}")
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    worst = float(np.max(np.abs(y64 - reference))) if reference.size else 0.0
+    if scale == 0.0:
+        return 0.0 if worst == 0.0 else float("inf")
+    return worst / scale
