@@ -5,7 +5,7 @@ Methods: `golub_reinsch` (Lahabar & Narayanan 2009: Householder bidiagonalizatio
 implicitly shifted QR; gpu/svd/cuda.py on the job's GPU lease, gpu/svd/reference.py on the
 CPU), `cusolver` (CuPy's cupy.linalg.svd on the lease; CUDA backend only), `lapack`
 (NumPy), `auto` (on a GPU the faster of the two GPU methods as measured by bench/svd.py:
-cuSOLVER; LAPACK on the CPU). The result: singular values (JSON and s.npy), U and V^T
+golub_reinsch for float32 from 4096 columns on, else cuSOLVER; LAPACK on the CPU). The result: singular values (JSON and s.npy), U and V^T
 files when asked, LAPACK's accuracy ratios and the time of each phase.
 """
 
@@ -34,7 +34,7 @@ VALUES_IN_JSON = 1024  # singular values listed in the JSON result; all of them 
 class SvdOptions(BaseModel):
     compute_uv: bool = Field(True, description="also compute U and V^T")
     full_matrices: bool = Field(False, description="U m x m and V^T n x n instead of the thin m x k, k x n")
-    method: Literal["auto", "golub_reinsch", "cusolver", "lapack"] = Field("auto", description="auto: the fastest measured GPU method (cuSOLVER today) on a GPU, LAPACK on the CPU")
+    method: Literal["auto", "golub_reinsch", "cusolver", "lapack"] = Field("auto", description="auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from 4096 columns, else cuSOLVER), LAPACK on the CPU")
 
 
 class MatrixSpec(BaseModel):
@@ -90,10 +90,16 @@ OPENAPI = {
 GOLUB_REINSCH_MAX_SIDE = 512
 
 
-# The GPU method `auto` runs: the faster one in bench/svd.py. On the H200 (BENCHMARKS.md,
-# 2026-11-22) cuSOLVER was faster than our Golub-Reinsch at every measured shape, with and
-# without vectors (ours ran at 0.33-0.71 of its speed); both pass LAPACK's accuracy ratios.
-AUTO_GPU_METHOD = "cusolver"
+# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER on the H200
+# (BENCHMARKS.md, 2026-11-22): float32 from 4096 columns (the smaller side) on, with
+# vectors (1.12x) and without (1.06x); cuSOLVER elsewhere (float64: 0.93-0.98x; 2048:
+# 0.79x with vectors, a tie without). Both pass LAPACK's accuracy ratios.
+AUTO_GOLUB_REINSCH_MIN_SIDE = 4096
+
+
+def auto_gpu_method(m: int, n: int, dtype: np.dtype) -> str:
+    """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
+    return "golub_reinsch" if np.dtype(dtype) == np.float32 and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE else "cusolver"
 
 
 def _options(raw: dict[str, Any], backend: str, m: int, n: int) -> SvdOptions:
@@ -204,7 +210,7 @@ def run(ctx: JobContext) -> dict[str, Any]:
     times["load"] = (time.perf_counter() - start) * 1000
     method = params["method"]
     if method == "auto":
-        method = AUTO_GPU_METHOD if ctx.lease is not None else "lapack"
+        method = auto_gpu_method(*a.shape, a.dtype) if ctx.lease is not None else "lapack"
     ctx.progress(0.05)
     start = time.perf_counter()
     if method == "cusolver":

@@ -41,12 +41,15 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 STATE_INTS = 10
 STATE_SWEEPS, STATE_STATUS, STATE_LOGGED, STATE_CHASED, STATE_TESTED = 1, 5, 6, 8, 9
 STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
-SWEEPS_PER_BATCH = 16
+SWEEPS_PER_BATCH = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}  # sweeps per pass of apply_sweeps
 
 THREADS = 256  # elementwise kernels
 REFLECTOR_THREADS = 1024  # one block per Householder reflector
 APPLY_THREADS = 64  # columns per block when applying rotations: few columns, many SMs
 SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
+# Sweeps the chase runs at once, pipelined on the lanes of its warp, each with its own
+# shift (svd.cu, "Multishift"); 1 is the classic one sweep at a time of the reference.
+MULTISHIFT = 32
 
 
 class NoConvergence(np.linalg.LinAlgError):
@@ -191,9 +194,9 @@ class _Log:
     rot_u: cupy.ndarray  # the same for the rows of U^T
 
 
-def _batches(headers: np.ndarray):
-    """Consecutive sweeps of one direction, at most SWEEPS_PER_BATCH, whose rows overlap
-    enough that one pass over their union is worth it: (start, stop, first_row, elements, step)."""
+def _batches(headers: np.ndarray, per_batch: int):
+    """Consecutive sweeps of one direction, at most `per_batch`, whose rows overlap enough
+    that one pass over their union is worth it: (start, stop, first_row, elements, step)."""
     def rows_of(h):
         first, count, step = int(h[0]), int(h[1]), int(h[2])
         return (first, first + count) if step > 0 else (first - count + 1, first + 1)
@@ -204,7 +207,7 @@ def _batches(headers: np.ndarray):
         low, high = rows_of(headers[start])
         widest = high - low
         stop = start + 1
-        while stop < len(headers) and stop - start < SWEEPS_PER_BATCH and int(headers[stop, 2]) == step:
+        while stop < len(headers) and stop - start < per_batch and int(headers[stop, 2]) == step:
             lo, hi = rows_of(headers[stop])
             new_low, new_high = min(low, lo), max(high, hi)
             if new_high - new_low > 2 * max(widest, hi - lo) + 8:
@@ -222,7 +225,7 @@ def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy
     ut_width = 0 if ut is None else ut.shape[1]
     null = np.uint64(0)
     grid_x = (max(vt_width, ut_width) + APPLY_THREADS - 1) // APPLY_THREADS
-    for start, stop, first_row, elements, step in _batches(headers):
+    for start, stop, first_row, elements, step in _batches(headers, SWEEPS_PER_BATCH[log.rot_vt.dtype]):
         apply((grid_x, 2), (APPLY_THREADS,), (
             null if vt is None else vt, np.int32(vt_width), null if ut is None else ut, np.int32(ut_width),
             np.int64(vt_width), np.int64(ut_width), np.int32(first_row), np.int32(elements), np.int32(step),
@@ -237,8 +240,8 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
     `side` (default: the current stream), which is joined back before returning. The chase
     runs on the current stream. Raises NoConvergence after max_sweeps (default 30 n) sweeps.
     counts, if given, gets the numbers of sweeps, of rotations chased and of steps of the
-    convergence tests, and the GPU clock ticks the chase spent finding blocks, testing
-    them and sweeping."""
+    convergence tests, the GPU clock ticks the chase spent finding blocks, testing them and
+    sweeping, and the milliseconds of the chase's and the rotations' kernels."""
     n = d.shape[0]
     dtype = d.dtype
     max_sweeps = 30 * n if max_sweeps is None else max_sweeps
@@ -259,15 +262,18 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
         cycles = cupy.zeros(3, np.int64) if counts is not None else None
         chunk = 0
         null = np.uint64(0)
+        spans: dict[str, list[tuple[cupy.cuda.Event, cupy.cuda.Event]]] = {"chase": [], "rotations": []}  # for `counts`
         while True:
             buffer = chunk % 2
             log = logs[buffer] if vectors else None
             if applied[buffer] is not None:
                 main.wait_event(applied[buffer])  # the side stream is done with this buffer
+            chase_start = main.record()
             chase((1,), (32,), (d, e, np.int32(n), state, thresh, null if log is None else log.sweeps, np.int32(SWEEPS_PER_CHUNK),
                                 null if log is None else log.rot_vt, null if log is None else log.rot_u, np.int32(capacity), np.int32(max_sweeps),
-                                null if cycles is None else cycles),
+                                np.int32(MULTISHIFT), null if cycles is None else cycles),
                   shared_mem=shared)
+            spans["chase"].append((chase_start, main.record()))
             status = state.get()  # waits for this chunk of the chase
             if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
                 raise NoConvergence(f"bidiagonal QR did not converge in {max_sweeps} sweeps")
@@ -277,8 +283,10 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
                 chased = main.record()
                 with side:
                     side.wait_event(chased)
+                    apply_start = side.record()
                     _apply_log(log, headers, ut, vt)
                     applied[buffer] = side.record()
+                    spans["rotations"].append((apply_start, applied[buffer]))
             if status[STATE_STATUS] == STATUS_DONE:
                 break
             chunk += 1
@@ -288,6 +296,10 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
                           scan_cycles=scan, test_cycles=test, sweep_cycles=chased)
         if side is not main:
             main.wait_event(side.record())
+        if counts is not None:
+            main.synchronize()
+            for name, pairs in spans.items():  # kernel time of the chase and of the rotations, ms
+                counts[f"{name}_ms"] = sum(cupy.cuda.get_elapsed_time(start, stop) for start, stop in pairs)
 
     # signs and order, as at the end of reference.bidiagonal_svd
     values = d.get()

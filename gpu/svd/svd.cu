@@ -456,6 +456,97 @@ template <typename T> __device__ int first_negligible(const Bidiagonal<T>& b, in
     return -1;
 }
 
+// Multishift: P sweeps in flight at once, sweep q on lane q lagging sweep q-1 by three
+// steps (by then q-1 has left the entries q reads), each with its own shift: the P
+// singular values of the block's trailing P x P bidiagonal. Each sweep is exactly the
+// sequential shifted sweep on what the sweep before left, so the arithmetic is that of P
+// consecutive sweeps; only the shifts are chosen once for all P (small-bulge multishift
+// QR, as LAPACK's xLAQR5 does for Hessenberg matrices). P sweeps cost about one sweep's
+// latency, the chase's critical path.
+
+// The number of singular values below x of the trailing p x p bidiagonal of the block
+// (D(first..), E(first..)): a Sturm count on its Golub-Kahan tridiagonal (zero diagonal,
+// off-diagonals d_0, e_0, d_1, ..., eigenvalues +-sigma).
+template <typename T> __device__ int singular_values_below(const Bidiagonal<T>& b, int first, int p, T x) {
+    int negatives = 0;
+    T q = -x;
+    const T pivmin = Limits<T>::tiny() * T(1e4);
+    for (int k = 0; k < 2 * p; ++k) {
+        if (q < 0) ++negatives;
+        if (k == 2 * p - 1) break;
+        const T off = (k & 1) ? b.E(first + (k >> 1)) : b.D(first + (k >> 1));
+        if (abs(q) < pivmin) q = -pivmin;
+        if constexpr (sizeof(T) == 4) {
+            q = -x - off * off * reciprocal_t(q);  // the fast reciprocal takes any normal float
+        } else {
+            q = -x - off * off / q;  // reciprocal_t(double) starts from a float: out of range here
+        }
+    }
+    return negatives - p;
+}
+
+// Lane j < p: the j-th smallest singular value of the trailing p x p (bisection, to about
+// 2^-30 of the largest): the shift of sweep j.
+template <typename T> __device__ T trailing_singular_value(const Bidiagonal<T>& b, int length, int p, int lane) {
+    const int first = length - p;
+    T bound = 0;
+    for (int k = 0; k < p; ++k) bound = max(bound, abs(b.D(first + k)) + (k + 1 < p ? abs(b.E(first + k)) : T(0)) + (k > 0 ? abs(b.E(first + k - 1)) : T(0)));
+    T low = 0, high = bound;
+    for (int iteration = 0; iteration < 30; ++iteration) {
+        const T middle = T(0.5) * (low + high);
+        if (singular_values_below(b, first, p, middle) > lane) high = middle; else low = middle;
+    }
+    return T(0.5) * (low + high);
+}
+
+// P pipelined shifted sweeps over the block (k_end rotations each), lane q < P running
+// sweep q with `shift` (its own). log_rotation(q, k, cr, sr, cl, sl) as in `sweep`.
+template <typename T, typename Log>
+__device__ void pipelined_sweeps(const Bidiagonal<T>& b, int k_end, T shift, int lanes, int lane, T* spare, Log log_rotation) {
+    constexpr int LAG = 3;
+    const bool mine = lane < lanes;
+    T d_i = 0, e_i = 0, f = 0, g = 0;
+    const int total = k_end + LAG * (lanes - 1);
+    for (int t = 0; t < total; ++t) {
+        const int i = t - LAG * lane;
+        if (mine && i >= 0 && i < k_end) {
+            if (i == 0) {
+                d_i = b.D(0);
+                e_i = b.E(0);
+                f = (abs(d_i) - shift) * (copysign_t(T(1), d_i) + shift / d_i);
+                g = e_i;
+            }
+            T d_next = b.D(i + 1);
+            const T e_next = b.E(i + 1);
+            T c, s, r;
+            givens(f, g, c, s, r);
+            *(i > 0 ? &b.E(i - 1) : spare) = r;
+            f = c * d_i + s * e_i;
+            const T e_rotated = c * e_i - s * d_i;
+            g = s * d_next;
+            d_next = c * d_next;
+            const T cr = c, sr = s;
+            givens(f, g, c, s, r);
+            b.D(i) = r;
+            f = c * e_rotated + s * d_next;
+            d_i = c * d_next - s * e_rotated;
+            g = s * e_next;
+            e_i = c * e_next;
+            log_rotation(lane, i, cr, sr, c, s);
+            if (i == k_end - 1) {
+                b.D(k_end) = d_i;
+                b.E(k_end - 1) = f;
+            }
+        }
+        __syncwarp();
+    }
+}
+
+// How many sweeps to run at once on a block of `length` diagonal entries (1: one sweep).
+__device__ __forceinline__ int multishift_lanes(int length, int max_lanes) {
+    return length < 96 ? 1 : min(max_lanes, length / 24);
+}
+
 // d (n,), e (n-1,) in global memory (worked on in shared memory, written back at exit).
 // state: STATE_INTS ints, all 0 for a fresh start; thresh_io: the negligibility threshold.
 // Logs at most sweep_capacity sweeps and rotation_capacity rotations per launch when
@@ -466,7 +557,8 @@ template <typename T> __device__ int first_negligible(const Bidiagonal<T>& b, in
 template <typename T>
 __device__ void bidiagonal_qr(T* __restrict__ d_global, T* __restrict__ e_global, int n, int* __restrict__ state, T* __restrict__ thresh_io,
                               Sweep* __restrict__ log, int sweep_capacity, typename Pair<T>::type* __restrict__ rot_vt,
-                              typename Pair<T>::type* __restrict__ rot_u, int rotation_capacity, int max_sweeps, long long* __restrict__ cycles) {
+                              typename Pair<T>::type* __restrict__ rot_u, int rotation_capacity, int max_sweeps, int max_lanes,
+                              long long* __restrict__ cycles) {
     extern __shared__ unsigned char shared_bytes[];
     T* d = reinterpret_cast<T*>(shared_bytes);
     T* e = d + n;       // n - 1 entries, then one more that the sweeps read past the end of a block
@@ -547,7 +639,36 @@ __device__ void bidiagonal_qr(T* __restrict__ d_global, T* __restrict__ e_global
         for (int k = lane; k <= hi - lo; k += 32) smax = max(smax, max(abs(d[lo + k]), k < hi - lo ? abs(e[lo + k]) : T(0)));
         smax = warp_max(smax);
         T shift = 0;
-        if (!(T(n) * tol * (smin / smax) <= max(eps, tol / 100))) {
+        const bool shifted = !(T(n) * tol * (smin / smax) <= max(eps, tol / 100));
+        int lanes = shifted ? multishift_lanes(hi - lo + 1, max_lanes) : 1;
+        if (log != nullptr) lanes = min(lanes, min(sweep_capacity - logged, (rotation_capacity - rotations) / (hi - lo)));
+        if (lanes >= 2) {
+            if (lane < lanes) {
+                shift = trailing_singular_value(b, hi - lo + 1, lanes, lane);
+                const T relative = shift / abs(b.D(0));
+                if (relative * relative < eps) shift = 0;
+            }
+            __syncwarp();
+            const int count = hi - lo, offset = rotations + lane * count;
+            const T sign = forward ? T(1) : T(-1);
+            if (log != nullptr && lane < lanes) log[logged + lane] = forward ? Sweep{lo, count, 1, offset} : Sweep{hi - 1, count, -1, offset};
+            pipelined_sweeps(b, count, shift, lanes, lane, spare, [&](int q, int k, T cr, T sr, T cl, T sl) {
+                if (log != nullptr) {
+                    rot_vt[rotations + q * count + k] = forward ? T2{cr, sr} : T2{cl, sign * sl};
+                    rot_u[rotations + q * count + k] = forward ? T2{cl, sl} : T2{cr, sign * sr};
+                }
+            });
+            if (log != nullptr) {
+                logged += lanes;
+                rotations += lanes * count;
+            }
+            sweeps += lanes;
+            chased += (long long)lanes * count;
+            sweep_cycles += clock64() - tested_at;
+            if (abs(b.E(last)) <= thresh) b.E(last) = 0;
+            continue;
+        }
+        if (shifted) {
             shift = smallest_singular_value_2x2(b.D(last), b.E(last), b.D(last + 1));
             const T relative = shift / abs(b.D(0));
             if (relative * relative < eps) shift = 0;
@@ -608,6 +729,12 @@ __device__ void bidiagonal_qr(T* __restrict__ d_global, T* __restrict__ e_global
 // for step +1, first_row + elements - 1 - k for step -1) every sweep runs upwards in k, and sweep
 // q applies its rotation at pair (k, k+1) at time k + 2q: by then sweep q-1 is done with
 // k, k+1 and k+2, and the rotations of one time touch disjoint pairs.
+// Sweeps per pass: as many as the registers hold (a ring of 2 S elements and two sets of
+// S rotations per thread). Mirrored in cuda.py.
+template <typename T> struct SweepsPerBatch;
+template <> struct SweepsPerBatch<float> { static constexpr int value = 16; };
+template <> struct SweepsPerBatch<double> { static constexpr int value = 8; };
+
 template <typename T, int S>
 __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int first_row, int elements, int step,
                              const Sweep* __restrict__ sweeps, int count, const typename Pair<T>::type* __restrict__ rotations) {
@@ -627,32 +754,48 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
         }
     }
     if (column >= width) return;
+    typedef typename Pair<T>::type T2;
     T* base = x + column + (step > 0 ? (long long)first_row * ld : (long long)(first_row + elements - 1) * ld);
     const long long stride = step > 0 ? ld : -ld;
     // mirrored, the pair (row j, row j+1) is (k+1, k): the same rotation with -s
     const T sign = step > 0 ? T(1) : T(-1);
+    // The S rotations of one time, the identity where a sweep is not at a pair then (an
+    // exact no-op), so the arithmetic has no branches. The next time's rotations are
+    // loaded while this time's are applied: the loads' latency stays off the chain.
+    auto gather = [&](int time, T2 (&cs)[S]) {
+#pragma unroll
+        for (int q = 0; q < S; ++q) {
+            const int t = time - 2 * q - start[q];
+            const bool live = t >= 0 && t < length[q];
+            const T2 value = live ? __ldg(&rotations[offset[q] + t]) : T2{T(1), T(0)};
+            cs[q] = T2{value.x, sign * value.y};
+        }
+    };
     T ring[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) ring[k] = 0;  // identity rotations also touch slots not loaded yet: keep them finite
+    T2 current[S], upcoming[S];
     ring[0] = base[0];
+    gather(0, current);
     const int steps = elements + 2 * S - 2;  // the last one stores element `elements - 1`
     for (int time0 = 0; time0 < steps; time0 += W) {
 #pragma unroll
         for (int u = 0; u < W; ++u) {
             const int time = time0 + u;
             if (time + 1 < elements) ring[(u + 1) % W] = base[(time + 1) * stride];
+            gather(time + 1, upcoming);
 #pragma unroll
             for (int q = 0; q < S; ++q) {
-                const int t = time - 2 * q - start[q];
-                if (t >= 0 && t < length[q]) {
-                    const typename Pair<T>::type cs = __ldg(&rotations[offset[q] + t]);
-                    T& a = ring[((u - 2 * q) % W + W) % W];
-                    T& b = ring[((u - 2 * q + 1) % W + W) % W];
-                    const T upper = a, sine = sign * cs.y;
-                    a = cs.x * upper + sine * b;
-                    b = cs.x * b - sine * upper;
-                }
+                T& a = ring[((u - 2 * q) % W + W) % W];
+                T& b = ring[((u - 2 * q + 1) % W + W) % W];
+                const T upper = a;
+                a = current[q].x * upper + current[q].y * b;
+                b = current[q].x * b - current[q].y * upper;
             }
             const int done = time - (2 * S - 2);
             if (done >= 0 && done < elements) base[done * stride] = ring[((u - (2 * S - 2)) % W + W) % W];
+#pragma unroll
+            for (int q = 0; q < S; ++q) current[q] = upcoming[q];
         }
     }
 }
@@ -678,21 +821,19 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
     extern "C" __global__ void wy_factor_##SUFFIX(const T* gram, const T* taus, int nb, T* t) { wy_factor<T>(gram, taus, nb, t); }     \
     extern "C" __global__ void bidiagonal_qr_##SUFFIX(T* d, T* e, int n, int* state, T* thresh, Sweep* log, int sweep_capacity,     \
                                                       Pair<T>::type* rot_vt, Pair<T>::type* rot_u, int rotation_capacity,             \
-                                                      int max_sweeps, long long* cycles) {                                           \
-        bidiagonal_qr<T>(d, e, n, state, thresh, log, sweep_capacity, rot_vt, rot_u, rotation_capacity, max_sweeps, cycles);        \
+                                                      int max_sweeps, int max_lanes, long long* cycles) {                            \
+        bidiagonal_qr<T>(d, e, n, state, thresh, log, sweep_capacity, rot_vt, rot_u, rotation_capacity, max_sweeps, max_lanes,      \
+                         cycles);                                                                                                    \
     }                                                                                                                                \
     extern "C" __global__ void apply_sweeps_##SUFFIX(T* vt, int vt_width, T* ut, int ut_width, long long ld_vt, long long ld_ut,      \
                                                      int first_row, int elements, int step, const Sweep* sweeps, int count,          \
                                                      const Pair<T>::type* rot_vt, const Pair<T>::type* rot_u) {                      \
         if (blockIdx.y == 0)                                                                                                         \
-            apply_sweeps<T, SWEEPS_PER_BATCH>(vt, vt_width, ld_vt, first_row, elements, step, sweeps, count, rot_vt);               \
+            apply_sweeps<T, SweepsPerBatch<T>::value>(vt, vt_width, ld_vt, first_row, elements, step, sweeps, count, rot_vt);               \
         else                                                                                                                         \
-            apply_sweeps<T, SWEEPS_PER_BATCH>(ut, ut_width, ld_ut, first_row, elements, step, sweeps, count, rot_u);                \
+            apply_sweeps<T, SweepsPerBatch<T>::value>(ut, ut_width, ld_ut, first_row, elements, step, sweeps, count, rot_u);                \
     }
 
-#ifndef SWEEPS_PER_BATCH
-#define SWEEPS_PER_BATCH 16
-#endif
 
 SVD_KERNELS(float, f32)
 SVD_KERNELS(double, f64)

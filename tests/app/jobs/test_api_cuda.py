@@ -40,13 +40,13 @@ def run_job(client, body: dict, wait_s: float = 120.0) -> dict:
 @pytest.mark.parametrize("method", ["cusolver", "golub_reinsch", "auto"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_svd_jobs_run_on_the_gpu(make_client, method, dtype):
-    from app.jobs.svd import AUTO_GPU_METHOD
+    from app.jobs.svd import auto_gpu_method
 
     client = admin(make_client)
     spec = {"m": 300, "n": 200, "dtype": dtype, "seed": 3, "kind": "ill_conditioned", "cond": 1e4}
     result = run_job(client, {"spec": spec, "method": method})
     body = result["result"]
-    expected_method = AUTO_GPU_METHOD if method == "auto" else method
+    expected_method = auto_gpu_method(300, 200, np.dtype(dtype)) if method == "auto" else method
     assert (body["method"], body["backend"]) == (expected_method, "cuda")
     if method == "golub_reinsch":
         assert {"bidiagonalization", "diagonalization"} <= body["times_ms"].keys()

@@ -161,6 +161,17 @@ def test_chase_in_many_small_chunks(cuda, lease, seed, monkeypatch):
     np.testing.assert_array_equal(s, s_default)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_multishift_and_one_sweep_at_a_time_agree(cuda, lease, dtype, seed, monkeypatch):
+    """The pipelined multishift chase (default) and the classic one sweep at a time give
+    the same singular values to rounding, and both pass LAPACK's ratios."""
+    a = make_matrix(400, 300, dtype, seed, "gaussian")
+    _, s_multi, _ = _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "multishift")
+    monkeypatch.setattr(cuda, "MULTISHIFT", 1)
+    _, s_single, _ = _check(cuda, lease, a, SvdParams(method="golub_reinsch"), "one sweep at a time")
+    np.testing.assert_allclose(s_multi, s_single, rtol=0, atol=10 * np.finfo(dtype).eps * max(a.shape) * s_single[0])
+
+
 def test_diagonalize_bidiagonals_with_zeros(cuda, lease, rng, seed):
     """Zero diagonal entries and zero superdiagonal entries (splits) in the bidiagonal."""
     import cupy
@@ -196,7 +207,7 @@ def test_batches_group_sweeps_of_one_direction():
         [20, 5, -1, 38],  # backward: a new batch (rows 16..21)
         [100, 3, 1, 43],  # forward, far away: a new batch
     ], np.int32)
-    batches = list(cuda._batches(headers))
+    batches = list(cuda._batches(headers, 16))
     assert [(b[0], b[1]) for b in batches] == [(0, 4), (4, 5), (5, 6)]
     assert batches[0][2:] == (0, 19, 1)  # rows 0..18
     assert batches[1][2:] == (16, 6, -1)
