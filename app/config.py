@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     job_retention_days: float = Field(7.0, gt=0.0, description="finished jobs and their files are deleted after this many days")
     data_dir: Path = Field(Path("data"), description="directory for the service's persistent data (created at start-up)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
+    max_stencil_points: int = Field(1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)")
+    max_stencil_cpu_points: int = Field(1 << 24, ge=125, description="largest stencil grid on the CPU backend (the NumPy reference: about 28 bytes a point)")
+    max_cs256_elements: int = Field(67_108_864, ge=1, description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes")
 
 
     def upload_limit(self, path: str) -> int:

@@ -21,7 +21,9 @@ from app import sketch
 from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
+from app.jobs.cs256 import CS256_JOB
 from app.jobs.runner import JobRunner
+from app.jobs.stencil import STENCIL
 from app.jobs.store import JobStore
 from app.jobs.svd import SVD
 from app.metrics import Metrics, MetricsMiddleware
@@ -34,7 +36,7 @@ log = logging.getLogger("pencil")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
-JOB_KINDS = {kind.name: kind for kind in (SVD,)}
+JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB)}
 
 try:
     VERSION = version("pencil-gpu")
