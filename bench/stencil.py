@@ -3,16 +3,21 @@ measured in the same run.
 
     python bench/stencil.py [--shapes 1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512]
                             [--variants all] [--seconds 1.0] [--zchunk N] [--no-energy] [--check-steps 4]
+                            [--sponge 0]
 
 Shapes are nx x ny x nz (x fastest, as the job's grids; the paper's 1024 .. 7168 x 256 x
-256 and 512^3). Per shape, on GPU 0, fp32, no sponge, random fields in a constant model:
+256 and 512^3). Per shape, on GPU 0, fp32, no sponge (unless --sponge), random fields in a constant model:
 
 - roofline: a device-to-device copy (cudaMemcpyAsync of 2 GiB) gives the bandwidth B
   (bytes read + written per second); a step needs at least 16 bytes a point (p, p_prev
   and c read, p_next written), so no variant beats B / 16 points per second.
 - each variant: back-to-back steps on one stream for about --seconds (CUDA events), with
   NVML energy over the same window: ms/step, GPts/s (interior points updated per second),
-  effective GB/s (16 B x GPts/s), % of the roofline, x the anchor, average W, GPts/J.
+  effective GB/s (16 B x GPts/s), % of the roofline, x the anchor, average W, GPts/J; for
+  the z-marching variants the blocks' plan (cuda.march_plan: whole-column waves, then
+  chunks; --zchunk N: N planes a block everywhere). Before the table: each kernel's
+  registers and blocks per SM (the plans and the predictions depend on them).
+- --sponge W: the kernels with the damping term (the job's usual case), W cells wide.
 - anchor: the same step written with CuPy slicing (gpu/stencil/reference.py's Propagator on
   CuPy arrays: ~25 elementwise kernels, each a full pass over memory).
 - check: every variant's field after --check-steps steps from the same start, against the
@@ -77,12 +82,14 @@ class Grid:
     """The buffers of one shape: p, pp (ping-pong), c, and the start (p0, pp0) every run
     begins from. Interior fields random, border 0, c = CFL^2 inside."""
 
-    def __init__(self, nx: int, ny: int, nz: int, zchunk: int | None):
+    def __init__(self, nx: int, ny: int, nz: int, zchunk: int | None, sponge: int = 0):
         self.shape = (nz, ny, nx)
-        self.params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=1, f0=10.0, model=ConstantModel(2000.0), dt=CFL * 10.0 / 2000.0, snapshot_every=0, receivers=[(RADIUS,) * 3])
+        self.params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=1, f0=10.0, model=ConstantModel(2000.0), dt=CFL * 10.0 / 2000.0, snapshot_every=0,
+                                    receivers=[(RADIUS,) * 3], sponge=sponge)
+        self.eta_max = float(np.float32(self.params.eta_max))
         self.points = nx * ny * nz
         self.interior = self.params.interior_points
-        self.zchunk = cuda.default_zchunk(nx, ny, nz) if zchunk is None else zchunk
+        self.zchunk = zchunk  # None: each z-marching variant's plan
         inner = (slice(RADIUS, -RADIUS),) * 3
         self.c = cupy.zeros(self.shape, np.float32)
         self.c[inner] = np.float32(CFL**2)
@@ -102,7 +109,7 @@ class Grid:
 
     def launch(self, variant: str, amp: float = 0.0) -> None:
         """One step without the swap (timing; the trial of `auto` calls this)."""
-        cuda.launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, 0, 0.0, self.zchunk)
+        cuda.launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, self.params.sponge, self.eta_max, self.zchunk)
 
     def step(self, variant: str) -> None:
         self.launch(variant)
@@ -137,7 +144,7 @@ def timed(run_step, seconds: float, energy: bool) -> tuple[float, float | None, 
 
 
 def anchor_for(grid: Grid) -> reference.Propagator:
-    prop = reference.Propagator(grid.params, xp=cupy, c=grid.c)
+    prop = reference.Propagator(grid.params, xp=cupy, c=grid.c)  # with the grid's sponge, if any
     prop.amplitudes[:] = 0
     return prop
 
@@ -150,6 +157,7 @@ def main() -> None:
     parser.add_argument("--zchunk", type=int, default=None, help="planes per thread of the z-marching variants (default: as the job chooses)")
     parser.add_argument("--check-steps", type=int, default=4, help="steps compared against the anchor (0: no check)")
     parser.add_argument("--no-energy", action="store_true")
+    parser.add_argument("--sponge", type=int, default=0, help="sponge width in cells (0: none): times the kernels with the damping term")
     args = parser.parse_args()
     variants = VARIANTS if args.variants == "all" else tuple(args.variants.split(","))
     for variant in variants:
@@ -167,7 +175,13 @@ def main() -> None:
     time.sleep(0.05)
     reading = probe.stop()
     print(f"# energy: {reading.method or 'none'}{' (' + reading.note + ')' if reading.note else ''}" if energy else "# energy: not measured (--no-energy)")
-    print("shape | variant | zchunk | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor")
+    sms = properties["multiProcessorCount"]
+    for variant in variants:
+        name = cuda.kernel_name(variant, args.sponge)
+        kernel = cuda._k(name)
+        print(f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM")
+    print(f"# sponge: {args.sponge} cells" if args.sponge else "# sponge: none")
+    print("shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor")
     for text in args.shapes.split(","):
         bench_shape(text, variants, args, energy, ceiling)
         cupy.get_default_memory_pool().free_all_blocks()
@@ -176,7 +190,7 @@ def main() -> None:
 def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, energy: bool, ceiling: float) -> None:
     """One shape: the anchor, each variant, the check against the anchor, auto's pick."""
     nx, ny, nz = (int(v) for v in text.lower().split("x"))
-    grid = Grid(nx, ny, nz, args.zchunk)
+    grid = Grid(nx, ny, nz, args.zchunk, args.sponge)
     anchor = anchor_for(grid)
     anchor.p[...] = grid.p0
     anchor.pp[...] = grid.pp0
@@ -191,10 +205,10 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
     del anchor
     cupy.get_default_memory_pool().free_all_blocks()
 
-    def row(variant: str, zchunk: str, ms: float, joules: float | None, watts: float | None, diff: str) -> None:
+    def row(variant: str, plan: str, ms: float, joules: float | None, watts: float | None, diff: str) -> None:
         gpts = grid.interior / ms / 1e6
         per_joule = f"{grid.interior / joules / 1e9:.2f}" if joules else "-"
-        print(f"{text} | {variant} | {zchunk} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}")
+        print(f"{text} | {variant} | {plan} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}")
 
     row("cupy-slicing anchor", "-", anchor_ms, anchor_j, anchor_w, "-")
     results = {}
@@ -208,7 +222,8 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
         grid.reset()
         ms, joules, watts = timed(lambda v=variant: grid.step(v), args.seconds, energy)
         results[variant] = ms
-        row(variant, str(grid.zchunk) if "int_z" in variant else "-", ms, joules, watts, diff)
+        plan = cuda.march_plan(variant, grid.shape, grid.zchunk, args.sponge)
+        row(variant, plan.describe() if plan else "-", ms, joules, watts, diff)
     grid.reset()
     trial = cuda.time_variants(grid, variants)
     best = min(results, key=results.get)

@@ -21,27 +21,27 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from pathlib import Path
 
 import cupy
 import numpy as np
 
 from gpu import kernels
-from gpu.stencil import reference
+from gpu.stencil import geometry, reference
 from gpu.stencil.energy import EnergyMeter, EnergyReading
 from gpu.stencil.params import RADIUS, VARIANTS, StencilParams
 
 SOURCE = Path(__file__).with_name("stencil.cu")
-BLOCK = (32, 8, 1)  # mirrors BX, BY of stencil.cu
+BLOCK = (geometry.BX, geometry.BY, 1)
 GATHER_BLOCK = 256
-BLOCKS_PER_SM = 8  # resident blocks of 256 threads (the kernels' launch bounds allow 6-8)
-WAVES = 4  # z-marching variants: chunk z so that the grid fills the GPU this many times
-MIN_ZCHUNK = 16
 BATCH_SECONDS = 0.2  # progress is reported (and cancel checked) about this often
 TRIAL_MS = 2.0  # auto: each variant runs at least this long (and at least 3 launches)
 UPLOAD_POINTS = 1 << 24  # host slab of c built and uploaded at once (64 MiB of float32)
+RAMP_TABLES = 64  # sponge ramp tables kept on the devices (a few KB each)
 
 
 def _k(name: str) -> cupy.RawKernel:
@@ -52,39 +52,90 @@ def _div_up(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def default_zchunk(nx: int, ny: int, nz: int) -> int:
-    """Planes each thread of a z-marching variant walks: the whole interior column when
-    the x-y tiles alone fill the GPU WAVES times, else chunks of at least MIN_ZCHUNK."""
-    interior_z = nz - 2 * RADIUS
-    tiles = _div_up(nx - 2 * RADIUS, BLOCK[0]) * _div_up(ny - 2 * RADIUS, BLOCK[1])
-    wanted = WAVES * BLOCKS_PER_SM * kernels.device_attribute("MultiProcessorCount")
-    chunks = max(1, min(_div_up(wanted, tiles), _div_up(interior_z, MIN_ZCHUNK)))
-    return _div_up(interior_z, chunks)
+kernel_name = geometry.kernel_name
 
 
-def grid(variant: str, nx: int, ny: int, nz: int, zchunk: int) -> tuple[int, int, int]:
-    """Launch grid of a variant: x-y tiles of BLOCK, and one block per interior plane
-    (plain) or per chunk of `zchunk` planes (int_z, int_z_reg)."""
-    interior_z = nz - 2 * RADIUS
-    planes = interior_z if not variant.endswith(("_int_z", "_int_z_reg")) else _div_up(interior_z, zchunk)
-    return (_div_up(nx - 2 * RADIUS, BLOCK[0]), _div_up(ny - 2 * RADIUS, BLOCK[1]), planes)
+@cache
+def _resident(device: int, name: str) -> int:
+    function = _k(name)
+    warps = geometry.THREADS // 32
+    by_threads = kernels.device_attribute("MaxThreadsPerMultiProcessor") // geometry.THREADS
+    regs_per_warp = -(-max(function.num_regs, 1) * 32 // 256) * 256  # allocated per warp in units of 256
+    by_regs = kernels.device_attribute("MaxRegistersPerMultiprocessor") // regs_per_warp // warps
+    by_shared = kernels.device_attribute("MaxSharedMemoryPerMultiprocessor") // (function.shared_size_bytes + 1024)  # 1 KiB reserved per block
+    try:
+        by_blocks = kernels.device_attribute("MaxBlocksPerMultiprocessor")
+    except KeyError:  # an older runtime's attribute list: 32 on every architecture since Maxwell
+        by_blocks = 32
+    return max(1, min(by_threads, by_regs, by_shared, by_blocks))
+
+
+def resident_blocks(name: str) -> int:
+    """Blocks of kernel `name` the current device runs at once: per SM (threads, registers,
+    shared memory) x SMs."""
+    return _resident(cupy.cuda.Device().id, name) * kernels.device_attribute("MultiProcessorCount")
+
+
+@lru_cache(maxsize=4096)
+def _launches(device: int, variant: str, shape: tuple[int, int, int], source: tuple[int, int, int], sponge: int, zchunk: int | None,
+              max_points: int) -> tuple[geometry.Launch, ...]:
+    return tuple(geometry.launches(variant, shape, source, sponge, zchunk, resident_blocks, max_points))
+
+
+def launches(variant: str, shape: tuple[int, int, int], source: tuple[int, int, int] = (RADIUS, RADIUS, RADIUS), sponge: int = 0,
+             zchunk: int | None = None) -> tuple[geometry.Launch, ...]:
+    """The launches of one step on the current device (geometry.launches with this device's
+    residency): one per z slab, each with its grid and, for the z-marching variants, its
+    MarchPlan (zchunk planes per block for every tile if given)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
+    if zchunk is not None and zchunk < 1:
+        raise ValueError(f"zchunk must be >= 1, got {zchunk}")
+    return _launches(cupy.cuda.Device().id, variant, tuple(shape), tuple(source), sponge, zchunk, geometry.MAX_INDEX)
+
+
+_ramps: OrderedDict[tuple, cupy.ndarray] = OrderedDict()
+_ramps_lock = threading.Lock()
+
+
+def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | None = None) -> cupy.ndarray:
+    """The sponge's (W - d) / W per axis on the current device, float32: fx (nx values), fy
+    (ny), fz of planes [lo, hi) (reference.axis_ramp, so bit-identical with the reference).
+    Cached per device and grid."""
+    hi = nz if hi is None else hi
+    key = (cupy.cuda.Device().id, nx, ny, nz, sponge, lo, hi)
+    with _ramps_lock:
+        table = _ramps.get(key)
+        if table is not None:
+            _ramps.move_to_end(key)
+            return table
+    table = cupy.asarray(reference.ramp_table(nx, ny, nz, sponge, lo, hi))
+    with _ramps_lock:
+        _ramps[key] = table
+        while len(_ramps) > RAMP_TABLES:
+            _ramps.popitem(last=False)
+    return table
 
 
 def launch(variant: str, p: cupy.ndarray, pp: cupy.ndarray, c: cupy.ndarray, shape: tuple[int, int, int], source: tuple[int, int, int],
            amp: float = 0.0, sponge: int = 0, eta_max: float = 0.0, zchunk: int | None = None) -> None:
     """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
     p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
-    source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
+    source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params);
+    zchunk: planes per block of the z-marching variants (default: march_plan's waves).
+    Grids of 2^31 points or more run as z slabs (geometry.slabs), one launch each."""
     nz, ny, nx = shape
-    zchunk = default_zchunk(nx, ny, nz) if zchunk is None else zchunk
-    if zchunk < 1:
-        raise ValueError(f"zchunk must be >= 1, got {zchunk}")
-    sx, sy, sz = source
-    i32 = np.int32
-    args = (p, pp, c, i32(nx), i32(ny), i32(nz), i32(zchunk), i32(sx), i32(sy), i32(sz), np.float32(amp), i32(sponge), np.float32(eta_max))
-    _k(f"stencil_{variant}")(grid(variant, nx, ny, nz, zchunk), BLOCK, args)
+    plane = nx * ny
+    for step in launches(variant, shape, source, sponge, zchunk):
+        views = (p, pp, c) if (step.lo, step.hi) == (0, nz) else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
+        ramps = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]  # not read without a sponge
+        args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), ramps)
+        _k(step.kernel)(step.grid, BLOCK, args)
+
+
+def march_plan(variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0) -> geometry.MarchPlan | None:
+    """The blocks of a z-marching variant's (first) launch on this device, None for plain."""
+    return launches(variant, shape, sponge=sponge, zchunk=zchunk)[0].plan
 
 
 # ---------------------------------------------------------------------- a shot --
@@ -98,7 +149,7 @@ class GpuShot:
     def __init__(self, params: StencilParams, velocity: np.ndarray | None = None, zchunk: int | None = None):
         self.params = params
         self.shape = params.shape
-        self.zchunk = default_zchunk(params.nx, params.ny, params.nz) if zchunk is None else zchunk
+        self.zchunk = zchunk  # None: each z-marching variant's own plan (march_plan)
         self.c = cupy.empty(params.points, np.float32)
         plane = params.nx * params.ny
         step = max(1, UPLOAD_POINTS // plane)  # c is built and uploaded a slab of planes at a time
@@ -194,7 +245,8 @@ class GpuRun:
     shot: reference.Shot
     variant: str
     trial_ms: dict[str, float] | None  # auto's trial (None: a named variant, or cached)
-    zchunk: int
+    zchunk: int | None  # z-marching variants: planes per block of the chunked tiles (None: plain)
+    plan: str | None  # z-marching variants: the blocks (MarchPlan.describe, first z slab)
     kernel_seconds: float  # GPU time of the stepping loop (events), with the recording
     wall_seconds: float
     energy: EnergyReading
@@ -274,6 +326,9 @@ def simulate(lease, params: StencilParams, velocity: np.ndarray | None = None, v
         previous = shot.pp.reshape(shot.shape).get()
         shots = [reference.Snapshot(step, xz.get(), xy.get()) for step, xz, xy in snapshots]
         stream.synchronize()
+        plan = march_plan(variant, params.shape, shot.zchunk, params.sponge)
     if energy is None:
         energy = EnergyReading(None, wall_seconds, None, None, 0, "energy not measured")
-    return GpuRun(reference.Shot(record, shots, final, previous), variant, trial, shot.zchunk, kernel_seconds, wall_seconds, energy, len(timeline), timeline)
+    zchunk = None if plan is None else (plan.zb if plan.tiles > plan.tiles_a else plan.za)
+    return GpuRun(reference.Shot(record, shots, final, previous), variant, trial, zchunk, None if plan is None else plan.describe(),
+                  kernel_seconds, wall_seconds, energy, len(timeline), timeline)

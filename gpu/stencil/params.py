@@ -35,7 +35,7 @@ MAX_SNAPSHOTS = 100
 MAX_LAYERS = 1024
 MAX_VELOCITY = 100_000.0  # m/s: anything faster is a unit mistake
 MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
-MAX_PLANE = (1 << 31) - 1  # nx * ny: in-plane offsets are 32-bit in the kernels
+MAX_PLANE = ((1 << 31) - 1) // 5  # nx * ny: the kernels index a launch's planes (at least 5) with 32-bit integers
 SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
 RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
 GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
@@ -253,7 +253,7 @@ class StencilParams:
         if self.nz - 2 * RADIUS > MAX_INTERIOR_Z:
             raise StencilParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
         if self.nx * self.ny > MAX_PLANE:
-            raise StencilParamError("nx", f"nx * ny must be < 2^31; got {self.nx} * {self.ny} = {self.nx * self.ny}")
+            raise StencilParamError("nx", f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}")
         _positive("h", self.h)
         _int("steps", self.steps, 1, MAX_STEPS)
         _positive("f0", self.f0)

@@ -1,45 +1,69 @@
 // One leapfrog step of the 3D acoustic wave equation with the 13-point 4th-order
 // Laplacian (Pavan et al. 2018), in the paper's nine variants: memory path x z-marching.
 //
-//   memory path  naive     global loads cached in L2 only (ld.global.cg, __ldcg), as
-//                          global loads were on the paper's Kepler: no on-chip reuse
+//   memory path  naive     p's loads cached in L2 only (ld.global.cg, __ldcg), as global
+//                          loads were on the paper's Kepler: no on-chip reuse
 //                shared    the x-y tile of the plane with a 2-cell halo in shared memory
 //                          (filled with ld.global.cg); z neighbours from global memory
-//                readonly  every load through the SM's read-only / L1 path (__ldg)
+//                          (plain, int_z) or registers (int_z_reg)
+//                readonly  p through the SM's read-only / L1 path (__ldg)
 //   marching     plain     one thread per point: grid (x tiles, y tiles, interior planes)
-//                int_z     one thread per (x, y) column marching a chunk of `zchunk` planes,
+//                int_z     one thread per (x, y) column marching a chunk of planes,
 //                          loading all 13 points at each plane (reuse left to the caches)
-//                int_z_reg the z-march keeping the 5-point z column (z-2 .. z+2) in registers:
-//                          one new plane value per step along z
+//                int_z_reg the z-march keeping p's z column in registers: one new plane
+//                          value per step along z, loads issued several planes ahead
+//
+// Each variant has two kernels, stencil_<variant> (no sponge: eta = 0, and the operations
+// (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference) and
+// stencil_<variant>_sponge; the registers of each are allocated for its own path.
 //
 // Fields are (nz, ny, nx) float32, x fastest. Ping-pong: p is p^n (read only), pp holds
 // p^(n-1) on entry and receives p^(n+1) (each point read, then written, by one thread),
 // c is (v dt / h)^2. Only the interior [2, n-3] of each axis is written: the 2-cell
-// Dirichlet border stays 0. Per point and step: p (reused from on-chip memory or L2),
-// pp read and written, c read: 16 bytes from DRAM at best.
+// Dirichlet border stays 0. Per point and step: p (reused on chip or from L2), pp read and
+// written, c read: 16 bytes from DRAM at best.
 //
-// The memory path of a variant is that of p, the field the stencil reuses. pp and c are
-// touched once per step in every variant and go through the streaming (evict-first)
-// loads and stores __ldcs / __stcs, so that they do not push the planes of p that are
-// still to be reused out of L2 (on 7168 x 256 planes, five planes of p are 37 MB).
-// The z-marching variants load pp and c of the next plane one iteration ahead, with
-// p's plane z + 3: three independent DRAM loads in flight per thread.
+// Indices are 32-bit: nx ny nz < 2^31 (cuda.py launches larger grids as z slabs), so every
+// address is one IMAD.WIDE from the kernel's base pointer.
+//
+// pp and c are touched once per step in every variant and go through the streaming
+// (evict-first) loads and stores __ldcs / __stcs, so that they do not push out of L2 the
+// planes of p that are still to be reused.
+//
+// Tiles: a block is 32 x 8 threads, one point each. x tiles start at x = 32 bx (aligned
+// with the 128-byte lines when nx % 32 == 0), y tiles at y = 2 + 8 by. Threads outside
+// the interior (x < 2, x > nx-3, y > ny-3) never write; where they load, they load their
+// point clamped into the array, a value no interior point ever reads (every neighbour of an
+// interior point lies inside the array). So those loads need no branch and stay in bounds.
+//
+// int_z_reg software pipeline (the point of that variant):
+// p's values live in a ring of PR = 8 registers (planes z-2 .. z+5: the stencil's column
+// and 3 planes in flight), pp, c and the shared tile's halo value in queues of Q = 4
+// (planes z .. z+3). The z loop is unrolled 8 times so that every slot is a compile-time
+// register: no register move ever waits on a load in flight. A slot is refilled right
+// after its last use, and only with planes of the chunk.
+//
+// z-marching grids are 1D: block b -> (tile, chunk) by cuda.py's plan (march_plan): the
+// first tiles_a tiles in chunks of za planes, the rest in chunks of zb, chunk-major within
+// each phase (tiles that run at the same time are neighbours at the same depth).
 //
 // The arithmetic is the reference's (gpu/stencil/reference.py), operation for operation,
 // with explicitly rounded intrinsics (__fadd_rn, __fmul_rn, ... are never fused into
 // FMAs), so that every variant agrees with the NumPy reference bit for bit.
-//
-// Launch: block (BX, BY) = (32, 8); plain variants grid (ceil((nx-4)/BX), ceil((ny-4)/BY),
-// nz-4); z-marching variants grid (..., ..., ceil((nz-4)/zchunk)). Mirrored in cuda.py.
 
 namespace {
 
 constexpr int R = 2;  // stencil radius = Dirichlet border width
 constexpr int BX = 32;
 constexpr int BY = 8;
+constexpr int THREADS = BX * BY;
 constexpr int TW = BX + 2 * R;  // shared tile width and height, with halo
 constexpr int TH = BY + 2 * R;
-constexpr int THREADS = BX * BY;
+constexpr int RING = 2 * R * BX + 2 * R * BY;  // halo values of a tile, corners excluded (a star stencil never reads them)
+constexpr int PR = 8;      // int_z_reg: registers of p's ring, planes z-2 .. z+5
+constexpr int Q = 4;       // int_z_reg: queue length of pp, c and the halo value, planes z .. z+3
+constexpr int UNROLL = 8;  // a multiple of PR, Q and 2 (the double-buffered tile)
+static_assert(UNROLL % PR == 0 && UNROLL % Q == 0 && UNROLL % 2 == 0, "static register slots");
 
 constexpr float C0 = -7.5f;  // 3 x (-5/2)
 constexpr float C1 = 4.0f / 3.0f;
@@ -49,41 +73,21 @@ enum Memory { NAIVE = 0, SHARED = 1, READONLY = 2 };
 enum March { PLAIN = 0, INT_Z = 1, INT_Z_REG = 2 };
 
 struct Step {
-    int nx, ny, nz, zchunk;
+    int nx, ny, nz;
+    int tiles_x, tiles_a, za, zb;  // z-marching plan (cuda.py: march_plan)
     int sx, sy, sz;  // source point
     float amp;       // source term of this step, dt^2 v_src^2 w(n dt)
-    int sponge;      // sponge width in cells (0: none)
-    float eta_max;   // sigma dt at the sponge's outer edge
+    float eta_max;   // sigma dt at the sponge's outer edge (sponge kernels)
+    const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp
 };
 
 template <int M>
-__device__ __forceinline__ float load(const float* __restrict__ a, long long i) {
+__device__ __forceinline__ float load(const float* __restrict__ a) {
     if constexpr (M == READONLY) {
-        return __ldg(a + i);
+        return __ldg(a);
     } else {
-        return __ldcg(a + i);
+        return __ldcg(a);
     }
-}
-
-// (W - d) / W within W cells of the border (d = 0 at the first interior cell), else 0.
-__device__ __forceinline__ float ramp(int i, int n, int w) {
-    const int d = min(i - R, n - 1 - R - i);
-    return d < w ? __fdiv_rn(static_cast<float>(w - d), static_cast<float>(w)) : 0.0f;
-}
-
-// p^(n+1) at (x, y, z) from the centre value, p^(n-1), c, and the neighbour sums at
-// distance 1 (s1) and 2 (s2).
-__device__ __forceinline__ float next_value(float centre, float prev, float c, float s1, float s2, int x, int y, int z, const Step& s) {
-    const float lap = __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
-    float eta = 0.0f;
-    if (s.sponge > 0) {
-        const float fx = ramp(x, s.nx, s.sponge), fy = ramp(y, s.ny, s.sponge), fz = ramp(z, s.nz, s.sponge);
-        eta = __fmul_rn(s.eta_max, __fadd_rn(__fadd_rn(__fmul_rn(fx, fx), __fmul_rn(fy, fy)), __fmul_rn(fz, fz)));
-    }
-    float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), __fmul_rn(__fsub_rn(1.0f, eta), prev)), __fmul_rn(c, lap));
-    if (x == s.sx && y == s.sy && z == s.sz) num = __fadd_rn(num, s.amp);
-    if (eta != 0.0f) num = __fdiv_rn(num, __fadd_rn(1.0f, eta));
-    return num;
 }
 
 // ((((a + b) + c) + d) + e) + f: the reference's order.
@@ -91,190 +95,315 @@ __device__ __forceinline__ float sum6(float a, float b, float c, float d, float 
     return __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(a, b), c), d), e), f);
 }
 
-// ------------------------------------------------------- naive and readonly --
+// Hides a value from the optimiser: the z loop's index stays one register advanced by one
+// add a plane, instead of one precomputed register per unrolled step.
+__device__ __forceinline__ void opaque(int& v) { asm volatile("" : "+r"(v)); }
 
-// All 13 points from global memory (through the variant's load path).
-template <int M>
-__device__ __forceinline__ void point_global(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, long long i, int x, int y, int z, const Step& s) {
-    const long long sy = s.nx, sz = static_cast<long long>(s.nx) * s.ny;
-    const float s1 = sum6(load<M>(p, i - 1), load<M>(p, i + 1), load<M>(p, i - sy), load<M>(p, i + sy), load<M>(p, i - sz), load<M>(p, i + sz));
-    const float s2 = sum6(load<M>(p, i - 2), load<M>(p, i + 2), load<M>(p, i - 2 * sy), load<M>(p, i + 2 * sy), load<M>(p, i - 2 * sz), load<M>(p, i + 2 * sz));
-    __stcs(pp + i, next_value(load<M>(p, i), __ldcs(pp + i), __ldcs(c + i), s1, s2, x, y, z, s));
+// One thread's point: (x, y), whether it is updated, its in-plane index clamped into the
+// array, and what the update needs of it.
+struct Point {
+    int x, y;
+    bool active;
+    int own;      // min(y, ny-1) nx + min(x, nx-1): y nx + x for every point inside the array
+    bool source;  // (x, y) is the source's column
+    float fxy;    // fx^2 + fy^2 of the sponge (sponge kernels)
+};
+
+template <bool SPONGE>
+__device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
+    Point q;
+    q.x = x0 + static_cast<int>(threadIdx.x);
+    q.y = y0 + static_cast<int>(threadIdx.y);  // >= R always
+    q.active = q.x >= R && q.x < s.nx - R && q.y < s.ny - R;
+    q.own = min(q.y, s.ny - 1) * s.nx + min(q.x, s.nx - 1);
+    q.source = q.x == s.sx && q.y == s.sy;
+    q.fxy = 0.0f;
+    if constexpr (SPONGE) {
+        // (W - d) / W within W cells of the border, else 0, from the table (no division
+        // here); clamped like the loads, values of outside threads are never used.
+        const float fx = __ldg(s.ramps + min(q.x, s.nx - 1)), fy = __ldg(s.ramps + s.nx + min(q.y, s.ny - 1));
+        q.fxy = __fadd_rn(__fmul_rn(fx, fx), __fmul_rn(fy, fy));
+    }
+    return q;
 }
 
-template <int M, int Z>
-__device__ __forceinline__ void global_variant(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Step& s) {
-    const int x = R + blockIdx.x * BX + threadIdx.x;
-    const int y = R + blockIdx.y * BY + threadIdx.y;
-    if (x > s.nx - 1 - R || y > s.ny - 1 - R) return;
-    const long long sz = static_cast<long long>(s.nx) * s.ny;
-    if constexpr (Z == PLAIN) {
-        const int z = R + blockIdx.z;
-        point_global<M>(p, pp, c, z * sz + static_cast<long long>(y) * s.nx + x, x, y, z, s);
+// p^(n+1) at the point's plane z from the centre value, p^(n-1), c, and the neighbour sums
+// at distance 1 (s1) and 2 (s2).
+template <bool SPONGE>
+__device__ __forceinline__ float update(float centre, float prev, float c, float s1, float s2, int z, const Point& q, const Step& s) {
+    const float lap = __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
+    if constexpr (SPONGE) {
+        const float fz = __ldg(s.ramps + s.nx + s.ny + z);
+        const float eta = __fmul_rn(s.eta_max, __fadd_rn(q.fxy, __fmul_rn(fz, fz)));
+        float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), __fmul_rn(__fsub_rn(1.0f, eta), prev)), __fmul_rn(c, lap));
+        if (q.source && z == s.sz) num = __fadd_rn(num, s.amp);
+        if (eta != 0.0f) num = __fdiv_rn(num, __fadd_rn(1.0f, eta));
+        return num;
     } else {
-        const int z0 = R + blockIdx.z * s.zchunk;
-        const int z1 = min(z0 + s.zchunk, s.nz - R);
-        long long i = z0 * sz + static_cast<long long>(y) * s.nx + x;
-        if constexpr (Z == INT_Z) {
-            for (int z = z0; z < z1; ++z, i += sz) point_global<M>(p, pp, c, i, x, y, z, s);
-        } else {
-            const long long sy = s.nx;
-            float zm2 = load<M>(p, i - 2 * sz), zm1 = load<M>(p, i - sz), zc = load<M>(p, i);
-            float zp1 = load<M>(p, i + sz), zp2 = load<M>(p, i + 2 * sz);
-            float prev = __ldcs(pp + i), cc = __ldcs(c + i);
-            for (int z = z0; z < z1; ++z, i += sz) {
-                // the next plane's loads, issued before this plane's work
-                const bool more = z + 1 < z1;
-                const float ahead = more ? load<M>(p, i + 3 * sz) : 0.0f;
-                const float next_prev = more ? __ldcs(pp + i + sz) : 0.0f;
-                const float next_c = more ? __ldcs(c + i + sz) : 0.0f;
-                const float s1 = sum6(load<M>(p, i - 1), load<M>(p, i + 1), load<M>(p, i - sy), load<M>(p, i + sy), zm1, zp1);
-                const float s2 = sum6(load<M>(p, i - 2), load<M>(p, i + 2), load<M>(p, i - 2 * sy), load<M>(p, i + 2 * sy), zm2, zp2);
-                __stcs(pp + i, next_value(zc, prev, cc, s1, s2, x, y, z, s));
-                zm2 = zm1; zm1 = zc; zc = zp1; zp1 = zp2; zp2 = ahead;
-                prev = next_prev; cc = next_c;
-            }
-        }
+        float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), prev), __fmul_rn(c, lap));
+        if (q.source && z == s.sz) num = __fadd_rn(num, s.amp);
+        return num;
     }
 }
 
-// ------------------------------------------------------------------- shared --
+// ------------------------------------------------------------- block geometry --
 
-// Tile element (j, k) holds plane z at (x0 - 2 + k, y0 - 2 + j); 0 beyond the array.
-__device__ __forceinline__ float tile_value(const float* __restrict__ p, int gx, int gy, long long plane, const Step& s) {
-    return gx < s.nx && gy < s.ny ? __ldcg(p + plane + static_cast<long long>(gy) * s.nx + gx) : 0.0f;
+struct Block {
+    int x0, y0;  // first point of the tile (x0 = 32 bx, y0 = 2 + 8 by)
+    int z0, z1;  // planes [z0, z1) of the block (plain: one)
+};
+
+__device__ __forceinline__ Block plain_block() {
+    Block b;
+    b.x0 = static_cast<int>(blockIdx.x) * BX;
+    b.y0 = R + static_cast<int>(blockIdx.y) * BY;
+    b.z0 = R + static_cast<int>(blockIdx.z);
+    b.z1 = b.z0 + 1;
+    return b;
 }
 
-__device__ __forceinline__ void load_tile(float (&tile)[TH][TW], const float* __restrict__ p, int x0, int y0, long long plane, const Step& s) {
-    const int t = threadIdx.y * BX + threadIdx.x;
-    for (int k = t; k < TW * TH; k += THREADS) {
-        const int j = k / TW, i = k - j * TW;
-        tile[j][i] = tile_value(p, x0 - R + i, y0 - R + j, plane, s);
+// z-marching: block -> (tile, chunk). Phase A: tiles [0, tiles_a) in chunks of za planes;
+// phase B: tiles [tiles_a, tiles) in chunks of zb; chunk-major within a phase. Tiles are
+// numbered x-fastest: tile = by tiles_x + bx.
+__device__ __forceinline__ Block march_block(const Step& s) {
+    const int interior = s.nz - 2 * R;
+    const int tiles = s.tiles_x * ((s.ny - 2 * R + BY - 1) / BY);
+    const int chunks_a = (interior + s.za - 1) / s.za;
+    int b = static_cast<int>(blockIdx.x), tile, chunk, length;
+    if (b < s.tiles_a * chunks_a) {
+        chunk = b / s.tiles_a;
+        tile = b - chunk * s.tiles_a;
+        length = s.za;
+    } else {
+        b -= s.tiles_a * chunks_a;
+        const int rest = tiles - s.tiles_a;
+        chunk = b / rest;
+        tile = s.tiles_a + (b - chunk * rest);
+        length = s.zb;
+    }
+    const int by = tile / s.tiles_x;
+    Block k;
+    k.x0 = (tile - by * s.tiles_x) * BX;
+    k.y0 = R + by * BY;
+    k.z0 = R + chunk * length;
+    k.z1 = min(k.z0 + length, s.nz - R);
+    return k;
+}
+
+// The tile's halo value this thread loads (threads t < RING): tile[j][i] holds the plane
+// at (x0 - 2 + i, y0 - 2 + j). t < 128: the 2 halo rows above and below (a warp a row,
+// aligned with the tile); 128 <= t < 160: the 2 halo columns left and right of each of the
+// BY rows. off: the in-plane index, clamped into the array.
+struct Ring {
+    bool has;
+    int j, i;
+    int off;
+};
+
+__device__ __forceinline__ Ring ring(int x0, int y0, const Step& s) {
+    const int t = static_cast<int>(threadIdx.y) * BX + static_cast<int>(threadIdx.x);
+    Ring r;
+    r.has = t < RING;
+    int gx, gy;
+    if (t < 2 * R * BX) {
+        const int row = t / BX, col = t - row * BX;
+        r.j = row < R ? row : BY + row;
+        r.i = R + col;
+        gy = y0 - R + r.j;
+        gx = x0 + col;
+    } else {
+        const int q = min(t - 2 * R * BX, 2 * R * BY - 1), row = q / (2 * R), side = q - row * (2 * R);
+        r.j = R + row;
+        r.i = side < R ? side : BX + side;
+        gy = y0 + row;
+        gx = x0 - R + r.i;
+    }
+    r.off = min(max(gy, 0), s.ny - 1) * s.nx + min(max(gx, 0), s.nx - 1);
+    return r;
+}
+
+using Tile = float[TH][TW];
+
+// The shared variants' tile: one buffer for plain and int_z, two for int_z_reg (only the
+// kernels that use it get it).
+__shared__ Tile shared_tiles[2];
+
+// s1, s2 of the point at the tile's centre (ty, tx), with the z neighbours given.
+__device__ __forceinline__ float tile_s1(const Tile& t, int tx, int ty, float zm, float zp) {
+    return sum6(t[ty + R][tx + R - 1], t[ty + R][tx + R + 1], t[ty + R - 1][tx + R], t[ty + R + 1][tx + R], zm, zp);
+}
+
+__device__ __forceinline__ float tile_s2(const Tile& t, int tx, int ty, float zm, float zp) {
+    return sum6(t[ty + R][tx + R - 2], t[ty + R][tx + R + 2], t[ty + R - 2][tx + R], t[ty + R + 2][tx + R], zm, zp);
+}
+
+// ------------------------------------------------- plain and int_z: naive, readonly --
+
+template <int M, bool SPONGE>
+__device__ __forceinline__ void global_plain_or_int_z(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Block& b, const Step& s) {
+    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    if (!q.active) return;
+    const int sy = s.nx, sz = s.nx * s.ny;  // 2 sz < 2^31 (cuda.py: at least 5 planes a launch)
+#pragma unroll 1
+    for (int z = b.z0; z < b.z1; ++z) {
+        const int i = z * sz + q.own;
+        const float* __restrict__ a = p + i;  // all 13 points through the variant's load path
+        const float s1 = sum6(load<M>(a - 1), load<M>(a + 1), load<M>(p + (i - sy)), load<M>(p + (i + sy)), load<M>(p + (i - sz)), load<M>(p + (i + sz)));
+        const float s2 = sum6(load<M>(a - 2), load<M>(a + 2), load<M>(p + (i - 2 * sy)), load<M>(p + (i + 2 * sy)), load<M>(p + (i - 2 * sz)), load<M>(p + (i + 2 * sz)));
+        __stcs(pp + i, update<SPONGE>(load<M>(a), __ldcs(pp + i), __ldcs(c + i), s1, s2, z, q, s));
     }
 }
 
-// The halo ring only (the centre comes from the threads' registers): 2 rows on top, 2 at
-// the bottom, then 2 columns left and right of each of the BY middle rows.
-__device__ __forceinline__ void load_ring(float (&tile)[TH][TW], const float* __restrict__ p, int x0, int y0, long long plane, const Step& s) {
-    constexpr int RING = TW * TH - BX * BY;
-    const int t = threadIdx.y * BX + threadIdx.x;
-    for (int k = t; k < RING; k += THREADS) {
-        int j, i;
-        if (k < R * TW) {
-            j = k / TW; i = k - j * TW;
-        } else if (k < 2 * R * TW) {
-            const int q = k - R * TW;
-            j = BY + R + q / TW; i = q % TW;
-        } else {
-            const int q = k - 2 * R * TW;
-            j = R + q / (2 * R);
-            const int side = q % (2 * R);
-            i = side < R ? side : BX + side;
-        }
-        tile[j][i] = tile_value(p, x0 - R + i, y0 - R + j, plane, s);
-    }
-}
+// ------------------------------------------------------ plain and int_z: shared --
 
-__device__ __forceinline__ float tile_s1(const float (&tile)[TH][TW], int tx, int ty, float zm, float zp) {
-    return sum6(tile[ty + R][tx + R - 1], tile[ty + R][tx + R + 1], tile[ty + R - 1][tx + R], tile[ty + R + 1][tx + R], zm, zp);
-}
-
-__device__ __forceinline__ float tile_s2(const float (&tile)[TH][TW], int tx, int ty, float zm, float zp) {
-    return sum6(tile[ty + R][tx + R - 2], tile[ty + R][tx + R + 2], tile[ty + R - 2][tx + R], tile[ty + R + 2][tx + R], zm, zp);
-}
-
-template <int Z>
-__device__ __forceinline__ void shared_variant(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Step& s) {
-    __shared__ float tile[TH][TW];
+template <bool SPONGE>
+__device__ __forceinline__ void shared_plain_or_int_z(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, Tile& tile, const Block& b, const Step& s) {
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int x0 = R + blockIdx.x * BX, y0 = R + blockIdx.y * BY;
-    const int x = x0 + tx, y = y0 + ty;
-    const bool active = x <= s.nx - 1 - R && y <= s.ny - 1 - R;
-    const long long sz = static_cast<long long>(s.nx) * s.ny;
-    const long long column = static_cast<long long>(y) * s.nx + x;
-    if constexpr (Z == PLAIN) {
-        const int z = R + blockIdx.z;
-        const long long plane = z * sz;
-        load_tile(tile, p, x0, y0, plane, s);
+    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    const Ring r = ring(b.x0, b.y0, s);
+    const int sz = s.nx * s.ny;
+#pragma unroll 1
+    for (int z = b.z0; z < b.z1; ++z) {
+        const int base = z * sz, i = base + q.own;
+        if (z > b.z0) __syncthreads();  // the previous plane's tile has been read
+        tile[ty + R][tx + R] = __ldcg(p + i);
+        if (r.has) tile[r.j][r.i] = __ldcg(p + (base + r.off));
         __syncthreads();
-        if (!active) return;
-        const long long i = plane + column;
-        const float s1 = tile_s1(tile, tx, ty, __ldcg(p + i - sz), __ldcg(p + i + sz));
-        const float s2 = tile_s2(tile, tx, ty, __ldcg(p + i - 2 * sz), __ldcg(p + i + 2 * sz));
-        __stcs(pp + i, next_value(tile[ty + R][tx + R], __ldcs(pp + i), __ldcs(c + i), s1, s2, x, y, z, s));
-    } else {
-        const int z0 = R + blockIdx.z * s.zchunk;
-        const int z1 = min(z0 + s.zchunk, s.nz - R);
-        if constexpr (Z == INT_Z) {
-            for (int z = z0; z < z1; ++z) {
-                const long long plane = z * sz, i = plane + column;
-                __syncthreads();  // the previous plane's tile has been read
-                load_tile(tile, p, x0, y0, plane, s);
-                __syncthreads();
-                if (active) {
-                    const float s1 = tile_s1(tile, tx, ty, __ldcg(p + i - sz), __ldcg(p + i + sz));
-                    const float s2 = tile_s2(tile, tx, ty, __ldcg(p + i - 2 * sz), __ldcg(p + i + 2 * sz));
-                    __stcs(pp + i, next_value(tile[ty + R][tx + R], __ldcs(pp + i), __ldcs(c + i), s1, s2, x, y, z, s));
-                }
-            }
-        } else {
-            // Threads outside the array (partial tiles) hold zeros; those on the border
-            // hold the border's values, which interior neighbours read from the tile.
-            const bool inside = x < s.nx && y < s.ny;
-            long long i = z0 * sz + column;
-            float zm2 = 0.0f, zm1 = 0.0f, zc = 0.0f, zp1 = 0.0f, zp2 = 0.0f, prev = 0.0f, cc = 0.0f;
-            if (inside) {
-                zm2 = __ldcg(p + i - 2 * sz); zm1 = __ldcg(p + i - sz); zc = __ldcg(p + i);
-                zp1 = __ldcg(p + i + sz); zp2 = __ldcg(p + i + 2 * sz);
-            }
-            if (active) {
-                prev = __ldcs(pp + i); cc = __ldcs(c + i);
-            }
-            for (int z = z0; z < z1; ++z, i += sz) {
-                // the next plane's loads, issued before this plane's work
-                const bool more = z + 1 < z1;
-                const float ahead = inside && more ? __ldcg(p + i + 3 * sz) : 0.0f;
-                const float next_prev = active && more ? __ldcs(pp + i + sz) : 0.0f;
-                const float next_c = active && more ? __ldcs(c + i + sz) : 0.0f;
-                __syncthreads();  // the previous plane's tile has been read
-                tile[ty + R][tx + R] = zc;
-                load_ring(tile, p, x0, y0, z * sz, s);
-                __syncthreads();
-                if (active) {
-                    const float s1 = tile_s1(tile, tx, ty, zm1, zp1);
-                    const float s2 = tile_s2(tile, tx, ty, zm2, zp2);
-                    __stcs(pp + i, next_value(zc, prev, cc, s1, s2, x, y, z, s));
-                }
-                zm2 = zm1; zm1 = zc; zc = zp1; zp1 = zp2; zp2 = ahead;
-                prev = next_prev; cc = next_c;
+        if (q.active) {
+            const float s1 = tile_s1(tile, tx, ty, __ldcg(p + (i - sz)), __ldcg(p + (i + sz)));
+            const float s2 = tile_s2(tile, tx, ty, __ldcg(p + (i - 2 * sz)), __ldcg(p + (i + 2 * sz)));
+            __stcs(pp + i, update<SPONGE>(tile[ty + R][tx + R], __ldcs(pp + i), __ldcs(c + i), s1, s2, z, q, s));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- int_z_reg --
+
+// The z-march with p's column in registers, for the three memory paths of p's in-plane
+// neighbours: naive (L2), readonly (L1), shared (the double-buffered tile).
+template <int M, bool SPONGE>
+__device__ __forceinline__ void march_reg(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, Tile* tiles, const Block& b, const Step& s) {
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    const Ring r = ring(b.x0, b.y0, s);
+    const int sy = s.nx, sz = s.nx * s.ny;
+    const int halo = r.off - q.own;  // the halo value's index minus the point's
+    const int last_p = b.z1 + 1, last_q = b.z1 - 1;  // the last planes the chunk reads: of p, of pp / c / halo
+
+    // Ring slot of p's plane w: (w - z0 + 2) % PR; queue slot of plane w: (w - z0) % Q.
+    // Planes past the chunk are never loaded (their slots are never read).
+    float ring_p[PR], queue_pp[Q], queue_c[Q], queue_halo[Q];
+    int o = b.z0 * sz + q.own;  // the point at plane z
+#pragma unroll
+    for (int k = 0; k < PR - 1; ++k) {  // planes z0-2 .. z0+4
+        ring_p[k] = 0.0f;
+        if (b.z0 - R + k <= last_p) ring_p[k] = load<M>(p + (o + (k - R) * sz));
+    }
+    ring_p[PR - 1] = 0.0f;  // plane z0+5: loaded in the first step
+#pragma unroll
+    for (int k = 0; k < Q; ++k) {  // planes z0 .. z0+3
+        queue_pp[k] = queue_c[k] = queue_halo[k] = 0.0f;
+        if (b.z0 + k <= last_q) {
+            queue_pp[k] = __ldcs(pp + (o + k * sz));
+            queue_c[k] = __ldcs(c + (o + k * sz));
+            if constexpr (M == SHARED) {
+                if (r.has) queue_halo[k] = __ldcg(p + (o + k * sz + halo));
             }
         }
+    }
+    for (int zb = b.z0; zb < b.z1; zb += UNROLL) {
+        const int left = b.z1 - zb;  // planes left in the chunk (z1 = z0 + left)
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int z = zb + u;  // (z - z0) % UNROLL == u: every slot index below is a constant
+            if (u < left) {        // z < z1; uniform over the block
+                const float zm2 = ring_p[u % PR], zm1 = ring_p[(u + 1) % PR], zc = ring_p[(u + 2) % PR];
+                const float zp1 = ring_p[(u + 3) % PR], zp2 = ring_p[(u + 4) % PR];
+                if constexpr (M == SHARED) {
+                    Tile& t = tiles[u & 1];  // double buffer: one barrier a plane
+                    t[ty + R][tx + R] = zc;
+                    if (r.has) t[r.j][r.i] = queue_halo[u % Q];
+                    __syncthreads();
+                    if (q.active) {
+                        const float s1 = tile_s1(t, tx, ty, zm1, zp1);
+                        const float s2 = tile_s2(t, tx, ty, zm2, zp2);
+                        __stcs(pp + o, update<SPONGE>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, q, s));
+                    }
+                } else {
+                    if (q.active) {
+                        const float* __restrict__ a = p + o;  // p at the point, plane z
+                        const float s1 = sum6(load<M>(a - 1), load<M>(a + 1), load<M>(p + (o - sy)), load<M>(p + (o + sy)), zm1, zp1);
+                        const float s2 = sum6(load<M>(a - 2), load<M>(a + 2), load<M>(p + (o - 2 * sy)), load<M>(p + (o + 2 * sy)), zm2, zp2);
+                        __stcs(pp + o, update<SPONGE>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, q, s));
+                    }
+                }
+            }
+            // Refill: p's plane z+5 into the slot of plane z-3, pp / c / halo's plane z+4 into
+            // the slot of plane z (both read for the last time above), while inside the chunk:
+            // z + 5 <= z1 + 1 (p), z + 4 <= z1 - 1 (pp, c, halo).
+            if (u + PR - 3 <= left + 1) ring_p[(u + PR - 1) % PR] = load<M>(p + (o + (PR - 3) * sz));
+            if (u + Q <= left - 1) {
+                const int o4 = o + Q * sz;
+                queue_pp[u % Q] = __ldcs(pp + o4);
+                queue_c[u % Q] = __ldcs(c + o4);
+                if constexpr (M == SHARED) {
+                    if (r.has) queue_halo[u % Q] = __ldcg(p + (o4 + halo));
+                }
+            }
+            o += sz;
+            opaque(o);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ dispatch --
+
+template <int M, int Z, bool SPONGE>
+__device__ __forceinline__ void variant(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Step& s) {
+    Tile* tiles = nullptr;
+    if constexpr (M == SHARED) tiles = shared_tiles;
+    const Block b = Z == PLAIN ? plain_block() : march_block(s);
+    if constexpr (Z == INT_Z_REG) {
+        march_reg<M, SPONGE>(p, pp, c, tiles, b, s);
+    } else if constexpr (M == SHARED) {
+        shared_plain_or_int_z<SPONGE>(p, pp, c, tiles[0], b, s);
+    } else {
+        global_plain_or_int_z<M, SPONGE>(p, pp, c, b, s);
     }
 }
 
 }  // namespace
 
-// ---------------------------------------------------------- the nine kernels --
+// ------------------------------------------------------- the kernels (9 x 2) --
 
-#define STENCIL_ARGS                                                                                     \
-    const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz, \
-        int zchunk, int sx, int sy, int sz, float amp, int sponge, float eta_max
-#define STEP Step{nx, ny, nz, zchunk, sx, sy, sz, amp, sponge, eta_max}
+#define STENCIL_ARGS                                                                                              \
+    const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz,     \
+        int tiles_x, int tiles_a, int za, int zb, int sx, int sy, int sz, float amp, float eta_max,               \
+        const float* __restrict__ ramps
+#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps}
 
-// Occupancy: 8 blocks of 256 threads per SM (32 registers) where that costs no spills;
-// the register-queue variants need a few more registers (6 blocks, up to 40).
+// Occupancy (blocks of 256 threads per SM, registers per thread): plain and int_z 8 (32);
+// int_z_reg 6 (40): its queues hold 20 registers; the sponge kernels of int_z and int_z_reg
+// one block less (the IEEE division's call needs registers). No spills (nvcc --resource-usage).
+#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS)                                                          \
+    __global__ void __launch_bounds__(THREADS, BLOCKS) stencil_##NAME(STENCIL_ARGS) {                               \
+        variant<MEMORY, MARCH, false>(p, pp, c, STEP);                                                                 \
+    }                                                                                                                 \
+    __global__ void __launch_bounds__(THREADS, SPONGE_BLOCKS) stencil_##NAME##_sponge(STENCIL_ARGS) {               \
+        variant<MEMORY, MARCH, true>(p, pp, c, STEP);                                                                  \
+    }
 
 extern "C" {
 
-__global__ void __launch_bounds__(THREADS, 8) stencil_naive(STENCIL_ARGS) { global_variant<NAIVE, PLAIN>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 8) stencil_naive_int_z(STENCIL_ARGS) { global_variant<NAIVE, INT_Z>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 6) stencil_naive_int_z_reg(STENCIL_ARGS) { global_variant<NAIVE, INT_Z_REG>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 8) stencil_shared(STENCIL_ARGS) { shared_variant<PLAIN>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 8) stencil_shared_int_z(STENCIL_ARGS) { shared_variant<INT_Z>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 6) stencil_shared_int_z_reg(STENCIL_ARGS) { shared_variant<INT_Z_REG>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 8) stencil_readonly(STENCIL_ARGS) { global_variant<READONLY, PLAIN>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 8) stencil_readonly_int_z(STENCIL_ARGS) { global_variant<READONLY, INT_Z>(p, pp, c, STEP); }
-__global__ void __launch_bounds__(THREADS, 6) stencil_readonly_int_z_reg(STENCIL_ARGS) { global_variant<READONLY, INT_Z_REG>(p, pp, c, STEP); }
+KERNELS(naive, NAIVE, PLAIN, 8, 8)
+KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6)
+KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5)
+KERNELS(shared, SHARED, PLAIN, 8, 8)
+KERNELS(shared_int_z, SHARED, INT_Z, 8, 6)
+KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5)
+KERNELS(readonly, READONLY, PLAIN, 8, 8)
+KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6)
+KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5)
 
 // The shot record: out[k] = p[index[k]] for k < n (one row of the record per step).
 __global__ void gather_receivers(const float* __restrict__ p, const long long* __restrict__ index, int n, float* __restrict__ out) {

@@ -1,9 +1,13 @@
 """gpu/stencil/cuda.py and stencil.cu against gpu/stencil/reference.py: all nine variants
-on small odd-sized grids (not multiples of the 32 x 8 block, several z chunks), from
-random fields in random velocity models, over 100+ steps, with and without the sponge;
-no write outside the interior; `auto`; the CuPy-slicing anchor; cancel; NVML energy.
+(18 kernels: with and without the sponge) on small odd-sized grids (not multiples of the
+32 x 8 block; nx a multiple of 32; a second x tile holding only the border; several z
+chunkings, down to one plane a block), from random fields in random velocity models, over
+100+ steps; the source on tile and chunk edges; z slabs (forced with a small index limit);
+no write outside the interior (borders of pp and c poisoned with NaN); no spills under
+NVRTC; `auto`; the CuPy-slicing anchor; cancel; NVML energy.
 
-CUDA only (marker `gpu`; skipped without a device). Fresh random seeds (printed).
+CUDA only (marker `gpu`; skipped without a device). Fresh random seeds (printed). The same
+cases run on the CPU, on an emulation of the kernels, in test_emulated.py.
 """
 
 from __future__ import annotations
@@ -12,14 +16,22 @@ import numpy as np
 import pytest
 
 from gpu.backend import cuda_devices
+from gpu.stencil import geometry
 from gpu.stencil import reference as ref
-from gpu.stencil.params import VARIANTS, ArrayModel, ConstantModel, LayeredModel, StencilParams
+from gpu.stencil.params import (
+    VARIANTS,
+    ArrayModel,
+    ConstantModel,
+    LayeredModel,
+    StencilParams,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
 
-# (nx, ny, nz): none a multiple of the block but one (36 x 12: 32 x 8 interior); a single
-# interior point; a tall one that the z-marching variants cut into chunks.
-SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (5, 5, 5), (9, 27, 45)]
+# (nx, ny, nz): odd sizes (36 x 12: a 32 x 8 interior); nx a multiple of 32 (aligned full
+# tiles); nx = 33 (a second x tile holding only the border); a single interior point; a
+# tall one that the z-marching variants cut into chunks.
+SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (64, 11, 12), (33, 13, 10), (5, 5, 5), (9, 27, 45)]
 STEPS = 120
 
 
@@ -53,15 +65,18 @@ def lease(pool):
         held.stream.synchronize()
 
 
-def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], sponge: int, steps: int = STEPS) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
+def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], sponge: int, steps: int = STEPS,
+                source: tuple[int, int, int] | None = None) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
     """Random velocities (1500-4000 m/s) at dt near the largest stable step, a random source
-    and receivers, random initial fields (zero border)."""
+    (unless given) and receivers, random initial fields (zero border)."""
     nx, ny, nz = shape_xyz
     velocity = rng.uniform(1500, 4000, (nz, ny, nx)).astype(np.float32)
     h = 10.0
     dt = 0.499 * h / float(velocity.max())  # just under the CFL limit (0.5 itself may round above it)
     interior = [rng.integers(2, n - 2, 8) for n in shape_xyz]
     points = [tuple(int(a[i]) for a in interior) for i in range(8)]
+    if source is not None:
+        points[0] = source
     params = StencilParams(nx=nx, ny=ny, nz=nz, h=h, steps=steps, f0=float(rng.uniform(10, 40)), model=ArrayModel(velocity), dt=dt,
                            source=points[0], receivers=points[1:], sponge=sponge, snapshot_every=steps // 3)
     fields = []
@@ -95,10 +110,11 @@ def test_every_variant_matches_the_reference(cuda, lease, rng, shape, sponge):
     params, initial = random_case(rng, shape, sponge)
     expected = ref.simulate(params, initial=initial)
     for variant in VARIANTS:
-        for zchunk in ((None, 5) if "int_z" in variant else (None,)):
+        for zchunk in ((None, 1, 5) if "int_z" in variant else (None,)):
             run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=zchunk, measure_energy=False)
             assert run.variant == variant
-            compare(run, expected, f"{variant} zchunk {run.zchunk}")
+            assert (run.plan is None) == ("int_z" not in variant)
+            compare(run, expected, f"{variant} zchunk {zchunk} ({run.plan})")
 
 
 def test_the_variants_agree_bit_for_bit(cuda, lease, rng):
@@ -112,33 +128,85 @@ def test_the_variants_agree_bit_for_bit(cuda, lease, rng):
         np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=variant)
 
 
+@pytest.mark.parametrize("sponge", [0, 2])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_no_write_outside_the_interior(cuda, lease, rng, variant):
-    """One launch on arrays that sit inside NaN-filled guard zones: the guards and the
-    Dirichlet border are untouched, a read outside the arrays would bring NaN in, and the
-    interior equals one reference step."""
+def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
+    """One launch on arrays that sit inside NaN-filled guard zones, with the Dirichlet
+    border of pp and c NaN too (the update never needs them): the guards and pp's border
+    stay NaN (a store there would replace it), a read outside the arrays or of pp / c off
+    the interior would bring NaN in, and the interior equals one reference step."""
     import cupy
 
-    params, (p0, p_prev) = random_case(rng, (41, 15, 13), sponge=2, steps=1)
+    params, (p0, p_prev) = random_case(rng, (41, 15, 13), sponge=sponge, steps=1)
     guard = 4096
     n = params.points
+    interior = (slice(2, -2),) * 3
+    poisoned_prev = np.full(params.shape, np.nan, np.float32)
+    poisoned_prev[interior] = p_prev[interior]
+    coefficients = ref.coefficients(params.velocity(), params.dt, params.h)
+    poisoned_c = np.full(params.shape, np.nan, np.float32)
+    poisoned_c[interior] = coefficients[interior]
     buffers = []
-    for array in (p0, p_prev, ref.coefficients(params.velocity(), params.dt, params.h)):
+    for array in (p0, poisoned_prev, poisoned_c):
         padded = cupy.full(n + 2 * guard, np.nan, np.float32)
         padded[guard : guard + n] = cupy.asarray(array.ravel())
         buffers.append(padded)
     p, pp, c = (b[guard : guard + n] for b in buffers)
     amp = float(ref.source_amplitudes(params)[0])
-    cuda.launch(variant, p, pp, c, params.shape, params.source, amp, params.sponge, float(np.float32(params.eta_max)), zchunk=3)
-    for b in buffers:
-        assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), f"{variant} wrote into a guard zone"
-    out = pp.get().reshape(params.shape)
-    expected = ref.simulate(params, initial=(p0, p_prev)).field
-    border = out.copy()
-    border[2:-2, 2:-2, 2:-2] = 0
-    assert not border.any(), f"{variant} wrote on the Dirichlet border"
-    np.testing.assert_array_equal(out, expected, err_msg=variant)
-    np.testing.assert_array_equal(p.get(), p0.ravel())  # p^n is only read
+    for zchunk in ((None, 3) if "int_z" in variant else (None,)):
+        pp[...] = cupy.asarray(poisoned_prev.ravel())
+        cuda.launch(variant, p, pp, c, params.shape, params.source, amp, params.sponge, float(np.float32(params.eta_max)), zchunk=zchunk)
+        for b in buffers:
+            assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), f"{variant} wrote into a guard zone"
+        out = pp.get().reshape(params.shape)
+        border = out.copy()
+        border[interior] = np.nan
+        assert np.isnan(border).all(), f"{variant} zchunk {zchunk} wrote on the Dirichlet border"
+        expected = ref.simulate(params, initial=(p0, p_prev)).field
+        np.testing.assert_array_equal(out[interior], expected[interior], err_msg=f"{variant} zchunk {zchunk}")
+        np.testing.assert_array_equal(p.get(), p0.ravel())  # p^n is only read
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_source_on_tile_and_chunk_edges(cuda, lease, rng, variant):
+    """The source at the first and last column of an x tile (31, 32), the first and last
+    row of a y tile (9, 10), a corner of the grid, a z chunk's first plane, the sponge."""
+    for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
+        params, initial = random_case(rng, (41, 20, 15), sponge=3, steps=30, source=source)
+        expected = ref.simulate(params, initial=initial)
+        run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=5 if "int_z" in variant else None, measure_energy=False)
+        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} source {source}")
+        np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=f"{variant} source {source}")
+
+
+@pytest.mark.parametrize("variant", ["naive", "shared_int_z", "readonly_int_z_reg", "shared_int_z_reg"])
+def test_z_slabs(cuda, lease, rng, monkeypatch, variant):
+    """Grids of 2^31 points or more run as z slabs, one launch each on views of the arrays:
+    forced here with a small index limit (slabs of 5 and 9 planes)."""
+    params, initial = random_case(rng, (45, 19, 31), sponge=2, steps=40)
+    expected = ref.simulate(params, initial=initial)
+    plane = params.nx * params.ny
+    for planes in (5, 9):
+        monkeypatch.setattr(geometry, "MAX_INDEX", planes * plane)
+        assert len(cuda.launches(variant, params.shape, params.source, params.sponge)) > 1
+        run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
+        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} slabs of {planes} planes")
+
+
+def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
+    """NVRTC's build of the 18 kernels keeps everything in registers (no local memory), and
+    the z-marching plans are made for the blocks the device holds at once."""
+    for variant in VARIANTS:
+        for sponge in (0, 3):
+            name = cuda.kernel_name(variant, sponge)
+            kernel = cuda._k(name)
+            resident = cuda.resident_blocks(name)
+            print(f"{name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {resident} blocks at once")
+            assert kernel.local_size_bytes == 0, f"{name} spills {kernel.local_size_bytes} bytes"
+            assert resident >= 4 * cuda.kernels.device_attribute("MultiProcessorCount")
+            plan = cuda.march_plan(variant, (260, 260, 1028), sponge=sponge)
+            if plan is not None:
+                assert plan == geometry.march_plan(1028, 260, 260, resident, geometry.marching(variant))
 
 
 def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):

@@ -1,0 +1,205 @@
+"""gpu/stencil/stencil.cu on the CPU: the real kernel source compiled by g++ with a small
+CUDA shim (tests/gpu/stencil/emulator/emulator.cpp), launched exactly as cuda.launch
+launches it (geometry.launches: slabs, wave plans, grids, arguments), against
+gpu/stencil/reference.py bit for bit.
+
+What this checks without a GPU: the index arithmetic of all 18 kernels (9 variants, with
+and without the sponge) on odd sizes, partial tiles, one-point grids, every kind of z
+chunking (uniform, two-phase plans, chunks shorter than the register pipeline), z slabs;
+that no load leaves the arrays and no store leaves pp (the emulator bounds-checks each);
+that the Dirichlet border and p are never written; that barriers are block-uniform and
+shared memory is never read before it is written in a block (poisoned with NaN); and, by
+running each block's threads in forward, reverse and shuffled order between barriers,
+that there is no shared-memory race. What it cannot check: timing, and the GPU's own
+compiler (the GPU tests in test_cuda.py run the same cases on the device).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu.stencil import geometry
+from gpu.stencil import reference as ref
+from gpu.stencil.params import VARIANTS, ArrayModel, StencilParams
+
+ROOT = Path(__file__).resolve().parents[3]
+SOURCE = ROOT / "gpu" / "stencil" / "stencil.cu"
+EMULATOR = Path(__file__).with_name("emulator") / "emulator.cpp"
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to build the CPU emulation of the kernels")
+
+FLOAT_P = ctypes.POINTER(ctypes.c_float)
+
+
+@pytest.fixture()
+def rng() -> np.random.Generator:
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"seed {seed}")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """The emulator, built once per test session (a few seconds)."""
+    build = tmp_path_factory.mktemp("stencil_emulator") / "libemulator.so"
+    command = ["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas",
+               f'-DSTENCIL_SOURCE="{SOURCE}"', "-x", "c++", str(EMULATOR), "-o", str(build)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lib = ctypes.CDLL(str(build))
+    lib.emulate.restype = ctypes.c_int
+    lib.emulate.argtypes = [ctypes.c_char_p, FLOAT_P, FLOAT_P, FLOAT_P, ctypes.c_longlong, FLOAT_P, ctypes.c_longlong, ctypes.POINTER(ctypes.c_int),
+                            ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+    return lib
+
+
+def _pointer(a: np.ndarray):
+    assert a.dtype == np.float32 and a.flags.c_contiguous
+    return a.ctypes.data_as(FLOAT_P)
+
+
+def emulated_launch(lib, variant: str, p: np.ndarray, pp: np.ndarray, c: np.ndarray, shape, source, amp: float, sponge: int, eta_max: float,
+                    zchunk: int | None = None, resident: int = 792, max_points: int = geometry.MAX_INDEX, order: int = 0, seed: int = 0) -> None:
+    """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the emulator."""
+    nz, ny, nx = shape
+    plane = nx * ny
+    for step in geometry.launches(variant, shape, source, sponge, zchunk, lambda _name: resident, max_points):
+        part = slice(step.lo * plane, step.hi * plane)
+        views = p[part], pp[part], c[part]
+        ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
+        ints = (ctypes.c_int * 10)(*step.ints)
+        message = ctypes.create_string_buffer(512)
+        rc = lib.emulate(step.kernel.encode(), *(_pointer(v) for v in views), views[0].size, _pointer(ramps) if ramps is not None else None,
+                         0 if ramps is None else ramps.size, ints, amp, eta_max, *step.grid, order, seed, message, len(message))
+        assert rc == 0, f"{step.kernel} {step.grid}: {message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
+
+
+def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None):
+    """Random velocities near the CFL limit, random fields (zero border), a source (random
+    unless given) and its amplitudes."""
+    nx, ny, nz = shape_xyz
+    velocity = rng.uniform(1500, 4000, (nz, ny, nx)).astype(np.float32)
+    dt = 0.499 * 10.0 / float(velocity.max())
+    if source is None:
+        source = tuple(int(rng.integers(2, n - 2)) for n in shape_xyz)
+    params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=steps, f0=float(rng.uniform(10, 40)), model=ArrayModel(velocity), dt=dt,
+                           source=source, receivers=[source], sponge=sponge, snapshot_every=0)
+    fields = []
+    for _ in range(2):
+        f = np.zeros(params.shape, np.float32)
+        f[2:-2, 2:-2, 2:-2] = rng.standard_normal((nz - 4, ny - 4, nx - 4))
+        fields.append(f)
+    return params, fields[0], fields[1]
+
+
+def run_emulated(lib, variant: str, params: StencilParams, p0: np.ndarray, p_prev: np.ndarray, **launch) -> tuple[np.ndarray, np.ndarray]:
+    """(p^steps, p^(steps-1)) of `params.steps` emulated steps from (p0, p_prev)."""
+    c = ref.coefficients(params.velocity(), params.dt, params.h).ravel()
+    p, pp = p0.ravel().copy(), p_prev.ravel().copy()
+    amplitudes = ref.source_amplitudes(params)
+    eta_max = float(np.float32(params.eta_max))
+    for n in range(params.steps):
+        before = p.copy()
+        emulated_launch(lib, variant, p, pp, c, params.shape, params.source, float(amplitudes[n]), params.sponge, eta_max, **launch)
+        np.testing.assert_array_equal(p, before, err_msg="p^n was written")
+        p, pp = pp, p
+    return p.reshape(params.shape), pp.reshape(params.shape)
+
+
+def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **launch) -> np.ndarray:
+    expected = ref.simulate(params, initial=(p0, p_prev))
+    field, previous = run_emulated(lib, variant, params, p0, p_prev, **launch)
+    label = f"{variant} {params.shape} sponge {params.sponge} {launch} {what}"
+    border = field.copy()
+    border[2:-2, 2:-2, 2:-2] = 0
+    assert not border.any(), f"{label}: the Dirichlet border was written"
+    differ = int(np.count_nonzero(field != expected.field))
+    assert differ == 0, f"{label}: {differ} of {field.size} values differ from the reference (max |diff| {np.abs(field - expected.field).max():.3g})"
+    np.testing.assert_array_equal(previous, expected.previous, err_msg=label)
+    return field
+
+
+# (nx, ny, nz): odd sizes; nx a multiple of 32 (aligned full tiles); nx = 33 (a second x tile
+# holding only the border); one interior point; tall columns for chunking.
+SHAPES = [(37, 21, 19), (64, 11, 12), (33, 13, 9), (5, 5, 5), (9, 27, 30), (70, 6, 17)]
+
+
+@pytest.mark.parametrize("sponge", [0, 2])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_kernel_matches_the_reference(emulator, rng, variant, sponge):
+    for shape in SHAPES:
+        if sponge and min(shape) < 9:
+            continue
+        params, p0, p_prev = random_case(rng, shape, sponge, steps=2)
+        assert_matches(emulator, variant, params, p0, p_prev)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if "int_z" in v])
+def test_every_z_chunking(emulator, rng, variant):
+    """Uniform chunks of 1 .. 9 planes (shorter than, equal to and longer than the 8-plane
+    unroll and the 5-plane pipeline), chunks longer than the column, and two-phase plans
+    from small residencies (whole columns for some tiles, chunks for the rest)."""
+    params, p0, p_prev = random_case(rng, (45, 19, 27), sponge=3, steps=2)
+    interior = params.nz - 4
+    for zchunk in (1, 2, 3, 4, 5, 7, 8, 9, 16, interior, interior + 5):
+        assert_matches(emulator, variant, params, p0, p_prev, zchunk=zchunk)
+    tiles = np.prod(geometry.tiles(params.nx, params.ny))
+    for resident in (1, 3, 5, int(tiles) - 1, int(tiles) + 1, 1000):
+        plan = geometry.march_plan(params.nx, params.ny, params.nz, resident, geometry.marching(variant))
+        assert_matches(emulator, variant, params, p0, p_prev, what=plan.describe(), resident=resident)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.startswith("shared")])
+def test_no_shared_memory_race(emulator, rng, variant):
+    """The block's threads in reverse and shuffled order between barriers give the same
+    result as in order (a race would make it depend on the order)."""
+    params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=2, steps=1)
+    fields = [run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
+              for zchunk in (None, 3) for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))]
+    for f in fields[1:]:
+        np.testing.assert_array_equal(f, fields[0], err_msg=variant)
+
+
+@pytest.mark.parametrize("variant", ["naive", "shared_int_z", "readonly_int_z_reg", "shared_int_z_reg"])
+def test_z_slabs(emulator, rng, variant):
+    """Grids past the 32-bit index limit run as z slabs: forced here with a small limit
+    (slabs of 5 to 11 planes, the source in one of them)."""
+    params, p0, p_prev = random_case(rng, (23, 14, 29), sponge=2, steps=2)
+    plane = params.nx * params.ny
+    for planes in (5, 6, 11):
+        assert len(geometry.slabs(params.nx, params.ny, params.nz, planes * plane)) > 1
+        assert_matches(emulator, variant, params, p0, p_prev, max_points=planes * plane)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_source_on_tile_and_chunk_edges(emulator, rng, variant):
+    """The source at the first and last column of an x tile, the first and last row of a
+    y tile, the first plane of a z chunk, and inside the sponge."""
+    for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
+        params, p0, p_prev = random_case(rng, (41, 20, 15), sponge=3, steps=2, source=source)
+        assert_matches(emulator, variant, params, p0, p_prev, what=f"source {source}", zchunk=5 if "int_z" in variant else None)
+
+
+def test_the_emulator_catches_what_it_checks(emulator, rng):
+    """Its checks are live: a sponge table without the interior planes' fz is a load
+    outside the arrays; a launch that skips the last planes leaves interior points unwritten."""
+    params, p0, p_prev = random_case(rng, (37, 12, 9), sponge=2, steps=1)
+    nz, ny, nx = params.shape
+    p, pp, c = p0.ravel().copy(), p_prev.ravel().copy(), ref.coefficients(params.velocity(), params.dt, params.h).ravel()
+    step = geometry.launches("readonly_int_z_reg", params.shape, params.source, params.sponge, None, lambda _name: 792)[0]
+    short = ref.ramp_table(nx, ny, nz, params.sponge, 0, 2)  # fz of the border planes 0, 1 only
+    message = ctypes.create_string_buffer(512)
+    rc = emulator.emulate(step.kernel.encode(), _pointer(p), _pointer(pp), _pointer(c), p.size, _pointer(short), short.size, (ctypes.c_int * 10)(*step.ints),
+                          0.0, 1.0, *step.grid, 0, 0, message, len(message))
+    assert rc == 1 and b"load outside" in message.value
+    fewer = geometry.launches("readonly", params.shape, params.source, 0, None, lambda _name: 792)[0]
+    grid = (fewer.grid[0], fewer.grid[1], fewer.grid[2] - 1)
+    rc = emulator.emulate(fewer.kernel.encode(), _pointer(p), _pointer(pp), _pointer(c), p.size, None, 0, (ctypes.c_int * 10)(*fewer.ints),
+                          0.0, 0.0, *grid, 0, 0, message, len(message))
+    assert rc == 1 and b"not written" in message.value
