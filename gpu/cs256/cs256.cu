@@ -19,10 +19,15 @@
 // Two kernels:
 //   cs256_group_*   G lanes (a power of two up to 32) per row split the row's chunks
 //                   round-robin (split-k over chunks): consecutive lanes load consecutive
-//                   chunks (coalesced). Each lane finds the tile of its chunk by walking the
-//                   row's tile counts. x, or a slice of whole tiles of x, sits in shared
-//                   memory; float accumulation; a shuffle reduction over the G lanes. Blocks
-//                   of 512 threads stride over the rows. K vectors (1, 2, 4, 8, 16) per launch.
+//                   chunks (coalesced). Each lane streams its chunks through a ring of R
+//                   register slots (R loads in flight, each slot reloaded R chunks ahead as
+//                   soon as it is used: loads and math overlap, no load-then-compute phases)
+//                   and finds the tile of a chunk by walking the row's tile counts (prefetched
+//                   into L1 at the row start; values and indices bypass L1). x, or a slice of
+//                   whole tiles of x, sits in shared memory, staged with cp.async while the
+//                   first chunks load; float accumulation; a shuffle reduction over the G
+//                   lanes. Blocks of 512 threads stride over the rows. K vectors (1, 2, 4, 8,
+//                   16) per launch.
 //   cs256_split4_*  the appendix design as written: 4 threads per row, each taking one tile
 //                   of every group of four (split-k over tiles), the 4 x 256 slice of x of
 //                   the group staged in shared memory per round, VEC-wide loads, a 4-lane
@@ -75,7 +80,7 @@ struct BF16 {
     }
 };
 
-// ------------------------------------------------------------------ vector loads --
+// ------------------------------------------------------------------ memory access --
 
 // N 32-bit words from p (aligned to min(4 N, 16) bytes) in the widest loads.
 template <int N>
@@ -99,6 +104,53 @@ __device__ __forceinline__ void load_words(const void* p, u32 (&w)[N]) {
     }
 }
 
+// load_words for the streams read once (values, indices, global memory): they bypass L1,
+// which so keeps the tile-count words the walk reads again and again.
+template <int N>
+__device__ __forceinline__ void stream_words(const void* p, u32 (&w)[N]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w[4 * i]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
+                         : "l"(reinterpret_cast<const uint4*>(p) + i));
+    } else if constexpr (N == 2) {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    } else {
+        static_assert(N == 1, "1, 2 or a multiple of 4 words");
+        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    }
+#else
+    load_words<N>(p, w);
+#endif
+}
+
+// Asks L1 for the 32-byte sectors of bytes [p, p + bytes) (bytes >= 1), spread over `lanes`
+// threads: a hint, nothing is read into registers and nothing outside the range is touched.
+__device__ __forceinline__ void prefetch_l1(const u8* p, int bytes, int lane, int lanes) {
+    for (int o = lane * 32; o < bytes + 31; o += lanes * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(o, bytes - 1)));
+}
+
+// One 16-byte unit from global to shared memory, asynchronously where the device can
+// (sm_80+: cp.async, no registers; complete after wait_copies()), else at once.
+__device__ __forceinline__ void copy_unit(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned long long address;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(address) : "l"(shared));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)address), "l"(global) : "memory");
+#else
+    *reinterpret_cast<uint4*>(shared) = *reinterpret_cast<const uint4*>(global);
+#endif
+}
+
+// Waits for this thread's copy_unit copies (a __syncthreads must follow before others read them).
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ int byte_of(u32 word, int k) { return (word >> (k << 3)) & 0xff; }
 
 __device__ __forceinline__ int byte_sum(u32 w) {
@@ -112,17 +164,24 @@ __device__ __forceinline__ void fma_row(float (&acc)[K], float v, const typename
     if constexpr (K == 1) {
         acc[0] = fmaf(v, D::to_float(xrow[0]), acc[0]);
     } else {
-        constexpr int WORDS = K * (int)sizeof(typename D::S) / 4;
-        u32 w[WORDS];
-        load_words<WORDS>(xrow, w);
+        // K values in pieces of at most 16 bytes (4 registers live at a time).
+        constexpr int PIECE = K * (int)sizeof(typename D::S) <= 16 ? K : 16 / (int)sizeof(typename D::S);
+        constexpr int WORDS = PIECE * (int)sizeof(typename D::S) / 4;
 #pragma unroll
-        for (int j = 0; j < K; ++j) acc[j] = fmaf(v, D::from_words(w, j), acc[j]);
+        for (int p = 0; p < K; p += PIECE) {
+            u32 w[WORDS];
+            load_words<WORDS>(xrow + p, w);
+#pragma unroll
+            for (int j = 0; j < PIECE; ++j) acc[p + j] = fmaf(v, D::from_words(w, j), acc[p + j]);
+        }
     }
 }
 
 // xs[0 .. cols * K) = x[col0 * K ..] for the columns col0 .. col0 + cols - 1 of x (n x K,
 // row-major), zeros past column n. cols is a multiple of 256, so the slice is a whole
-// number of 16-byte units and starts 512-byte aligned in x. All threads of the block.
+// number of 16-byte units and starts 512-byte aligned in x. All threads of the block; the
+// whole units are copied with copy_unit (wait_copies, then __syncthreads, before reading),
+// the one unit that straddles column n and those past it with plain stores.
 template <class D, int K>
 __device__ __forceinline__ void stage_x(typename D::S* xs, const typename D::S* __restrict__ x, int col0, int cols, int n) {
     typedef typename D::S S;
@@ -136,22 +195,87 @@ __device__ __forceinline__ void stage_x(typename D::S* xs, const typename D::S* 
     const long long left = (long long)(n - col0) * K;
     const int valid = left < total ? (int)left : total;
     for (int e = threadIdx.x * E; e < total; e += blockDim.x * E) {
-        Unit unit;
         if (e + E <= valid) {
-            unit.v = *reinterpret_cast<const uint4*>(x + first + e);
+            copy_unit(xs + e, x + first + e);
         } else {
+            Unit unit;
 #pragma unroll
             for (int i = 0; i < E; ++i) unit.s[i] = e + i < valid ? x[first + e + i] : (S)0;
+            *reinterpret_cast<uint4*>(xs + e) = unit.v;
         }
-        *reinterpret_cast<uint4*>(xs + e) = unit.v;
     }
 }
 
 // ------------------------------------------------------------------ the group kernel --
-// lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32); chunk_shift: log2 W;
+
+// A lane's walk over its row's tiles: t the tile of the last chunk looked up (-1 before
+// the first), tile_end the chunks of tiles 0..t, word the four tile counts holding t.
+struct Walk {
+    int t, tile_end;
+    u32 word;
+};
+
+// Moves the walk forward to the tile of the row's chunk cu (tile counts are in units of
+// vec, 1 << unit_shift chunks). Stops at the last padded tile (only malformed counts get there).
+__device__ __forceinline__ void walk_to(Walk& walk, int cu, const u32* __restrict__ incw, int unit_shift, int padded_tiles) {
+    while (cu >= walk.tile_end && walk.t + 1 < padded_tiles) {
+        ++walk.t;
+        if ((walk.t & 3) == 0) walk.word = incw[walk.t >> 2];
+        walk.tile_end += byte_of(walk.word, walk.t & 3) << unit_shift;
+    }
+}
+
+// acc += the lane's chunks c, c + G, ..., (nj of them; G = 1 << lanes_log2) of one row
+// (vrow, irow: the row's first value and index), x's tiles s0.. in xs. A ring of R chunks
+// in registers: R loads are issued first; each slot is reloaded with the chunk R steps
+// ahead as soon as its own chunk is multiplied, so R - 1 .. R chunks are always in flight
+// while the lane computes. wait_x (uniform in the block): x's asynchronous staging is
+// waited for (and the block synchronized) once the first loads are in flight.
+template <class D, int W, int K, int R>
+__device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int c, int nj,
+                                     int lanes_log2, Walk& walk, const u32* __restrict__ incw, int unit_shift, int padded_tiles,
+                                     const typename D::S* xs, int s0, bool wait_x) {
+    typedef typename D::S S;
+    constexpr int VW = W * (int)sizeof(S) / 4;  // words of values per chunk
+    constexpr int IW = W / 4;                   // words of indices per chunk
+    const int ahead = R << lanes_log2;          // chunks from a slot's chunk to its next one
+    u32 vw[R][VW];
+    u32 iw[R][IW];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        if (s < nj) {
+            const int cs = c + (s << lanes_log2);
+            stream_words<VW>(vrow + cs * W, vw[s]);
+            stream_words<IW>(irow + cs * W, iw[s]);
+        }
+    }
+    if (wait_x) {
+        wait_copies();
+        __syncthreads();
+    }
+    for (int j = 0; j < nj; j += R) {
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (j + s < nj) {
+                const int cu = c + ((j + s) << lanes_log2);
+                walk_to(walk, cu, incw, unit_shift, padded_tiles);
+                const S* xt = xs + (size_t)((walk.t - s0) << 8) * K;
+#pragma unroll
+                for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[s], k), xt + byte_of(iw[s][k >> 2], k & 3) * K);
+                if (j + s + R < nj) {
+                    stream_words<VW>(vrow + (cu + ahead) * W, vw[s]);
+                    stream_words<IW>(irow + (cu + ahead) * W, iw[s]);
+                }
+            }
+        }
+    }
+}
+
+// lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32); W: entries per chunk (4 or 8);
 // unit_shift: log2(vec / W), tile counts are in units of vec; slice_tiles: tiles of x held
-// in shared memory at once (>= T: all of x, staged once per block; else a multiple of 4,
-// and the block's rows step through the slices together). Dynamic shared memory:
+// in shared memory at once (>= T: all of x, staged once per block, asynchronously, while
+// the first row's first chunks load; else a multiple of 4, and the block's rows step
+// through the slices together, the ring restarting per slice). Dynamic shared memory:
 // min(slice_tiles, T) * 256 * K * sizeof(S) bytes.
 template <class D, int W, int K>
 __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
@@ -160,9 +284,9 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
                                              int lanes_log2, int slice_tiles) {
     typedef typename D::S S;
-    constexpr int U = (K >= 16 && sizeof(S) == 4) ? 1 : (K >= 8 || sizeof(S) == 4) ? 2 : 4;  // chunks each lane has in flight
-    constexpr int VW = W * (int)sizeof(S) / 4;               // words of values per chunk
-    constexpr int IW = W / 4;                                // words of indices per chunk
+    constexpr int R = (K >= 16 && sizeof(S) == 4) ? 1 : (K >= 8 || sizeof(S) == 4) ? 2 : 4;  // the ring: chunks in flight per lane
+    constexpr int W_LOG2 = W == 8 ? 3 : 2;
+    static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
     extern __shared__ uint4 shared_units[];
     S* xs = reinterpret_cast<S*>(shared_units);
 
@@ -172,42 +296,43 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     const int group = threadIdx.x >> lanes_log2;
     const int tiles = (n + 255) >> 8;
     const bool one_slice = slice_tiles >= tiles;
-    if (one_slice) {
-        stage_x<D, K>(xs, x, 0, tiles * 256, n);
-        __syncthreads();
-    }
-
     const int stride = gridDim.x * groups;
-    int next_begin = 0, next_end = 0;  // row_ptr of the group's next row, loaded one row ahead
-    if (blockIdx.x * groups + group < m) {
-        next_begin = row_ptr[blockIdx.x * groups + group];
-        next_end = row_ptr[blockIdx.x * groups + group + 1];
+    const int first = blockIdx.x * groups;
+
+    // row_ptr of the group's next row, loaded one row ahead.
+    int next_begin = 0, next_end = 0;
+    if (first + group < m) {
+        next_begin = row_ptr[first + group];
+        next_end = row_ptr[first + group + 1];
     }
-    for (int base = blockIdx.x * groups; base < m; base += stride) {  // uniform in the block
+    if (one_slice) stage_x<D, K>(xs, x, 0, tiles * 256, n);  // waited for in the first ring, after its loads
+
+    for (int base = first; base < m; base += stride) {  // uniform in the block
         const int row = base + group;
         const bool active = row < m;
-        float acc[K];
-#pragma unroll
-        for (int j = 0; j < K; ++j) acc[j] = 0.f;
         const int start = next_begin;
-        const int chunks = (next_end - next_begin) / W;
+        const int chunks = (next_end - next_begin) >> W_LOG2;
         if (row + stride < m) {
             next_begin = row_ptr[row + stride];
             next_end = row_ptr[row + stride + 1];
         }
-        const u32* incw = reinterpret_cast<const u32*>(increments + (size_t)(active ? row : 0) * padded_tiles);
-        const S* vrow = values + start;
-        const u8* irow = indices + start;
-        // Walk over the row's tiles: tile t holds the chunks below tile_end not below the previous end.
-        int t = -1, tile_end = 0;
-        u32 word = 0;
-        int c_lo = 0;
+        const u8* counts = increments + (size_t)(active ? row : 0) * padded_tiles;
+        // The row's tile counts into L1 now, in parallel with its first chunks: the walk's
+        // loads of them then hit L1 instead of each waiting for DRAM.
+        if (active) prefetch_l1(counts, padded_tiles, lane, G);
+        const u32* incw = reinterpret_cast<const u32*>(counts);
+        float acc[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) acc[j] = 0.f;
+        Walk walk = {-1, 0, 0u};
+        int c_lo = 0;  // the row's chunks before slice s0
         for (int s0 = 0; s0 < tiles; s0 += slice_tiles) {
             int c_hi = chunks;
             if (!one_slice) {
                 const int s1 = min(s0 + slice_tiles, tiles);
                 __syncthreads();  // the previous slice is no longer read
                 stage_x<D, K>(xs, x, s0 * 256, (s1 - s0) * 256, n);
+                wait_copies();
                 __syncthreads();
                 if (active) {
                     int units = 0;
@@ -215,34 +340,11 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                     c_hi = c_lo + (units << unit_shift);
                 }
             }
-            if (active) {
-                for (int c = c_lo + ((lane - c_lo) & (G - 1)); c < c_hi; c += U * G) {
-                    u32 vw[U][VW];
-                    u32 iw[U][IW];
-#pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const int cu = c + u * G;
-                        if (cu < c_hi) {
-                            load_words<VW>(vrow + cu * W, vw[u]);
-                            load_words<IW>(irow + cu * W, iw[u]);
-                        }
-                    }
-#pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const int cu = c + u * G;
-                        if (cu < c_hi) {
-                            while (cu >= tile_end && t + 1 < padded_tiles) {
-                                ++t;
-                                if ((t & 3) == 0) word = incw[t >> 2];
-                                tile_end += byte_of(word, t & 3) << unit_shift;
-                            }
-                            const S* xt = xs + (size_t)((t - s0) << 8) * K;
-#pragma unroll
-                            for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[u], k), xt + byte_of(iw[u][k >> 2], k & 3) * K);
-                        }
-                    }
-                }
-            }
+            // Chunk c of the row belongs to lane c mod G: the lane's first one in [c_lo, c_hi).
+            const int c = c_lo + ((lane - c_lo) & (G - 1));
+            const int nj = (active && c < c_hi) ? ((c_hi - c + G - 1) >> lanes_log2) : 0;
+            ring<D, W, K, R>(acc, values + start, indices + start, c, nj, lanes_log2, walk, incw, unit_shift, padded_tiles, xs, s0,
+                             one_slice && base == first);
             c_lo = c_hi;
         }
         // Sum the G lanes' parts of each row (every lane of the warp takes part).
@@ -256,6 +358,7 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                 if ((j & (G - 1)) == lane) y[(size_t)row * K + j] = D::from_float(acc[j]);
         }
     }
+    wait_copies();  // no copy outlives its block (a block without rows: none with cuda.py's grid)
 }
 
 // ------------------------------------------------------------------ the appendix kernel --

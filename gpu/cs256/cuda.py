@@ -7,9 +7,10 @@ current device and stream (a job runs them inside its lease's device and stream)
 shape (n,) or (n, k) with k <= 16; y comes back in that dtype, (m,) or (m, k).
 
 Variants:
-- "group" (default): G lanes per row split the row's W-entry chunks round-robin, x (or
-  slices of it) in shared memory, 512-thread blocks striding over the rows; K = 1, 2, 4, 8
-  or 16 vectors per launch (other k are padded with zero vectors).
+- "group" (default): G lanes per row split the row's W-entry chunks round-robin, each lane
+  streaming its chunks through a ring of registers (loads always in flight while it
+  computes), x (or slices of it) in shared memory, 512-thread blocks striding over the rows;
+  K = 1, 2, 4, 8 or 16 vectors per launch (other k are padded with zero vectors).
 - "split4": the appendix kernel as written (4 threads per row, one tile of each group of
   four each), one vector only.
 
@@ -38,6 +39,8 @@ CHUNKS = (4, 8)  # entries per vector load of the group kernel
 LANES = (1, 2, 4, 8, 16, 32)
 VARIANTS = ("group", "split4")
 SHARED_BUDGET = 64 * 1024  # x held in shared memory per block before it is cut into slices
+RING = 4  # chunks each lane keeps in flight (cs256.cu's R for one or a few 16-bit vectors)
+FILL = 0.8  # default lanes: the rows' groups should cover this fraction of the resident threads
 TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 # Tests set this: outputs are filled with NaN bit patterns before each launch, so a row the
@@ -77,11 +80,18 @@ def _resident_blocks(function: cupy.RawKernel, block: int, shared: int) -> int:
     return max(1, min(by_threads, by_regs, by_shared))
 
 
-def default_lanes(cs: CS256, chunk: int) -> int:
-    """Threads per row: the largest power of two up to 32 that leaves each at least four
-    chunks of an average row."""
+def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
+    """Threads per row (G): the smallest power of two up to 32 whose row groups fill the
+    device, m x G >= FILL x resident_threads (so the grid covers the rows in about one pass
+    and each lane streams a long run of chunks), but no more than leave each lane RING
+    chunks of an average row (so its ring fills). 14336 x 4096 on 132 SMs x 1024 threads:
+    8; 4096 rows: 32."""
     average = cs.stored / (cs.m * chunk)
-    return 1 << max(0, min(5, math.floor(math.log2(max(1.0, average / 4)))))
+    cap = 1 << max(0, min(5, math.floor(math.log2(max(1.0, average / RING)))))
+    lanes = 1
+    while lanes < 32 and cs.m * lanes < FILL * resident_threads:
+        lanes *= 2
+    return min(lanes, cap)
 
 
 def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None = None, chunk: int | None = None,
@@ -108,8 +118,7 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
     chunk = chunk or (4 if cs.vec == 4 else 8)
     if chunk not in CHUNKS or cs.vec % chunk:
         raise CS256Error(f"chunk must be 4 or 8 and divide vec={cs.vec}; got {chunk}")
-    lanes = lanes or default_lanes(cs, chunk)
-    if lanes not in LANES:
+    if lanes is not None and lanes not in LANES:
         raise CS256Error(f"lanes must be one of {LANES}; got {lanes}")
     k_padded = next(size for size in K_SIZES if size >= k)
     tile_bytes = 256 * k_padded * itemsize
@@ -123,6 +132,7 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
     name = f"cs256_group_{tag}_w{chunk}_k{k_padded}"
     function = kernels.kernel(SOURCE, name)
     resident = blocks_per_sm or _resident_blocks(function, GROUP_BLOCK, shared)
+    lanes = lanes or default_lanes(cs, chunk, resident * sms * GROUP_BLOCK)
     rows_per_block = GROUP_BLOCK // lanes
     grid = max(1, min(-(-cs.m // rows_per_block), resident * sms))
     return Plan("group", name, GROUP_BLOCK, grid, shared, chunk, lanes, slice_tiles, k, k_padded, resident)

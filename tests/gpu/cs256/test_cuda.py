@@ -4,7 +4,8 @@ device conversions against the NumPy ones, and the GPU anchors (gpu/cs256/anchor
 CUDA only (marker `gpu`; skipped without a device). Fresh random data every run (the seed
 is printed), outputs filled with NaN patterns before every launch, odd shapes (m = 1, n
 not a multiple of 256, a last tile narrower than vec), every dtype, vec, chunk width,
-lanes per row, number of vectors and both x layouts in shared memory (whole, sliced).
+lanes per row, number of vectors, both x layouts in shared memory (whole, sliced) and
+grids smaller than the rows (several passes per block).
 """
 
 from __future__ import annotations
@@ -104,6 +105,45 @@ def test_every_lane_count_chunk_width_and_x_slicing(cuda, cupy, rng, dtype):
             check_product(cuda, cupy, dense, cs, x, f"lanes {lanes} chunk {chunk} k {k} slices {slice_tiles}", lanes=lanes, chunk=chunk, slice_tiles=slice_tiles)
     for blocks_per_sm in (1, 3):
         check_product(cuda, cupy, dense, cs, vectors(rng, shape[1], 1, dtype), "few blocks", blocks_per_sm=blocks_per_sm)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_grid_smaller_than_the_rows_strides_over_them(cuda, cupy, rng, dtype):
+    """Few blocks, many rows: every block takes several passes (row_ptr loaded one row
+    ahead, x staged once and waited for in the first pass only, or re-staged per slice),
+    the last pass with groups past m; rows shorter and longer than a lane's ring."""
+    import dataclasses
+
+    dense = sparse_matrix(rng, (1500, 1300), 0.2, dtype)
+    dense[rng.random(1500) < 0.05] = 0  # empty rows
+    dense[rng.integers(0, 1500, 10), :] = fmt.from_float(rng.standard_normal((10, 1300)).astype(np.float32), dtype)  # full rows
+    cs_host = fmt.from_dense(dense, 8, dtype)
+    cs = cs_host.to_device()
+    for lanes, k, slice_tiles, grid in itertools.product((1, 8, 32), (1, 4), (None, 4), (1, 3, 7)):
+        x = vectors(rng, 1300, k, dtype)
+        plan = dataclasses.replace(cuda.make_plan(cs, k, lanes=lanes, slice_tiles=slice_tiles), grid=grid)
+        out = poisoned(cupy, (cs.m,) if k == 1 else (cs.m, k), dtype)
+        cuda.spmm(cs, cupy.asarray(x), plan, out=out)
+        y = out.get()
+        error = ref.relative_error(y, ref.dense_product(dense, x, dtype), dtype)
+        assert error <= TOLERANCE[dtype], f"{plan}: relative error {error:.3g}"
+        assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{plan}: rows left unwritten"
+
+
+def test_default_lanes_fill_the_device_and_keep_rings_full(cuda):
+    """The default plan's lanes per row: one pass of the grid over many rows, 32 lanes for
+    few long rows, fewer when an average row gives a lane fewer chunks than its ring holds."""
+    from types import SimpleNamespace
+
+    threads = 132 * 2 * 512  # an H100/H200 with two 512-thread blocks per SM
+    tall = SimpleNamespace(m=14336, stored=14336 * 2048)  # 14336 x 4096 at 50 %: 256 chunks of 8 per row
+    wide = SimpleNamespace(m=4096, stored=4096 * 4800)
+    short = SimpleNamespace(m=4096, stored=4096 * 64)
+    assert cuda.default_lanes(tall, 8, threads) == 8
+    assert tall.m * 8 >= cuda.FILL * threads > tall.m * 4
+    assert cuda.default_lanes(wide, 8, threads) == 32
+    assert cuda.default_lanes(short, 8, threads) == 2  # 8 chunks per row: 2 lanes of 4
+    assert cuda.default_lanes(tall, 8, threads // 8) == 1
 
 
 def test_pruned_llm_shapes(cuda, cupy, rng):
