@@ -41,10 +41,14 @@ class Settings(BaseSettings):
     max_stencil_points: int = Field(1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)")
     max_stencil_cpu_points: int = Field(1 << 24, ge=125, description="largest stencil grid on the CPU backend (the NumPy reference: about 28 bytes a point)")
     max_cs256_elements: int = Field(67_108_864, ge=1, description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes")
-
+    max_corpus_bytes: int = Field(4 * 1024 * MIB, ge=1, description="largest corpus POST /corpora stores, in bytes (413 past it); streamed to disk")
+    max_search_text_bytes: int = Field(64 * MIB, ge=1, description="largest text a search job takes inline (`text`), in bytes; larger texts go through /corpora")
+    search_resident_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's pool memory that corpora kept resident between searches may hold (least recently used evicted first)")
 
     def upload_limit(self, path: str) -> int:
-        """Largest upload, in bytes, for a request to `path`: jobs take big matrices."""
+        """Largest upload, in bytes, for a request to `path`: jobs take big matrices, corpora big texts."""
+        if path == "/corpora" or path.startswith("/corpora/"):
+            return self.max_corpus_bytes
         return self.max_job_upload_bytes if path == "/jobs" or path.startswith("/jobs/") else self.max_upload_bytes
 
 

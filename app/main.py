@@ -17,12 +17,13 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.body_limit import RequestBodyLimitResponder
 
-from app import sketch
+from app import corpora, sketch
 from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
 from app.jobs.cs256 import CS256_JOB
 from app.jobs.runner import JobRunner
+from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
 from app.jobs.store import JobStore
 from app.jobs.svd import SVD
@@ -36,7 +37,7 @@ log = logging.getLogger("pencil")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
-JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB)}
+JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH)}
 
 try:
     VERSION = version("pencil-gpu")
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     sketch.install(app)
     jobs_api.install(app, JOB_KINDS)
+    corpora.install(app)
     _add_service_routes(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

@@ -4,7 +4,9 @@
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
 #   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench] [svd-sanitize]
-#        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]    (default: the first four)
+#        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
+#        [search-tests] [search-sanitize] [search-bench]    (default: the first four)
+# A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench.
 # SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
@@ -43,6 +45,13 @@ for step in $steps; do
         compute-sanitizer --tool $tool --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/cs256/test_cuda.py -p no:cacheprovider -x -k "spmv or spmm" 2>&1 | tee "$out/cs256-sanitize-$tool.log" | tail -6
       done ;;
     cs256-bench) python3 bench/cs256.py 2>&1 | tee "$out/cs256-bench.log" ;;
+    search-tests) python3 -m pytest -q -m gpu tests/gpu/search tests/app/jobs/test_search.py tests/app/test_corpora.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/search-tests.log" | tail -40 ;;
+    search-sanitize)
+      compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/search/test_cuda.py -p no:cacheprovider -k "auto_runs or newline" 2>&1 | tee "$out/search-sanitize-memcheck.log" | tail -6
+      compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/search/test_cuda.py -p no:cacheprovider -k "fused_pass_matches_the_reference and runs" 2>&1 | tee "$out/search-sanitize-racecheck.log" | tail -6 ;;
+    search-bench)
+      if [ -x .rg/rg ]; then rg_flag=(--rg "$PWD/.rg/rg"); export LD_LIBRARY_PATH=$PWD/.rg:${LD_LIBRARY_PATH:-}; else rg_flag=(); fi
+      python3 bench/search.py "${rg_flag[@]}" 2>&1 | tee "$out/search-bench.log" ;;
     e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
   esac
 done

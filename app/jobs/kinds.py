@@ -87,5 +87,9 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def validation_detail(exc: ValidationError) -> str:
-    """A pydantic error as one line a client can act on: "field.sub: message; ..."."""
-    return "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())
+    """A pydantic error as one line a client can act on: "field.sub[2]: message; ..."."""
+    parts = []
+    for error in exc.errors():
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".")
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)

@@ -1,0 +1,426 @@
+"""The string search on the GPU: the kernels of `search.cu` launched through CuPy on a
+lease of the device pool, with the text resident in device memory between searches.
+
+One search, for P patterns spread over S streams (the lease's two and cached extra ones):
+
+    main      [upload] start [newline index] ready ----------------------- join -> stop, download
+    stream s     wait ready -> count kernel -> prefix sum (CuPy) -> totals to the host
+                 -> write kernel (compacted positions) [-> line numbers] -> record for the join
+
+or, fused, one count and one write kernel for all patterns. Between its two kernels a
+pass brings only its totals (8 bytes a pattern) to the host, to allocate the positions
+at their exact size; the positions (and lines) are the only large download.
+
+Timing: `upload` (file or host bytes -> device, wall time), `kernels` (CUDA events from
+start to stop: the newline index when first needed, every kernel, the prefix sums and
+the totals' round trip through the host), `download` (positions and lines to the host).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+from gpu import kernels
+from gpu.search import reference
+from gpu.search.params import MAX_STREAMS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
+from gpu.search.residency import RESIDENT
+
+SOURCE = Path(__file__).with_name("search.cu")
+
+# Mirrored from search.cu.
+RECORDS_PER_THREAD = 4
+SCRATCH_BYTES = 512
+TILE_PAD = 64
+FUSED_MAX = 8
+FILTER_BITS = 12
+FILTER_SIZE = 1 << FILTER_BITS
+FILTER_MUL = 2654435761
+META_INTS = 3 + 3 * FUSED_MAX
+LINE_SEGMENT = 512
+LINE_THREADS = 256
+WRITE_BLOCKS_PER_SM = 8
+
+TEXT_PAD = 64  # zero bytes after the text on the device: 16-byte loads and Rabin-Karp's last roll read past its end
+UPLOAD_PIECE = 32 * 1024 * 1024  # bytes per pinned staging buffer of a file upload
+UPLOAD_BUFFERS = 4  # pinned buffers (and reader threads) of a file upload
+
+# Tests set this: the device arrays a search writes are filled with 0xFF bytes first, so
+# an entry a kernel forgot to write shows up as -1 (positions) or garbage (counts).
+POISON_OUTPUTS = False
+
+
+def _k(name: str):
+    return kernels.kernel(SOURCE, name)
+
+
+def _empty(shape, dtype) -> cupy.ndarray:
+    array = cupy.empty(shape, dtype)
+    if POISON_OUTPUTS:
+        array.view(cupy.uint8).fill(0xFF)
+    return array
+
+
+def _resident_blocks() -> int:
+    """CUDA blocks of the write kernels' grid: about as many as the device runs at once
+    (each loops over the logical blocks of the count pass)."""
+    return WRITE_BLOCKS_PER_SM * kernels.device_attribute("MultiProcessorCount")
+
+
+def _round16(x: int) -> int:
+    return (x + 15) & ~15
+
+
+def table_bytes(algorithm: str, m: int) -> int:
+    """Bytes of the table staged in shared memory ("fused": filter + meta)."""
+    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * META_INTS}[algorithm]
+
+
+def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
+    """Dynamic shared memory of one block (search.cu `layout`)."""
+    size = _round16(launch.threads * RECORDS_PER_THREAD * 4) + SCRATCH_BYTES
+    if variant == "naive":
+        return size
+    return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + _round16(launch.block_positions + m_max - 1) + TILE_PAD
+
+
+# ------------------------------------------------------------------ device texts --
+
+
+@dataclass(eq=False)
+class DeviceText:
+    """A text in device memory: `data` holds its n bytes then TEXT_PAD zero bytes (and
+    up to 15 more, to a multiple of 16); `segment_before` (made on first use) the
+    newlines before each LINE_SEGMENT-byte segment (int64, exclusive prefix sum)."""
+
+    data: cupy.ndarray
+    n: int
+    device: int
+    segment_before: cupy.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes) + (int(self.segment_before.nbytes) if self.segment_before is not None else 0)
+
+    def newline_index(self) -> cupy.ndarray:
+        """segment_before, computed on the current stream the first time."""
+        if self.segment_before is None:
+            segments = max(1, -(-self.n // LINE_SEGMENT))
+            counts = _empty(segments, cupy.int32)
+            warps_per_block = LINE_THREADS // 32
+            _k("newline_counts")((-(-segments // warps_per_block),), (LINE_THREADS,), (self.data, np.int64(self.n), counts, np.int64(segments)))
+            inclusive = cupy.cumsum(counts, dtype=cupy.int64)
+            self.segment_before = inclusive - counts
+        return self.segment_before
+
+
+def _allocate_text(n: int) -> cupy.ndarray:
+    data = cupy.empty(_round16(n) + TEXT_PAD, cupy.uint8)
+    data[n:].fill(0)
+    return data
+
+
+def text_from_host(host: np.ndarray | bytes, lease) -> tuple[DeviceText, float]:
+    """Copy host bytes to a new DeviceText on the lease's stream. Returns it and the
+    upload time in ms (a pinned staging copy, then an async copy; waited for)."""
+    host = np.frombuffer(host, np.uint8) if isinstance(host, (bytes, bytearray, memoryview)) else np.ascontiguousarray(host).view(np.uint8).ravel()
+    n = host.size
+    start = time.perf_counter()
+    with cupy.cuda.Device(lease.device), lease.stream:
+        data = _allocate_text(n)
+        for offset in range(0, n, UPLOAD_PIECE):
+            size = min(UPLOAD_PIECE, n - offset)
+            staging = lease.staging(f"search{(offset // UPLOAD_PIECE) % 2}", size)
+            lease.stream.synchronize()  # the previous copy out of this buffer is done
+            staging[:] = host[offset:offset + size]
+            cupy.cuda.runtime.memcpyAsync(data.data.ptr + offset, staging.ctypes.data, size, cupy.cuda.runtime.memcpyHostToDevice, lease.stream.ptr)
+        lease.stream.synchronize()
+    return DeviceText(data, n, lease.device), (time.perf_counter() - start) * 1000
+
+
+def text_from_file(path: Path, n: int, lease) -> tuple[DeviceText, float]:
+    """Read the first n bytes of `path` into a new DeviceText: UPLOAD_BUFFERS reader
+    threads fill pinned buffers (os.preadv), each copied asynchronously to the device on
+    the lease's stream as soon as it is full, while the others are being read. Returns
+    it and the wall time in ms."""
+    start = time.perf_counter()
+    with cupy.cuda.Device(lease.device), lease.stream:
+        data = _allocate_text(n)
+        buffers = [lease.staging(f"search{k}", min(UPLOAD_PIECE, max(n, 1))) for k in range(UPLOAD_BUFFERS)]
+        copied: list = [None] * UPLOAD_BUFFERS
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            def read(k: int, offset: int, size: int) -> None:
+                view = memoryview(buffers[k])[:size]
+                done = 0
+                while done < size:
+                    got = os.preadv(fd, [view[done:]], offset + done)
+                    if got <= 0:
+                        raise OSError(f"{path} ended at byte {offset + done}, expected {n} bytes")
+                    done += got
+
+            def copy(k: int, offset: int, size: int, future) -> None:
+                future.result()
+                cupy.cuda.runtime.memcpyAsync(data.data.ptr + offset, buffers[k].ctypes.data, size, cupy.cuda.runtime.memcpyHostToDevice, lease.stream.ptr)
+                event = cupy.cuda.Event(block=False, disable_timing=True)
+                event.record(lease.stream)
+                copied[k] = event
+
+            pending: deque = deque()
+            with ThreadPoolExecutor(UPLOAD_BUFFERS, thread_name_prefix="search-read") as readers:
+                for index, offset in enumerate(range(0, n, UPLOAD_PIECE)):
+                    k = index % UPLOAD_BUFFERS
+                    if copied[k] is not None:
+                        copied[k].synchronize()  # the buffer's previous copy is done
+                    size = min(UPLOAD_PIECE, n - offset)
+                    pending.append((k, offset, size, readers.submit(read, k, offset, size)))
+                    if len(pending) == UPLOAD_BUFFERS:
+                        copy(*pending.popleft())
+                while pending:
+                    copy(*pending.popleft())
+        finally:
+            os.close(fd)
+        lease.stream.synchronize()
+    return DeviceText(data, n, lease.device), (time.perf_counter() - start) * 1000
+
+
+# ---------------------------------------------------------------------- streams --
+
+_streams_lock = threading.Lock()
+_extra_streams: dict[tuple[int, int], list] = {}
+
+
+def lease_streams(lease, count: int) -> list:
+    """`count` streams for the lease: its own two first, then extra non-blocking streams
+    kept per lease slot (so two leases never share one)."""
+    streams = [lease.stream, lease.side_stream]
+    if count > 2:
+        with _streams_lock:
+            extra = _extra_streams.setdefault((lease.device, lease.slot), [])
+            with cupy.cuda.Device(lease.device):
+                while len(extra) < MAX_STREAMS - 2:
+                    extra.append(cupy.cuda.Stream(non_blocking=True))
+            streams += extra
+    return streams[:count]
+
+
+# ----------------------------------------------------------------------- passes --
+
+
+class _Pass:
+    """One count + write pair of kernels on one stream: a single pattern, or all of them
+    fused. Holds the device arrays between the two phases."""
+
+    def __init__(self, text: DeviceText, params: SearchParams, patterns: list[bytes], algorithm: str, stream):
+        self.text, self.params, self.patterns, self.algorithm, self.stream = text, params, patterns, algorithm, stream
+        self.fused = params.fused
+        lengths = [len(p) for p in patterns]
+        self.m_max, self.m_min = max(lengths), min(lengths)
+        self.end = text.n - self.m_min + 1  # start positions 0 <= i < end
+        self.launch = plan_launch(params, algorithm, self.m_max)
+        self.blocks = self.launch.blocks(max(self.end, 1))
+        self.totals = np.zeros(len(patterns), np.int64)
+        self.outs: list[cupy.ndarray] = []
+        self.lines: list[cupy.ndarray | None] = []
+        self._totals_dev = None
+        self.host_pattern, self.host_table, self.target, self.power = self._tables()
+        self.pattern_bytes = self.host_pattern.size
+
+    # -- host-side tables --
+
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """(pattern bytes, table bytes, hash target, hash power) of a single pattern, or
+        of the fused set (patterns concatenated; filter + meta)."""
+        if self.fused:
+            return fused_tables(self.patterns)
+        pattern = self.patterns[0]
+        table = {"kmp": lambda: reference.lps_table(pattern), "boyer_moore": lambda: np.concatenate([reference.bad_character_table(pattern), reference.good_suffix_table(pattern)]), "rabin_karp": lambda: np.zeros(1, np.int16)}[self.algorithm]()
+        return np.frombuffer(pattern, np.uint8), table.view(np.uint8), reference.rk_hash(pattern), reference.rk_power(len(pattern))
+
+    def _kernel_name(self, phase: str) -> str:
+        return f"{phase}_fused" if self.fused else f"{phase}_{self.algorithm}_{self.params.variant}"
+
+    def _shared(self) -> int:
+        staged = 0 if self.fused else self.pattern_bytes  # the fused pass leaves its patterns in global memory
+        return shared_bytes(self.params.variant, "fused" if self.fused else self.algorithm, self.launch, staged, self.m_max)
+
+    # -- phases --
+
+    def upload(self) -> None:
+        """The pattern(s) and table to the device, on the pass's stream (before the timed
+        part), zero-padded to a multiple of 16 bytes: the kernels copy them 16 bytes at a time."""
+        self.d_pattern = cupy.asarray(_pad16(self.host_pattern))
+        self.d_table = cupy.asarray(_pad16(self.host_table.view(np.uint8)))
+
+    def count(self) -> None:
+        """Count kernel and prefix sums, queued on the pass's stream (read the totals with
+        `wait_totals`)."""
+        if self.end <= 0:  # every pattern longer than the text
+            return
+        target, power = self.target, self.power
+        P, K = len(self.patterns), self.launch.slots
+        self.counts = _empty(P * self.blocks, cupy.int32)
+        self.flags = _empty(self.blocks, cupy.uint8)
+        self.slots = _empty(self.blocks * K, cupy.uint32)
+        g, n, end = np.int32(self.launch.granularity), np.int64(self.text.n), np.int64(self.end)
+        if self.fused:
+            args = (self.text.data, n, end, g, self.d_pattern, np.int32(self.pattern_bytes), np.int32(self.m_max), self.d_table,
+                    self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
+        else:
+            args = (self.text.data, n, end, g, self.d_pattern, np.int32(len(self.patterns[0])), self.d_table, np.uint32(target), np.uint32(power),
+                    self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
+        self.args_head = args[:9] if not self.fused else args[:8]
+        _k(self._kernel_name("count"))((self.blocks,), (self.launch.threads,), args, shared_mem=self._shared())
+        if P == 1:  # a 1-D scan (CUB) rather than one along an axis
+            self.offsets = cupy.cumsum(self.counts, dtype=cupy.int64).reshape(1, self.blocks)
+        else:
+            self.offsets = cupy.cumsum(self.counts.reshape(P, self.blocks), axis=1, dtype=cupy.int64)
+        self._totals_dev = cupy.ascontiguousarray(self.offsets[:, -1])
+
+    def wait_totals(self) -> None:
+        if self._totals_dev is not None:
+            self.totals = self._totals_dev.get(stream=self.stream)
+
+    def write(self) -> None:
+        """Allocate the positions arrays and queue the write kernel (and line numbers)."""
+        self.outs = [_empty(int(total), cupy.int64) for total in self.totals]
+        if self.totals.sum() > 0:
+            K = np.int32(self.launch.slots)
+            if self.fused:
+                pointers = cupy.asarray(np.asarray([out.data.ptr for out in self.outs], np.uint64))
+                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, pointers, np.int32(len(self.patterns)))
+                self._pointers = pointers  # alive until the kernel has run
+            else:
+                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, self.outs[0])
+            _k(self._kernel_name("write"))((min(self.blocks, _resident_blocks()),), (self.launch.threads,), args, shared_mem=self._shared())
+        self.lines = [None] * len(self.outs)
+        if self.params.line_numbers:
+            segment_before = self.text.segment_before
+            for i, out in enumerate(self.outs):
+                lines = _empty(out.size, cupy.int64)
+                if out.size:
+                    _k("line_numbers")((-(-out.size // LINE_THREADS),), (LINE_THREADS,), (self.text.data, out, np.int64(out.size), segment_before, lines))
+                self.lines[i] = lines
+
+
+def _pad16(data: np.ndarray) -> np.ndarray:
+    out = np.zeros(max(16, _round16(data.size)), np.uint8)
+    out[:data.size] = data
+    return out
+
+
+def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The fused pass's inputs: the patterns concatenated (uint8), and its table: the
+    prefix filter (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes)
+    followed by the meta ints P, k, m_max, lengths[8], offsets[8], prefix keys[8]."""
+    k = min(4, min(len(p) for p in patterns))
+    filter_ = np.zeros(FILTER_SIZE, np.uint8)
+    meta = np.zeros(META_INTS, np.int64)
+    meta[0], meta[1], meta[2] = len(patterns), k, max(len(p) for p in patterns)
+    offset = 0
+    for q, p in enumerate(patterns):
+        key = int.from_bytes(p[:k], "little")
+        filter_[((key * FILTER_MUL) & 0xFFFFFFFF) >> (32 - FILTER_BITS)] |= 1 << q
+        meta[3 + q], meta[3 + FUSED_MAX + q], meta[3 + 2 * FUSED_MAX + q] = len(p), offset, key
+        offset += len(p)
+    meta32 = meta.astype(np.uint32).view(np.uint8)  # keys up to 2^32 - 1: stored as their 32 bits
+    return np.frombuffer(b"".join(patterns), np.uint8), np.concatenate([filter_, meta32]), 0, 0
+
+
+# ----------------------------------------------------------------------- search --
+
+
+def search_device(text: DeviceText, params: SearchParams, lease) -> SearchOutput:
+    """Every pattern of `params` in a DeviceText, on the lease's device and streams.
+    Positions and lines come back to the host; times_ms has kernels and download."""
+    with cupy.cuda.Device(lease.device):
+        main = lease.stream
+        if params.fused:
+            passes_spec = [(list(params.patterns), "rabin_karp")]
+        else:
+            passes_spec = [([p], params.algorithm_for(p)) for p in params.patterns]
+        streams = lease_streams(lease, params.stream_count)
+        start, stop, ready = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event(disable_timing=True)
+        passes = [_Pass(text, params, patterns, algorithm, streams[i % len(streams)]) for i, (patterns, algorithm) in enumerate(passes_spec)]
+        for p in passes:
+            with p.stream:
+                p.upload()
+        start.record(main)
+        if params.line_numbers:
+            with main:
+                text.newline_index()  # once per text: kept with a resident corpus
+        ready.record(main)
+        for p in passes:
+            p.stream.wait_event(ready)
+            with p.stream:
+                p.count()
+        for p in passes:
+            p.wait_totals()
+        for p in passes:
+            with p.stream:
+                p.write()
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(p.stream)
+            main.wait_event(done)
+        stop.record(main)
+        begin = time.perf_counter()
+        results: list[PatternResult] = []
+        for p in passes:
+            for i, out in enumerate(p.outs):
+                positions = out.get(stream=main)
+                lines = p.lines[i].get(stream=main) if p.lines[i] is not None else None
+                results.append(PatternResult(positions, lines, p.algorithm))
+        main.synchronize()
+        download_ms = (time.perf_counter() - begin) * 1000
+        kernels_ms = cupy.cuda.get_elapsed_time(start, stop)
+    launch = passes[0].launch
+    return SearchOutput(results, text.n, {"kernels": kernels_ms, "download": download_ms}, launch={"granularity": launch.granularity, "threads": launch.threads, "slots": launch.slots, "streams": len(streams)})
+
+
+def search_file(lease, path: Path, n: int, params: SearchParams, key: tuple | None = None, progress=None) -> SearchOutput:
+    """A search of the first n bytes of the file `path` on a lease. With `key` (a corpus
+    identity), the text stays resident on the device for the next search with that key
+    (LRU within the residency budget); without it, it is uploaded for this search only.
+    Out of device memory, the device's resident texts are dropped before the error goes
+    on to the pool (which frees its cached blocks and retries once)."""
+    device = lease.device
+    try:
+        with cupy.cuda.Device(device):
+            upload_ms, resident = 0.0, False
+            text = RESIDENT.get(device, key) if key is not None else None
+            if text is not None:
+                resident = True
+            elif key is None:
+                text, upload_ms = text_from_file(path, n, lease)
+            else:
+                with RESIDENT.loading(device, key):  # one upload when several jobs want the same corpus
+                    text = RESIDENT.get(device, key)
+                    if text is not None:
+                        resident = True
+                    else:
+                        text, upload_ms = text_from_file(path, n, lease)
+                        RESIDENT.put(device, key, text, device_capacity(device))
+            if progress is not None:
+                progress(0.2)
+            output = search_device(text, params, lease)
+    except cupy.cuda.memory.OutOfMemoryError:
+        RESIDENT.evict_device(device)
+        raise
+    output.times_ms = {"upload": upload_ms, **output.times_ms}
+    output.resident = resident
+    return output
+
+
+def device_capacity(device: int) -> int:
+    """Bytes the pool lets CuPy hold on `device`: its memory pool limit, else the card."""
+    with cupy.cuda.Device(device):
+        limit = cupy.get_default_memory_pool().get_limit()
+        return int(limit) if limit else int(cupy.cuda.runtime.memGetInfo()[1])

@@ -1,0 +1,246 @@
+"""Parameters of the exact string search, validated once, and the launch plan both
+backends agree on.
+
+`SearchParams` says what to find (1..8 patterns of 1..4096 bytes each) and how: the
+algorithm (Rabin-Karp, Knuth-Morris-Pratt, Boyer-Moore, or `auto`, which picks one per
+pattern by its length and alphabet), the kernel variant (`naive`: everything read from
+global memory; `optimized`: pattern and tables in shared memory, the block's text staged
+there with 16-byte loads), the chunking (`granularity`: start positions per GPU thread,
+each thread also reading pattern_length - 1 bytes past its chunk), how many CUDA streams
+the patterns are spread over, or `fused`: one pass over the text for all patterns.
+None of these choices changes the answer: every backend and every choice gives the same
+positions, every (overlapping) occurrence, in increasing order.
+
+`plan_launch` turns a request into the geometry of the GPU kernels (bytes per thread,
+threads per block, position slots per block): pure arithmetic, tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_PATTERNS = 8
+MAX_PATTERN_BYTES = 4096
+ALGORITHMS = ("auto", "rabin_karp", "kmp", "boyer_moore")
+KERNEL_ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
+VARIANTS = ("naive", "optimized")
+MAX_STREAMS = 8
+MAX_POSITIONS_LIMIT = 100_000  # positions listed per pattern in a JSON result (all of them are in the .npy)
+GRANULARITY_MIN = 1
+GRANULARITY_MAX = {"naive": 65536, "optimized": 2048}
+
+# Rabin-Karp: polynomial hash modulo 2^32 (the natural overflow of 32-bit arithmetic: no
+# division per byte, unlike the report's prime modulus 101) with an odd base, so that
+# every byte of the window counts (base 256 modulo 2^32 would keep only the last 4 bytes).
+RK_BASE = 16777619
+RK_MASK = 0xFFFFFFFF
+
+# Launch geometry of the kernels (gpu/search/search.cu mirrors these).
+THREADS = 256  # threads per block, at most
+TILE_BYTES = 48 * 1024  # start positions one block of the optimized kernels covers, at most
+RECORDS_PER_THREAD = 4  # matches a thread keeps in shared memory during the count pass
+SLOTS_MAX = 256  # matches a block keeps for the write pass without scanning its text again
+OPTIMIZED_ALIGN = 16  # bytes per shared-memory load of the optimized kernels
+FUSED_PREFIX_MAX = 4  # bytes of each pattern's prefix the fused filter hashes
+
+# `auto`: a priori thresholds (bench/search.py prints every algorithm, to revisit them).
+AUTO_RUN_ALPHABET = 1  # a run of one byte: KMP (linear in the worst case; BM and RK verify m bytes per position)
+AUTO_SMALL_ALPHABET = 4  # DNA-like: Rabin-Karp (bad-character shifts are short, a first-byte skip loop rarely skips)
+AUTO_SHORT_PATTERN = 3  # up to this length: KMP, whose first-byte skip loop is a vectorised memchr
+AUTO_ALPHABET_EVIDENCE = 8  # a pattern this long with few distinct bytes suggests a small alphabet
+
+
+class SearchParamError(ValueError):
+    """A parameter has the wrong type, is out of range or not one of its choices."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+def _check_int(name: str, value, minimum: int, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SearchParamError(name, f"expected an integer, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise SearchParamError(name, f"must be between {minimum} and {maximum}; got {value}")
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """One search request; validated on construction (raises SearchParamError).
+
+    patterns: 1..MAX_PATTERNS byte strings of 1..MAX_PATTERN_BYTES bytes each.
+    algorithm: one of ALGORITHMS. variant: one of VARIANTS.
+    granularity: start positions per GPU thread (None: chosen per pattern by plan_launch).
+    streams: CUDA streams the patterns are spread over (None: one per pattern, at most 4).
+    max_positions: positions listed per pattern in the result (all of them go to a file).
+    line_numbers: also give the 1-based line of each position.
+    fused: one pass over the text for all patterns (a multi-pattern Rabin-Karp: the
+    optimized variant only, with algorithm auto or rabin_karp).
+    """
+
+    patterns: tuple[bytes, ...]
+    algorithm: str = "auto"
+    variant: str = "optimized"
+    granularity: int | None = None
+    streams: int | None = None
+    max_positions: int = 1000
+    line_numbers: bool = False
+    fused: bool = False
+
+    def __post_init__(self) -> None:
+        patterns = self.patterns
+        if isinstance(patterns, (bytes, bytearray, str)) or not isinstance(patterns, (tuple, list)):
+            raise SearchParamError("patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}")
+        if not 1 <= len(patterns) <= MAX_PATTERNS:
+            raise SearchParamError("patterns", f"give 1 to {MAX_PATTERNS} patterns; got {len(patterns)}")
+        for i, pattern in enumerate(patterns):
+            if not isinstance(pattern, (bytes, bytearray)):
+                raise SearchParamError(f"patterns[{i}]", f"expected bytes, got {type(pattern).__name__}")
+            if not 1 <= len(pattern) <= MAX_PATTERN_BYTES:
+                raise SearchParamError(f"patterns[{i}]", f"must be 1 to {MAX_PATTERN_BYTES} bytes long; got {len(pattern)}")
+        object.__setattr__(self, "patterns", tuple(bytes(p) for p in patterns))
+        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
+            raise SearchParamError("algorithm", f"must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
+        if not isinstance(self.variant, str) or self.variant not in VARIANTS:
+            raise SearchParamError("variant", f"must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
+        if self.granularity is not None:
+            _check_int("granularity", self.granularity, GRANULARITY_MIN, GRANULARITY_MAX[self.variant])
+        if self.streams is not None:
+            _check_int("streams", self.streams, 1, MAX_STREAMS)
+        _check_int("max_positions", self.max_positions, 0, MAX_POSITIONS_LIMIT)
+        for name in ("line_numbers", "fused"):
+            if not isinstance(getattr(self, name), bool):
+                raise SearchParamError(name, f"expected true or false, got {getattr(self, name)!r}")
+        if self.fused:
+            if self.algorithm not in ("auto", "rabin_karp"):
+                raise SearchParamError("fused", f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}")
+            if self.variant != "optimized":
+                raise SearchParamError("fused", "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only")
+
+    @property
+    def stream_count(self) -> int:
+        """Streams the separate passes are spread over (1 for a fused pass)."""
+        if self.fused:
+            return 1
+        return self.streams if self.streams is not None else min(len(self.patterns), 4)
+
+    def algorithm_for(self, pattern: bytes) -> str:
+        """The kernel algorithm that runs `pattern` ("rabin_karp" for every pattern of a fused pass)."""
+        if self.fused:
+            return "rabin_karp"
+        return choose_algorithm(pattern) if self.algorithm == "auto" else self.algorithm
+
+
+def choose_algorithm(pattern: bytes) -> str:
+    """What `auto` runs for `pattern`: by its alphabet (distinct bytes) and its length.
+
+    - one distinct byte (a run, "aaaa"): KMP, linear even when every position matches;
+    - up to 3 bytes: KMP (its skip loop is a 16-bytes-at-a-time search for the first byte);
+    - at least 8 bytes over at most 4 distinct ones (DNA-like): Rabin-Karp, whose cost
+      does not depend on the alphabet (Boyer-Moore's bad-character shifts are short on a
+      small alphabet, and KMP's first-byte skip loop stops at a quarter of the bytes);
+    - otherwise Boyer-Moore, which skips up to the pattern length per comparison.
+    """
+    distinct = len(set(pattern))
+    if distinct <= AUTO_RUN_ALPHABET or len(pattern) <= AUTO_SHORT_PATTERN:
+        return "kmp"
+    if distinct <= AUTO_SMALL_ALPHABET and len(pattern) >= AUTO_ALPHABET_EVIDENCE:
+        return "rabin_karp"
+    return "boyer_moore"
+
+
+# ------------------------------------------------------------------ launch plan --
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Geometry of one kernel pass.
+
+    granularity: start positions per thread (the optimized variant rounds the request up
+    to an odd multiple of 16: its shared-memory reads are 16 bytes wide, and an odd
+    stride of 16-byte words puts the 8 threads of a quarter-warp on distinct banks).
+    threads: threads per block (a multiple of 32). slots: positions per block that the
+    count pass keeps so that the write pass need not scan the block's text again.
+    """
+
+    granularity: int
+    threads: int
+    slots: int
+    block_positions: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_positions", self.granularity * self.threads)
+
+    def blocks(self, positions: int) -> int:
+        """Blocks that cover `positions` start positions (at least 1)."""
+        return max(1, -(-positions // self.block_positions))
+
+
+def odd_multiple_of_16(value: int) -> int:
+    """The least odd multiple of 16 that is >= value (value >= 1)."""
+    q = -(-value // OPTIMIZED_ALIGN)
+    return OPTIMIZED_ALIGN * (q if q % 2 else q + 1)
+
+
+def default_granularity(variant: str, algorithm: str, pattern_length: int, fused: bool = False) -> int:
+    """Start positions per thread when the request does not say.
+
+    A thread of Rabin-Karp or KMP reads its chunk plus pattern_length - 1 bytes, so their
+    chunks grow with the pattern (4 m: at most 25 % extra reads); Boyer-Moore and the
+    fused filter jump to their first window without reading the overlap, so a small chunk
+    keeps more threads busy (Boyer-Moore's grows with long patterns only so that a block's
+    text outweighs the pattern and tables it stages). The naive variant uses the report's
+    ~1000 bytes.
+    """
+    if variant == "naive":
+        return max(1024, 2 * pattern_length)
+    if fused:
+        return 112
+    if algorithm == "boyer_moore":  # a block also stages m - 1 overlap bytes and ~3m of pattern and tables
+        return max(48, pattern_length // 32)
+    return min(GRANULARITY_MAX["optimized"], max(112, 4 * pattern_length))
+
+
+def plan_launch(params: SearchParams, algorithm: str, pattern_length: int) -> Launch:
+    """The launch of one pass: of one pattern of `pattern_length` bytes running
+    `algorithm`, or, for a fused pass, of all patterns (pattern_length: the longest)."""
+    g = params.granularity if params.granularity is not None else default_granularity(params.variant, algorithm, pattern_length, params.fused)
+    threads = THREADS
+    if params.variant == "optimized":
+        g = odd_multiple_of_16(g)
+        if THREADS * g > TILE_BYTES:
+            threads = max(32, TILE_BYTES // g // 32 * 32)
+    block = threads * g
+    slots = min(SLOTS_MAX, max(16, block // 32))
+    return Launch(g, threads, slots)
+
+
+# ------------------------------------------------------------------ results --
+
+
+@dataclass
+class PatternResult:
+    """One pattern's answer: every start position (int64, increasing, overlapping
+    occurrences included), the 1-based line of each (int64) when asked, and the
+    algorithm that ran."""
+
+    positions: np.ndarray
+    lines: np.ndarray | None
+    algorithm: str
+
+
+@dataclass
+class SearchOutput:
+    """A whole search: per pattern results, the text's size in bytes, times in ms
+    (keys upload, kernels, download on the GPU; search on the CPU), whether the text
+    was already resident in device memory (None on the CPU), and the launch used."""
+
+    patterns: list[PatternResult]
+    text_bytes: int
+    times_ms: dict[str, float]
+    resident: bool | None = None
+    launch: dict[str, int] = field(default_factory=dict)

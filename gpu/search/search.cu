@@ -1,0 +1,658 @@
+// Exact string search on the GPU: Rabin-Karp, Knuth-Morris-Pratt and Boyer-Moore in the
+// divide-and-conquer scheme (each thread scans `granularity` start positions and reads
+// pattern_length - 1 bytes past them), and a fused multi-pattern pass. Launched from
+// gpu/search/cuda.py; gpu/search/reference.py is the definition they are tested against.
+//
+// Two passes per search, so that matches are compacted on the device:
+//   count_*  each block counts its matches (counts[block]) and keeps up to `slots` of
+//            them (block-relative offsets, in order) unless some thread found more than
+//            RECORDS_PER_THREAD or the block more than `slots` (flags[block] = 1);
+//   (host)   offsets = inclusive prefix sum of counts (CuPy), total = offsets[last];
+//   write_*  a grid of a few waves loops over the blocks of the count pass: one with no
+//            matches is skipped, one with kept matches copies them to
+//            out[offsets[b] - counts[b] ...], a flagged one scans its chunk again: count
+//            per thread, block prefix sum, scan once more writing positions.
+// Positions are int64 everywhere: texts may exceed 2^31 bytes.
+//
+// Variants:
+//   naive      text, pattern and tables read from global memory, a byte at a time;
+//   optimized  the block's text (its start positions + longest pattern - 1 bytes) staged
+//              in shared memory with coalesced 16-byte loads, pattern and tables copied to
+//              shared memory; threads read their chunk 16 bytes at a time (the chunk is an
+//              odd multiple of 16 bytes: a quarter-warp's 16-byte loads hit distinct banks),
+//              Rabin-Karp rolls its hash over 16 positions per pair of loads, KMP skips to
+//              the next byte equal to the pattern's first byte 16 bytes at a time.
+//
+// Shared memory of a block (offsets computed by `layout`, mirrored in cuda.py):
+//   records  RECORDS_PER_THREAD u32 per thread   matches kept during the count pass
+//   scratch  SCRATCH_BYTES                       block scans, per-pattern counters
+//   pattern  (optimized) the pattern bytes (fused: none, its patterns stay in global memory)
+//   table    (optimized) KMP: lps int16[m]; Boyer-Moore: bad int16[256] + good int16[m + 1];
+//            fused: hash filter u8[FILTER_SIZE] + meta int32[META_INTS]
+//   tile     (optimized) threads * granularity + m_max - 1 bytes of text, + TILE_PAD
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef long long i64;
+
+#define RK_BASE 16777619u
+#define RECORDS_PER_THREAD 4
+#define SCRATCH_BYTES 512
+#define TILE_PAD 64
+#define FUSED_MAX 8
+#define FILTER_BITS 12
+#define FILTER_SIZE (1 << FILTER_BITS)
+#define FILTER_MUL 2654435761u
+#define META_INTS (3 + 3 * FUSED_MAX)  // P, prefix bytes k, m_max, m[8], offset[8], key[8]
+#define REL_BITS 24
+#define REL_MASK ((1u << REL_BITS) - 1u)
+#define FULL_MASK 0xffffffffu
+
+enum { RABIN_KARP = 0, KMP = 1, BOYER_MOORE = 2, FUSED = 3 };
+
+#ifndef SEARCH_EMULATION
+__device__ __forceinline__ u8* shared_base() {
+    extern __shared__ uint4 search_shared[];
+    return reinterpret_cast<u8*>(search_shared);
+}
+#endif
+
+// ----------------------------------------------------------------- shared layout --
+
+struct Layout {
+    u32 records, scratch, pattern, table, tile, tile_bytes;
+};
+
+__device__ __forceinline__ u32 round16(u32 x) { return (x + 15u) & ~15u; }
+
+__device__ __forceinline__ Layout layout(int threads, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
+    Layout l;
+    l.records = 0;
+    l.scratch = round16((u32)threads * RECORDS_PER_THREAD * 4u);
+    l.pattern = l.scratch + SCRATCH_BYTES;
+    if (!staged) {
+        l.table = l.tile = l.pattern;
+        l.tile_bytes = 0;
+        return l;
+    }
+    l.table = l.pattern + round16((u32)pattern_bytes);
+    l.tile = l.table + round16((u32)table_bytes);
+    l.tile_bytes = round16((u32)threads * (u32)granularity + (u32)m_max - 1u) + TILE_PAD;
+    return l;
+}
+
+__device__ __forceinline__ int table_bytes_of(int algo, int m) {
+    return algo == KMP ? 2 * m : algo == BOYER_MOORE ? 2 * (256 + m + 1) : algo == FUSED ? FILTER_SIZE + 4 * META_INTS : 0;
+}
+
+// ------------------------------------------------------------------ small helpers --
+
+__device__ __forceinline__ uint4 lds16(const u8* s, int offset) {  // offset: a multiple of 16
+    return *reinterpret_cast<const uint4*>(s + offset);
+}
+
+__device__ __forceinline__ u32 word_of(const uint4& v, int k) {  // k known at compile time
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ u32 byte_of(const uint4& v, int k) {  // k known at compile time
+    return (word_of(v, k >> 2) >> ((k & 3) * 8)) & 0xffu;
+}
+
+// 16 bytes at any offset of shared memory: two aligned loads, realigned. The offset's
+// remainder is the same for every thread of a call site, so the switch does not diverge.
+__device__ __forceinline__ uint4 lds16_any(const u8* s, int offset) {
+    const int base = offset & ~15, r = offset & 15;
+    const uint4 a = lds16(s, base), b = lds16(s, base + 16);
+    u32 w0, w1, w2, w3, w4;
+    switch (r >> 2) {
+        case 0: w0 = a.x; w1 = a.y; w2 = a.z; w3 = a.w; w4 = b.x; break;
+        case 1: w0 = a.y; w1 = a.z; w2 = a.w; w3 = b.x; w4 = b.y; break;
+        case 2: w0 = a.z; w1 = a.w; w2 = b.x; w3 = b.y; w4 = b.z; break;
+        default: w0 = a.w; w1 = b.x; w2 = b.y; w3 = b.z; w4 = b.w; break;
+    }
+    const u32 shift = (u32)(r & 3) * 8u;
+    return make_uint4(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift), __funnelshift_r(w2, w3, shift), __funnelshift_r(w3, w4, shift));
+}
+
+// 0x80 in each byte of x that is zero, 0 elsewhere (exact: no borrow between bytes).
+__device__ __forceinline__ u32 zero_bytes(u32 x) {
+    return ~(((x & 0x7f7f7f7fu) + 0x7f7f7f7fu) | x) & 0x80808080u;
+}
+
+// The 4 high bits of the 4 bytes of z (each 0x80 or 0) as a 4-bit mask, byte 0 -> bit 0.
+__device__ __forceinline__ u32 pack4(u32 z) {
+    return (((z >> 7) * 0x10204080u) >> 28);
+}
+
+// Bit k set where byte k of the 16 is equal to the byte repeated in `rep`.
+__device__ __forceinline__ u32 equal_mask16(const uint4& v, u32 rep) {
+    return pack4(zero_bytes(v.x ^ rep)) | (pack4(zero_bytes(v.y ^ rep)) << 4) | (pack4(zero_bytes(v.z ^ rep)) << 8) | (pack4(zero_bytes(v.w ^ rep)) << 12);
+}
+
+// Exclusive prefix sum over the block of one value per thread; *total gets the sum.
+// Every thread of the block must call it. Uses scratch[0..32].
+__device__ u32 block_exclusive_scan(u32 value, u32* scratch, u32* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    u32 x = value;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) scratch[warp] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 run = 0;
+        for (int w = 0; w < warps; ++w) {
+            const u32 v = scratch[w];
+            scratch[w] = run;
+            run += v;
+        }
+        scratch[32] = run;
+    }
+    __syncthreads();
+    const u32 before = scratch[warp] + x - value;
+    *total = scratch[32];
+    __syncthreads();  // scratch may be reused at once
+    return before;
+}
+
+// ---------------------------------------------------------------------- emitters --
+// A scan calls emit(q, rel) for each match of pattern q at block-relative offset rel, in
+// increasing order of rel.
+
+struct CountEmit {  // count pass: count, keep the first RECORDS_PER_THREAD as (q << 24 | rel)
+    u32 count;
+    u32* records;
+    u32* pattern_counts;  // fused: shared per-pattern block counters; single: null
+    __device__ void operator()(int q, u32 rel) {
+        if (count < RECORDS_PER_THREAD) records[count] = ((u32)q << REL_BITS) | rel;
+        ++count;
+        if (pattern_counts != nullptr) atomicAdd(&pattern_counts[q], 1u);
+    }
+};
+
+struct TallyEmit {  // write pass, first scan of a flagged block: per-pattern counts
+    u32 count[FUSED_MAX];
+    __device__ void operator()(int q, u32) {
+#pragma unroll
+        for (int k = 0; k < FUSED_MAX; ++k) count[k] += (k == q);
+    }
+};
+
+struct WriteEmit {  // write pass, second scan: positions to their places
+    i64* const* outs;  // per pattern (single: outs[0])
+    i64 next[FUSED_MAX];
+    i64 base;
+    __device__ void operator()(int q, u32 rel) {
+        outs[q][next[q]++] = base + (i64)rel;
+    }
+};
+
+// ------------------------------------------------------------- naive algorithms --
+// s: text from the block's first start position; lo <= i < hi: this thread's start
+// positions (block-relative); reads s[lo .. hi + m - 1).
+
+template <class Emit>
+__device__ void rabin_karp_naive(const u8* s, int lo, int hi, const u8* p, int m, u32 target, u32 power, Emit& emit) {
+    if (lo >= hi) return;
+    u32 h = 0;
+    for (int k = 0; k < m; ++k) h = h * RK_BASE + s[lo + k];
+    for (int i = lo;; ++i) {
+        if (h == target) {
+            int k = 0;
+            while (k < m && s[i + k] == p[k]) ++k;
+            if (k == m) emit(0, (u32)i);
+        }
+        if (i + 1 >= hi) break;
+        h = h * RK_BASE + s[i + m] - power * s[i];
+    }
+}
+
+template <class Emit>
+__device__ void kmp_naive(const u8* s, int lo, int hi, const u8* p, int m, const short* lps, Emit& emit) {
+    if (lo >= hi) return;
+    const int last = hi + m - 1;
+    int j = 0;
+    for (int i = lo; i < last; ++i) {
+        const u8 c = s[i];
+        while (j > 0 && p[j] != c) j = lps[j - 1];
+        if (p[j] == c) ++j;
+        if (j == m) {
+            emit(0, (u32)(i - m + 1));
+            j = lps[m - 1];
+        }
+    }
+}
+
+template <class Emit>
+__device__ void boyer_moore_naive(const u8* s, int lo, int hi, const u8* p, int m, const short* bad, const short* good, Emit& emit) {
+    int shift = lo;
+    while (shift < hi) {
+        int j = m - 1;
+        while (j >= 0 && p[j] == s[shift + j]) --j;
+        if (j < 0) {
+            emit(0, (u32)shift);
+            shift += good[0];
+        } else {
+            shift += max((int)good[j + 1], j - (int)bad[s[shift + j]]);
+        }
+    }
+}
+
+// --------------------------------------------------------- optimized algorithms --
+// s: the block's tile in shared memory (16-byte aligned); lo is a multiple of 16.
+
+template <class Emit>
+__device__ __forceinline__ void rabin_karp_verify(const u8* s, int i, const u8* p, int m, Emit& emit) {
+    int k = 0;
+    while (k < m && s[i + k] == p[k]) ++k;
+    if (k == m) emit(0, (u32)i);
+}
+
+template <class Emit>
+__device__ void rabin_karp_optimized(const u8* s, int lo, int hi, const u8* p, int m, u32 target, u32 power, Emit& emit) {
+    if (lo >= hi) return;
+    u32 h = 0;
+    int k = 0;
+    for (; k + 16 <= m; k += 16) {
+        const uint4 v = lds16(s, lo + k);
+#pragma unroll
+        for (int b = 0; b < 16; ++b) h = h * RK_BASE + byte_of(v, b);
+    }
+    for (; k < m; ++k) h = h * RK_BASE + s[lo + k];
+    int i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        const uint4 out = lds16(s, i);          // bytes leaving the window
+        const uint4 in = lds16_any(s, i + m);   // bytes entering it
+#pragma unroll
+        for (int b = 0; b < 16; ++b) {
+            if (h == target) rabin_karp_verify(s, i + b, p, m, emit);
+            h = h * RK_BASE + byte_of(in, b) - power * byte_of(out, b);
+        }
+    }
+    for (; i < hi; ++i) {
+        if (h == target) rabin_karp_verify(s, i, p, m, emit);
+        h = h * RK_BASE + s[i + m] - power * s[i];
+    }
+}
+
+template <class Emit>
+__device__ void kmp_optimized(const u8* s, int lo, int hi, const u8* p, int m, const short* lps, Emit& emit) {
+    if (lo >= hi) return;
+    const int last = hi + m - 1;  // bytes lo .. last - 1 are read
+    const u32 first = (u32)p[0] * 0x01010101u;
+    int j = 0, i = lo;
+    while (i < last) {
+        if (j == 0) {
+            // Skip to the next byte equal to p[0], 16 bytes at a time.
+            int group = i & ~15;
+            uint4 v = lds16(s, group);
+            u32 mask = equal_mask16(v, first) & (0xffffu << (i - group));
+            while (mask == 0) {
+                group += 16;
+                if (group >= last) return;
+                v = lds16(s, group);
+                const u32 any = zero_bytes(v.x ^ first) | zero_bytes(v.y ^ first) | zero_bytes(v.z ^ first) | zero_bytes(v.w ^ first);
+                if (any != 0) mask = equal_mask16(v, first);
+            }
+            i = group + __ffs(mask) - 1;
+            if (i >= last) return;
+            if (m == 1) {
+                emit(0, (u32)i);
+            } else {
+                j = 1;
+            }
+            ++i;
+            continue;
+        }
+        const u8 c = s[i];
+        while (j > 0 && p[j] != c) j = lps[j - 1];
+        if (p[j] == c) ++j;
+        if (j == m) {
+            emit(0, (u32)(i - m + 1));
+            j = lps[m - 1];
+        }
+        ++i;
+    }
+}
+
+template <class Emit>
+__device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, int m, const short* bad, const short* good, Emit& emit) {
+    const u8 last = p[m - 1];
+    const int last_shift = good[m];  // good-suffix shift after a mismatch at the last byte
+    int shift = lo;
+    while (shift < hi) {
+        const u8 c = s[shift + m - 1];
+        if (c != last) {  // the common case, in a tight loop: mismatch at j = m - 1
+            shift += max(last_shift, m - 1 - (int)bad[c]);
+            continue;
+        }
+        int j = m - 2;
+        while (j >= 0 && p[j] == s[shift + j]) --j;
+        if (j < 0) {
+            emit(0, (u32)shift);
+            shift += good[0];
+        } else {
+            shift += max((int)good[j + 1], j - (int)bad[s[shift + j]]);
+        }
+    }
+}
+
+// --------------------------------------------------------------- fused pass --
+// All patterns in one scan: at each start position the first k = min(4, shortest
+// pattern) bytes are hashed into a FILTER_SIZE-entry table in shared memory whose entry
+// holds a bit per pattern with that prefix hash; a non-zero entry is verified against
+// those patterns (prefix, bounds, then every byte). The text is read once for all.
+
+struct Fused {
+    int P, k, m_max;
+    u32 prefix_mask;
+    const int* lengths;
+    const int* offsets;
+    const u32* keys;
+    const u8* patterns;
+    const u8* filter;
+};
+
+template <class Emit>
+__device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i64 n, u32 key, u32 bits, const Fused& f, Emit& emit) {
+    for (int q = 0; q < f.P; ++q) {
+        if (!((bits >> q) & 1u) || key != f.keys[q] || position + f.lengths[q] > n) continue;
+        const u8* p = f.patterns + f.offsets[q];
+        const int m = f.lengths[q];
+        int k = f.k;
+        while (k < m && s[i + k] == p[k]) ++k;
+        if (k == m) emit(q, (u32)i);
+    }
+}
+
+template <class Emit>
+__device__ void fused_scan(const u8* s, int lo, int hi, i64 block_start, i64 n, const Fused& f, Emit& emit) {
+    for (int i = lo; i < hi; i += 16) {
+        const uint4 a = lds16(s, i), b = lds16(s, i + 16);
+        const u32 w[5] = {a.x, a.y, a.z, a.w, b.x};
+#pragma unroll
+        for (int t = 0; t < 16; ++t) {
+            const u32 window = (t & 3) ? __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) : w[t >> 2];
+            const u32 key = window & f.prefix_mask;
+            const u32 bits = f.filter[(key * FILTER_MUL) >> (32 - FILTER_BITS)];
+            if (bits != 0u && i + t < hi) fused_verify(s, i + t, block_start + i + t, n, key, bits, f, emit);
+        }
+    }
+}
+
+// ------------------------------------------------------------- block plumbing --
+
+template <int ALGO, bool OPT>
+struct Block {
+    const u8* s;        // text of the block (tile in shared memory, or global)
+    const u8* p;        // pattern(s)
+    const short* table; // single-pattern tables
+    Fused fused;
+    u32* records;
+    u32* scratch;
+    i64 start;          // first start position of the block
+    int span;           // start positions in the block
+    int lo, hi;         // this thread's
+};
+
+// Sets up the block: shared layout, staging of pattern, tables and text (optimized),
+// the thread's chunk. Ends with a __syncthreads.
+template <int ALGO, bool OPT>
+__device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m_max, const void* table_global) {
+    Block<ALGO, OPT> blk;
+    u8* sm = shared_base();
+    const int T = blockDim.x, t = threadIdx.x;
+    const int table_bytes = table_bytes_of(ALGO, ALGO == FUSED ? 0 : m_max);
+    // The fused pass reads its patterns only to verify filter hits: from global memory
+    // (cached), not staged, so that 8 long patterns do not cost every block 32 KB.
+    const int staged_pattern = ALGO == FUSED ? 0 : pattern_bytes;
+    const Layout l = layout(T, g, staged_pattern, table_bytes, m_max, OPT);
+    blk.records = reinterpret_cast<u32*>(sm + l.records);
+    blk.scratch = reinterpret_cast<u32*>(sm + l.scratch);
+    blk.start = (i64)b * T * g;
+    const i64 remaining = end - blk.start;
+    blk.span = remaining <= 0 ? 0 : (int)(remaining < (i64)T * g ? remaining : (i64)T * g);
+    blk.lo = t * g;
+    blk.hi = min(blk.lo + g, blk.span);
+    if (OPT) {
+        // Pattern and table in 16-byte copies (the host pads both to a multiple of 16).
+        u8* p_sh = sm + l.pattern;
+        const uint4* pat4 = reinterpret_cast<const uint4*>(pat);
+        for (int k = t; k < (staged_pattern + 15) >> 4; k += T) reinterpret_cast<uint4*>(p_sh)[k] = pat4[k];
+        const uint4* tab4 = reinterpret_cast<const uint4*>(table_global);
+        u8* tab_sh = sm + l.table;
+        for (int k = t; k < (table_bytes + 15) >> 4; k += T) reinterpret_cast<uint4*>(tab_sh)[k] = tab4[k];
+        // The text: start positions of the block + m_max - 1 bytes (never past n), in
+        // 16-byte loads; the rest of the tile is zeroed (read, never matched).
+        const i64 want = blk.span > 0 ? (i64)blk.span + m_max - 1 : 0;
+        const i64 have = n - blk.start;
+        const int bytes = (int)(want < have ? want : (have > 0 ? have : 0));
+        const int groups = (bytes + 15) >> 4;
+        const uint4* src = reinterpret_cast<const uint4*>(text + blk.start);
+        uint4* tile4 = reinterpret_cast<uint4*>(sm + l.tile);
+        for (int k = t; k < groups; k += T) tile4[k] = src[k];
+        const int tile_groups = (int)(l.tile_bytes >> 4);
+        for (int k = groups + t; k < tile_groups; k += T) tile4[k] = make_uint4(0u, 0u, 0u, 0u);
+        blk.s = sm + l.tile;
+        blk.p = ALGO == FUSED ? pat : p_sh;
+        blk.table = reinterpret_cast<const short*>(tab_sh);
+    } else {
+        blk.s = text + blk.start;
+        blk.p = pat;
+        blk.table = reinterpret_cast<const short*>(table_global);
+    }
+    if (ALGO == FUSED) {
+        const u8* tab = OPT ? sm + l.table : reinterpret_cast<const u8*>(table_global);
+        blk.fused.filter = tab;
+        blk.fused.patterns = blk.p;
+        // meta is read after the __syncthreads below
+        const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE);
+        blk.fused.lengths = meta + 3;
+        blk.fused.offsets = meta + 3 + FUSED_MAX;
+        blk.fused.keys = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
+    }
+    __syncthreads();
+    if (ALGO == FUSED) {
+        const int* meta = blk.fused.lengths - 3;
+        blk.fused.P = meta[0];
+        blk.fused.k = meta[1];
+        blk.fused.m_max = meta[2];
+        blk.fused.prefix_mask = blk.fused.k >= 4 ? 0xffffffffu : ((1u << (8 * blk.fused.k)) - 1u);
+    }
+    return blk;
+}
+
+template <int ALGO, bool OPT, class Emit>
+__device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, u32 target, u32 power, Emit& emit) {
+    if (blk.lo >= blk.hi) return;
+    if constexpr (ALGO == RABIN_KARP) {
+        if constexpr (OPT) rabin_karp_optimized(blk.s, blk.lo, blk.hi, blk.p, m, target, power, emit);
+        else rabin_karp_naive(blk.s, blk.lo, blk.hi, blk.p, m, target, power, emit);
+    } else if constexpr (ALGO == KMP) {
+        if constexpr (OPT) kmp_optimized(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, emit);
+        else kmp_naive(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, emit);
+    } else if constexpr (ALGO == BOYER_MOORE) {
+        if constexpr (OPT) boyer_moore_optimized(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, blk.table + 256, emit);
+        else boyer_moore_naive(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, blk.table + 256, emit);
+    } else {
+        fused_scan(blk.s, blk.lo, blk.hi, blk.start, n, blk.fused, emit);
+    }
+}
+
+// Count pass. counts: [patterns][blocks] (int32); flags, slots: per block.
+template <int ALGO, bool OPT>
+__device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
+                           u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {
+    Block<ALGO, OPT> blk = setup<ALGO, OPT>(blockIdx.x, text, n, end, g, pat, pattern_bytes, m_max, table);
+    const int t = threadIdx.x;
+    u32* pattern_counts = blk.scratch + 40;
+    if (ALGO == FUSED) {
+        if (t < FUSED_MAX) pattern_counts[t] = 0u;
+        __syncthreads();
+    }
+    CountEmit emit{0u, blk.records + t * RECORDS_PER_THREAD, ALGO == FUSED ? pattern_counts : nullptr};
+    scan(blk, n, m, target, power, emit);
+    u32 total;
+    const u32 before = block_exclusive_scan(emit.count, blk.scratch, &total);
+    const bool overflow = __syncthreads_or(emit.count > RECORDS_PER_THREAD) || total > (u32)K;
+    if (!overflow) {
+        for (u32 k = 0; k < emit.count; ++k) slots[(i64)blockIdx.x * K + before + k] = emit.records[k];
+    }
+    if (t == 0) flags[blockIdx.x] = overflow ? 1 : 0;
+    if (ALGO == FUSED) {
+        const int P = blk.fused.P;
+        if (t < P) counts[(i64)t * blocks + blockIdx.x] = (int)pattern_counts[t];
+    } else if (t == 0) {
+        counts[blockIdx.x] = (int)total;
+    }
+}
+
+// Write pass of logical block b. offsets: inclusive prefix sums of counts, per pattern;
+// outs: per pattern. Every thread of the block calls it with the same b.
+template <int ALGO, bool OPT>
+__device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
+                            u32 target, u32 power, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
+                            const i64* offsets, i64* const* outs, int P) {
+    const int t = threadIdx.x, T = blockDim.x;
+    u32 total = 0;
+    for (int q = 0; q < P; ++q) total += (u32)counts[(i64)q * blocks + b];
+    if (total == 0) return;  // the same for the whole block
+    const i64 block_start = (i64)b * T * g;
+    if (!flags[b]) {
+        if (ALGO != FUSED) {
+            const i64 first = offsets[b] - counts[b];
+            for (u32 k = t; k < total; k += T) outs[0][first + k] = block_start + (i64)(slots[(i64)b * K + k] & REL_MASK);
+            return;
+        }
+        // Fused: the kept records are in position order, patterns mixed: rank each among
+        // the records of its pattern (warp ballots, then the warps before it).
+        u32* scratch = reinterpret_cast<u32*>(shared_base() + round16((u32)T * RECORDS_PER_THREAD * 4u));
+        u32* carry = scratch + 40;  // records of each pattern in earlier rounds
+        u32* warp_counts = scratch + 64;  // [pattern][warp]
+        const int lane = t & 31, warp = t >> 5, warps = T >> 5;
+        if (t < FUSED_MAX) carry[t] = 0u;
+        __syncthreads();
+        for (u32 base = 0; base < total; base += (u32)T) {
+            const u32 k = base + (u32)t;
+            const u32 record = k < total ? slots[(i64)b * K + k] : 0u;
+            const int q = k < total ? (int)(record >> REL_BITS) : -1;
+            u32 rank = 0;
+            for (int qq = 0; qq < P; ++qq) {
+                const u32 ballot = __ballot_sync(FULL_MASK, q == qq);
+                if (q == qq) rank = __popc(ballot & ((1u << lane) - 1u));
+                if (lane == 0) warp_counts[qq * 8 + warp] = __popc(ballot);
+            }
+            __syncthreads();
+            if (q >= 0) {
+                u32 before = carry[q] + rank;
+                for (int w = 0; w < warp; ++w) before += warp_counts[q * 8 + w];
+                const i64 first = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b];
+                outs[q][first + before] = block_start + (i64)(record & REL_MASK);
+            }
+            __syncthreads();
+            if (t < P) {
+                for (int w = 0; w < warps; ++w) carry[t] += warp_counts[t * 8 + w];
+            }
+            __syncthreads();
+        }
+        return;
+    }
+    // A flagged block: scan again, count per thread, place, scan once more writing.
+    Block<ALGO, OPT> blk = setup<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m_max, table);
+    TallyEmit tally;
+#pragma unroll
+    for (int q = 0; q < FUSED_MAX; ++q) tally.count[q] = 0u;
+    scan(blk, n, m, target, power, tally);
+    WriteEmit write;
+    write.outs = outs;
+    write.base = block_start;
+    for (int q = 0; q < P; ++q) {
+        u32 sum;
+        const u32 before = block_exclusive_scan(tally.count[q], blk.scratch, &sum);
+        write.next[q] = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b] + before;
+    }
+    scan(blk, n, m, target, power, write);
+    __syncthreads();  // the next logical block may stage over this one's shared memory
+}
+
+// The write kernel loops over the logical blocks (most of which, for a rare pattern, have
+// nothing to write): a grid of a few waves instead of one CUDA block per logical block.
+template <int ALGO, bool OPT>
+__device__ void write_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
+                           u32 target, u32 power, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
+                           const i64* offsets, i64* const* outs, int P) {
+    for (int b = blockIdx.x; b < blocks; b += gridDim.x)
+        write_block<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m, m_max, table, target, power, counts, blocks, flags, slots, K, offsets, outs, P);
+}
+
+// ------------------------------------------------------------------ entry points --
+
+#define SINGLE_KERNELS(NAME, ALGO, OPT)                                                                                          \
+    extern "C" __global__ void count_##NAME(const u8* text, i64 n, i64 end, int g, const u8* pat, int m, const short* table,      \
+                                            u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {        \
+        count_pass<ALGO, OPT>(text, n, end, g, pat, m, m, m, table, target, power, counts, blocks, flags, slots, K);              \
+    }                                                                                                                             \
+    extern "C" __global__ void write_##NAME(const u8* text, i64 n, i64 end, int g, const u8* pat, int m, const short* table,      \
+                                            u32 target, u32 power, const int* counts, int blocks, const u8* flags,                 \
+                                            const u32* slots, int K, const i64* offsets, i64* out) {                               \
+        i64* outs[1] = {out};                                                                                                     \
+        write_pass<ALGO, OPT>(text, n, end, g, pat, m, m, m, table, target, power, counts, blocks, flags, slots, K, offsets, outs, 1); \
+    }
+
+SINGLE_KERNELS(rabin_karp_naive, RABIN_KARP, false)
+SINGLE_KERNELS(rabin_karp_optimized, RABIN_KARP, true)
+SINGLE_KERNELS(kmp_naive, KMP, false)
+SINGLE_KERNELS(kmp_optimized, KMP, true)
+SINGLE_KERNELS(boyer_moore_naive, BOYER_MOORE, false)
+SINGLE_KERNELS(boyer_moore_optimized, BOYER_MOORE, true)
+
+// Fused: patterns concatenated (pattern_bytes in all), table = filter u8[FILTER_SIZE] +
+// meta int32[META_INTS]; end = n - shortest + 1; counts, offsets: [P][blocks].
+extern "C" __global__ void count_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
+                                       const u8* table, int* counts, int blocks, u8* flags, u32* slots, int K) {
+    count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K);
+}
+
+extern "C" __global__ void write_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
+                                       const u8* table, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
+                                       const i64* offsets, i64* const* outs, int P) {
+    write_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K, offsets, outs, P);
+}
+
+// ------------------------------------------------------------------ line numbers --
+// Newlines per segment of LINE_SEGMENT bytes (one warp per segment, a 16-byte load per
+// lane); the host turns them into an exclusive prefix sum; then the line of a position is
+// 1 + newlines before its segment + newlines in its segment before it.
+
+#define LINE_SEGMENT 512
+
+__device__ __forceinline__ u32 newlines16(const u8* text, i64 offset, i64 limit) {  // in [offset, min(offset + 16, limit))
+    if (offset >= limit) return 0u;
+    u32 mask = equal_mask16(*reinterpret_cast<const uint4*>(text + offset), 0x0a0a0a0au);
+    const i64 valid = limit - offset;
+    if (valid < 16) mask &= (1u << (u32)valid) - 1u;
+    return (u32)__popc(mask);
+}
+
+extern "C" __global__ void newline_counts(const u8* text, i64 n, int* segment_counts, i64 segments) {
+    const i64 segment = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (segment >= segments) return;  // whole warps
+    u32 c = newlines16(text, segment * LINE_SEGMENT + lane * 16, n);
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) c += __shfl_xor_sync(FULL_MASK, c, d);
+    if (lane == 0) segment_counts[segment] = (int)c;
+}
+
+extern "C" __global__ void line_numbers(const u8* text, const i64* positions, i64 count, const i64* segment_before, i64* lines) {
+    const i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= count) return;
+    const i64 p = positions[k];
+    const i64 segment = p / LINE_SEGMENT;
+    i64 line = 1 + segment_before[segment];
+    for (i64 offset = segment * LINE_SEGMENT; offset < p; offset += 16) line += newlines16(text, offset, p);
+    lines[k] = line;
+}

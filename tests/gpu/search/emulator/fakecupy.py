@@ -1,0 +1,150 @@
+"""A stand-in for the few parts of CuPy that gpu/search/cuda.py uses, over NumPy, whose
+RawKernels run gpu/search/search.cu in the C++ emulator (emu.cpp, built by the test).
+Device arrays are host arrays; streams and events do nothing (the emulator runs each
+launch to its end); kernel arguments must be arrays or NumPy scalars of the exact C type,
+as with CuPy (a mismatch in size is an error here)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import types
+
+import numpy as np
+
+
+class _Pointer:
+    def __init__(self, array):
+        self.ptr = array.ctypes.data
+
+
+class ndarray(np.ndarray):  # CuPy's name
+    @property
+    def data(self):
+        return _Pointer(self)
+
+    def get(self, stream=None):
+        return np.array(self.view(np.ndarray))
+
+
+class Stream:
+    def __init__(self, non_blocking=False, priority=0):
+        self.ptr = id(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+
+class Event:
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class Device:
+    def __init__(self, device=0):
+        self.id = device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class OutOfMemoryError(Exception):
+    pass
+
+
+class _Runtime:
+    memcpyHostToDevice = 1
+
+    @staticmethod
+    def memcpyAsync(dst, src, size, kind, stream):
+        ctypes.memmove(dst, src, size)
+
+    @staticmethod
+    def memGetInfo():
+        return (1 << 34, 1 << 34)
+
+
+class _MemoryPool:
+    def get_limit(self):
+        return 1 << 34
+
+
+class RawKernel:
+    def __init__(self, library, name: str):
+        self.library, self.name = library, name
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        count = len(args)
+        keep, pointers, sizes = [], (ctypes.c_void_p * count)(), (ctypes.c_int * count)()
+        for k, arg in enumerate(args):
+            if isinstance(arg, np.ndarray):
+                holder = ctypes.c_void_p(arg.ctypes.data)
+                pointers[k] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
+                sizes[k] = 8
+            elif isinstance(arg, np.generic):
+                holder = ctypes.create_string_buffer(arg.tobytes(), arg.itemsize)
+                pointers[k] = ctypes.cast(holder, ctypes.c_void_p)
+                sizes[k] = arg.itemsize
+            else:
+                raise TypeError(f"{self.name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types")
+            keep.append(holder)
+        status = self.library.emu_launch(self.name.encode(), grid[0], block[0], shared_mem, pointers, sizes, count)
+        if status != 0:
+            raise RuntimeError(f"emu_launch({self.name}) returned {status}")
+
+
+def install(library_path: str):
+    """Put the fake `cupy` (and an empty `cupyx`) in sys.modules and return gpu.search.cuda
+    with its kernels taken from the emulator library."""
+    library = ctypes.CDLL(library_path)
+    library.emu_launch.restype = ctypes.c_int
+    library.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = ndarray
+    for name in ("uint8", "int16", "int32", "int64", "uint32", "uint64"):
+        setattr(cupy, name, getattr(np, name))
+    cupy.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(ndarray)
+    cupy.zeros = lambda shape, dtype=np.float64: np.zeros(shape, dtype).view(ndarray)
+    cupy.asarray = lambda a, dtype=None: np.array(a, dtype=dtype).view(ndarray)
+    cupy.ascontiguousarray = lambda a: np.ascontiguousarray(a).view(ndarray)
+    cupy.cumsum = lambda a, axis=None, dtype=None: np.cumsum(a, axis=axis, dtype=dtype).view(ndarray)
+    cupy.get_default_memory_pool = _MemoryPool
+    cupy.cuda = types.SimpleNamespace(Stream=Stream, Event=Event, Device=Device, runtime=_Runtime, get_elapsed_time=lambda start, stop: 1.0,
+                                      memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+    sys.modules["cupy"] = cupy
+    sys.modules["cupyx"] = types.ModuleType("cupyx")
+    from gpu.search import cuda
+
+    cuda._k = lambda name: RawKernel(library, name)
+    cuda._resident_blocks = lambda: 3  # few: the write kernels' loop over logical blocks runs
+    return cuda
+
+
+class Lease:
+    """A gpu.pool.Lease without CUDA: device 0, fake streams, plain host staging buffers."""
+
+    device, slot = 0, 0
+
+    def __init__(self):
+        self.stream, self.side_stream = Stream(), Stream()
+
+    def staging(self, name: str, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, np.uint8)

@@ -1,0 +1,234 @@
+"""gpu/search/cuda.py (the kernels of search.cu) against gpu/search/reference.py.
+
+CUDA only (marker `gpu`; skipped without a device). Every case of the issue (fresh random
+texts each run), every algorithm x variant x stream count, several granularities (chunk
+and block boundaries everywhere), the fused pass, line numbers; offsets past 2^31 and
+2^32; uploads from host and file byte for byte; the resident LRU. Every device array a
+search writes is filled with 0xFF first (POISON_OUTPUTS), so an entry a kernel forgot
+shows up as -1.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from search_cases import cases, english
+
+from gpu.backend import cuda_devices
+from gpu.search import reference as ref
+from gpu.search.params import SearchParams
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+
+ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
+VARIANTS = ("naive", "optimized")
+STREAMS = (1, 3, 8)
+CASE_NAMES = ("english", "random_bytes", "dna", "runs", "boundaries", "long_pattern", "longer_than_text", "equal_to_text", "utf8", "nul_bytes")
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from gpu.search import cuda
+
+    cuda.POISON_OUTPUTS = True
+    yield cuda
+    cuda.POISON_OUTPUTS = False
+
+
+@pytest.fixture(scope="module")
+def pool(cuda):
+    from gpu.pool import DevicePool
+
+    return DevicePool([0], streams_per_device=4)  # one device: concurrent leases share its resident texts
+
+
+@pytest.fixture
+def lease(pool):
+    with pool.lease() as held:
+        yield held
+        held.stream.synchronize()
+
+
+class Expected:
+    """The reference's positions and lines of each pattern in one text, computed once."""
+
+    def __init__(self, text: bytes):
+        self.text, self._positions, self._lines = text, {}, {}
+
+    def positions(self, pattern: bytes) -> np.ndarray:
+        if pattern not in self._positions:
+            self._positions[pattern] = ref.find_all(self.text, pattern)
+        return self._positions[pattern]
+
+    def lines(self, pattern: bytes) -> np.ndarray:
+        if pattern not in self._lines:
+            self._lines[pattern] = ref.line_numbers(self.text, self.positions(pattern))
+        return self._lines[pattern]
+
+
+def check(output, expected: Expected | bytes, params: SearchParams, context: str) -> None:
+    expected = expected if isinstance(expected, Expected) else Expected(expected)
+    assert len(output.patterns) == len(params.patterns), context
+    for i, (pattern, result) in enumerate(zip(params.patterns, output.patterns, strict=True)):
+        where = f"{context}, pattern {i} {pattern[:24]!r} (m={len(pattern)})"
+        assert result.positions.dtype == np.int64, where
+        np.testing.assert_array_equal(result.positions, expected.positions(pattern), err_msg=where)
+        if params.line_numbers:
+            np.testing.assert_array_equal(result.lines, expected.lines(pattern), err_msg=where)
+        else:
+            assert result.lines is None, where
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, lease, rng, name, algorithm, variant):
+    text, patterns, built_for = cases(rng, size=100_000)[name]
+    device_text, _ = cuda.text_from_host(text, lease)
+    expected = Expected(text)
+    granularities = [None, 1, 16, 1000] + ([built_for] if built_for else []) + [int(rng.integers(2, 2048))]
+    for streams in STREAMS:
+        for g in granularities:
+            params = SearchParams(tuple(patterns), algorithm=algorithm, variant=variant, granularity=g, streams=streams, line_numbers=(g is None))
+            output = cuda.search_device(device_text, params, lease)
+            check(output, expected, params, f"{name}: {algorithm}/{variant} streams={streams} g={g}")
+            assert output.times_ms["kernels"] > 0 and output.launch["streams"] == streams
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
+    text, patterns, built_for = cases(rng, size=100_000)[name]
+    device_text, _ = cuda.text_from_host(text, lease)
+    expected = Expected(text)
+    subsets = [patterns, patterns[:1], patterns[::-1][:3], [patterns[-1]] * 2]
+    for g in [None, 1, 16, 333, 2048] + ([built_for] if built_for else []):
+        for subset in subsets:
+            params = SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True)
+            check(cuda.search_device(device_text, params, lease), expected, params, f"{name}: fused g={g} {len(subset)} patterns")
+
+
+def test_auto_runs_what_it_chose(cuda, lease, rng):
+    text = english(50_000, rng)
+    params = SearchParams((b"aaaa", b"ACGTACGTAA", b"the", b"quick brown"), streams=2)
+    output = cuda.search_device(cuda.text_from_host(text, lease)[0], params, lease)
+    assert [r.algorithm for r in output.patterns] == ["kmp", "rabin_karp", "kmp", "boyer_moore"]
+    check(output, text, params, "auto")
+
+
+def test_offsets_past_2_to_the_31_and_32(cuda, lease):
+    """A 4.3 GB text (zeros, a few newlines) with a needle before, across and after the
+    int32 and uint32 limits and at the very end: positions and lines exact."""
+    import cupy
+
+    n = (1 << 32) + (1 << 20) + 13
+    needle = b"needle\x01\x02"
+    m = len(needle)
+    starts = [5, (1 << 31) - 3, (1 << 31) + 17, (1 << 32) - 4, (1 << 32) + 1000, n - m]
+    newlines = [1, 1000, (1 << 31) + 1, (1 << 32) - 100, (1 << 32) + 999]
+    with cupy.cuda.Device(lease.device), lease.stream:
+        data = cupy.zeros(cuda._round16(n) + cuda.TEXT_PAD, cupy.uint8)
+        for s in starts:
+            data[s:s + m] = cupy.asarray(np.frombuffer(needle, np.uint8))
+        for p in newlines:
+            data[p] = 10
+        lease.stream.synchronize()
+    text = cuda.DeviceText(data, n, lease.device)
+    expected = np.asarray(starts, np.int64)
+    expected_lines = np.asarray([1 + sum(p < s for p in newlines) for s in starts], np.int64)
+    runs = [SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True) for a in ALGORITHMS for v in VARIANTS]
+    runs.append(SearchParams((needle, b"\x01\x02"), fused=True, line_numbers=True))
+    for params in runs:
+        output = cuda.search_device(text, params, lease)
+        context = f"{params.algorithm}/{params.variant} fused={params.fused}"
+        np.testing.assert_array_equal(output.patterns[0].positions, expected, err_msg=context)
+        np.testing.assert_array_equal(output.patterns[0].lines, expected_lines, err_msg=context)
+        np.testing.assert_array_equal(output.patterns[1].positions, expected + m - 2, err_msg=context)
+    del text, data
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda, "UPLOAD_PIECE", 1 << 20)  # many pieces, reader threads and buffers reused
+    data = rng.integers(0, 256, 7 * (1 << 20) + 12_345, dtype=np.uint8).tobytes()
+    path = tmp_path / "corpus.bin"
+    path.write_bytes(data)
+    for device_text, ms in (cuda.text_from_file(path, len(data), lease), cuda.text_from_host(data, lease)):
+        host = device_text.data.get()
+        assert device_text.n == len(data) and ms > 0
+        assert host[:len(data)].tobytes() == data
+        assert not host[len(data):].any() and host.size >= len(data) + cuda.TEXT_PAD
+
+
+def test_newline_index_and_line_numbers(cuda, lease, rng):
+    text = bytes(rng.choice(np.frombuffer(b"ab\n", np.uint8), 300_001, p=[0.45, 0.45, 0.1]))
+    device_text, _ = cuda.text_from_host(text, lease)
+    params = SearchParams((b"a", b"\n", b"ab\nb"), line_numbers=True)
+    check(cuda.search_device(device_text, params, lease), text, params, "lines")
+    segment_before = device_text.segment_before.get()
+    counts = np.add.reduceat(np.frombuffer(text, np.uint8) == 10, np.arange(0, len(text), cuda.LINE_SEGMENT))
+    np.testing.assert_array_equal(segment_before, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
+def test_streams_are_distinct_and_per_lease(cuda, pool):
+    with pool.lease() as a, pool.lease() as b:
+        sa, sb = cuda.lease_streams(a, 8), cuda.lease_streams(b, 8)
+        assert len({s.ptr for s in sa}) == 8 and not {s.ptr for s in sa} & {s.ptr for s in sb}
+        assert [s.ptr for s in cuda.lease_streams(a, 3)] == [s.ptr for s in sa[:3]]
+        assert (sa[0].ptr, sa[1].ptr) == (a.stream.ptr, a.side_stream.ptr)
+
+
+def test_resident_corpora_skip_the_upload_and_are_evicted_lru(cuda, pool, rng, tmp_path):
+    from gpu.search.residency import RESIDENT
+
+    RESIDENT.clear()
+    texts = {}
+    for name in ("a", "b", "c"):
+        texts[name] = english(2_000_000, rng)
+        (tmp_path / name).write_bytes(texts[name])
+    params = SearchParams((b"the", b"Python"))
+    with pool.lease() as lease:
+        first = cuda.search_file(lease, tmp_path / "a", len(texts["a"]), params, key=("a", "1"))
+        second = cuda.search_file(lease, tmp_path / "a", len(texts["a"]), params, key=("a", "1"))
+        assert (first.resident, second.resident) == (False, True)
+        assert first.times_ms["upload"] > 0 and second.times_ms["upload"] == 0
+        check(second, texts["a"], params, "resident")
+        # A budget for about two texts: the third evicts the least recently used.
+        capacity = cuda.device_capacity(lease.device)
+        RESIDENT.configure(2.5 * RESIDENT.used(lease.device) / capacity)
+        try:
+            cuda.search_file(lease, tmp_path / "b", len(texts["b"]), params, key=("b", "1"))
+            cuda.search_file(lease, tmp_path / "a", len(texts["a"]), params, key=("a", "1"))  # a is now the most recent
+            third = cuda.search_file(lease, tmp_path / "c", len(texts["c"]), params, key=("c", "1"))
+            check(third, texts["c"], params, "c")
+            assert RESIDENT.keys(lease.device) == [("a", "1"), ("c", "1")]
+        finally:
+            RESIDENT.configure(0.5)
+        unkeyed = cuda.search_file(lease, tmp_path / "b", len(texts["b"]), params)
+        assert unkeyed.resident is False and ("b", "1") not in RESIDENT.keys(lease.device)
+    RESIDENT.clear()
+
+
+def test_two_jobs_wanting_the_same_corpus_upload_it_once(cuda, pool, rng, tmp_path):
+    from gpu.search.residency import RESIDENT
+
+    RESIDENT.clear()
+    text = english(20_000_000, rng)
+    (tmp_path / "t").write_bytes(text)
+    params = SearchParams((b"the",))
+    outputs = []
+
+    def job():
+        with pool.lease() as lease:
+            outputs.append(cuda.search_file(lease, tmp_path / "t", len(text), params, key=("t", "1")))
+
+    threads = [threading.Thread(target=job) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(o.resident for o in outputs) == [False, True]
+    for output in outputs:
+        check(output, text, params, "concurrent")
+    RESIDENT.clear()
