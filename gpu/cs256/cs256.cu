@@ -54,6 +54,7 @@ struct F32 {
 
 struct F16 {
     typedef u16 S;
+#if defined(__CUDA_ARCH__)
     static __device__ __forceinline__ float to_float(u16 h) {
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -64,6 +65,19 @@ struct F16 {
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
         return h;
     }
+#else  // the CPU emulation (tests/gpu/emulator): the compiler's IEEE half, same rounding
+    static float to_float(u16 h) {
+        _Float16 v;
+        __builtin_memcpy(&v, &h, 2);
+        return (float)v;
+    }
+    static u16 from_float(float f) {
+        const _Float16 v = (_Float16)f;
+        u16 h;
+        __builtin_memcpy(&h, &v, 2);
+        return h;
+    }
+#endif
     static __device__ __forceinline__ float from_words(const u32* w, int k) { return to_float((u16)(w[k >> 1] >> ((k & 1) << 4))); }
 };
 
@@ -129,7 +143,9 @@ __device__ __forceinline__ void stream_words(const void* p, u32 (&w)[N]) {
 // Asks L1 for the 32-byte sectors of bytes [p, p + bytes) (bytes >= 1), spread over `lanes`
 // threads: a hint, nothing is read into registers and nothing outside the range is touched.
 __device__ __forceinline__ void prefetch_l1(const u8* p, int bytes, int lane, int lanes) {
+#if defined(__CUDA_ARCH__)
     for (int o = lane * 32; o < bytes + 31; o += lanes * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(p + min(o, bytes - 1)));
+#endif
 }
 
 // One 16-byte unit from global to shared memory, asynchronously where the device can
@@ -287,8 +303,12 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     constexpr int R = (K >= 16 && sizeof(S) == 4) ? 1 : (K >= 8 || sizeof(S) == 4) ? 2 : 4;  // the ring: chunks in flight per lane
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
+#ifndef CUDA_EMULATION
     extern __shared__ uint4 shared_units[];
     S* xs = reinterpret_cast<S*>(shared_units);
+#else
+    S* xs = reinterpret_cast<S*>(shared_base());
+#endif
 
     const int G = 1 << lanes_log2;
     const int lane = threadIdx.x & (G - 1);

@@ -50,7 +50,7 @@ typedef long long i64;
 
 enum { RABIN_KARP = 0, KMP = 1, BOYER_MOORE = 2, FUSED = 3 };
 
-#ifndef SEARCH_EMULATION
+#ifndef CUDA_EMULATION
 __device__ __forceinline__ u8* shared_base() {
     extern __shared__ uint4 search_shared[];
     return reinterpret_cast<u8*>(search_shared);

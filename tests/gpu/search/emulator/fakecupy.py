@@ -2,7 +2,7 @@
 RawKernels run gpu/search/search.cu in the C++ emulator (emu.cpp, built by the test).
 Device arrays are host arrays; streams and events do nothing (the emulator runs each
 launch to its end); kernel arguments must be arrays or NumPy scalars of the exact C type,
-as with CuPy (a mismatch in size is an error here)."""
+as with CuPy (a mismatch in size is an error here: tests/gpu/emulator/library.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 import types
 
 import numpy as np
+
+from tests.gpu.emulator import library as emulator
 
 
 class _Pointer:
@@ -92,31 +94,13 @@ class RawKernel:
         self.library, self.name = library, name
 
     def __call__(self, grid, block, args, shared_mem=0):
-        count = len(args)
-        keep, pointers, sizes = [], (ctypes.c_void_p * count)(), (ctypes.c_int * count)()
-        for k, arg in enumerate(args):
-            if isinstance(arg, np.ndarray):
-                holder = ctypes.c_void_p(arg.ctypes.data)
-                pointers[k] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
-                sizes[k] = 8
-            elif isinstance(arg, np.generic):
-                holder = ctypes.create_string_buffer(arg.tobytes(), arg.itemsize)
-                pointers[k] = ctypes.cast(holder, ctypes.c_void_p)
-                sizes[k] = arg.itemsize
-            else:
-                raise TypeError(f"{self.name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types")
-            keep.append(holder)
-        status = self.library.emu_launch(self.name.encode(), grid[0], block[0], shared_mem, pointers, sizes, count)
-        if status != 0:
-            raise RuntimeError(f"emu_launch({self.name}) returned {status}")
+        emulator.launch(self.library, self.name, grid[0], block[0], shared_mem, args)
 
 
 def install(library_path: str):
     """Put the fake `cupy` (and an empty `cupyx`) in sys.modules and return gpu.search.cuda
     with its kernels taken from the emulator library."""
-    library = ctypes.CDLL(library_path)
-    library.emu_launch.restype = ctypes.c_int
-    library.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    library = emulator.load(library_path)
     cupy = types.ModuleType("cupy")
     cupy.ndarray = ndarray
     for name in ("uint8", "int16", "int32", "int64", "uint32", "uint64"):

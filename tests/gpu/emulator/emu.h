@@ -1,31 +1,60 @@
-// A CPU emulation of the CUDA execution model, enough to run gpu/search/search.cu on a
-// machine without a GPU (tests/gpu/search/test_emulated.py). Each CUDA thread of a block
+// A CPU emulation of the CUDA execution model, enough to run gpu/search/search.cu and
+// gpu/cs256/cs256.cu on a machine without a GPU (tests/gpu/search/test_emulated.py,
+// tests/gpu/cs256/test_emulated.py). Each CUDA thread of a block
 // is a std::thread; __syncthreads is a barrier of the block's threads and the warp
 // intrinsics a barrier of the warp's 32 (so a divergent __syncthreads or shuffle
 // deadlocks, as it may on the device: the test runs under a timeout). Blocks run one
 // after another on the same threads, shared memory refilled with garbage between them.
 // Not a simulator of timing, memory ordering or bank conflicts: it checks the logic.
+// A kernel source sees CUDA_EMULATION defined (and __CUDA_ARCH__ not): dynamic shared
+// memory is shared_base(), static __shared__ arrays are function statics (one block runs
+// at a time), inline PTX must sit behind #if defined(__CUDA_ARCH__).
 #pragma once
 #include <atomic>
 #include <barrier>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#define SEARCH_EMULATION 1
+#define CUDA_EMULATION 1
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline long long clock64() {  // a tick per call: spin loops end
+    static thread_local long long ticks = 0;
+    return ticks++;
+}
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
@@ -142,3 +171,25 @@ int emu_arity(void (*)(A...), int* sizes) {
     for (size_t k = 0; k < sizeof...(A); ++k) sizes[k] = s[k];
     return (int)sizeof...(A);
 }
+
+// The C entry point of a kernel library for ctypes (tests/gpu/emulator/launch.py):
+// emu_launch(name, grid, block, shared bytes, argument pointers, argument sizes). After
+// `#define KERNELS(X) X(kernel_a) X(kernel_b) ...`, write EMU_ENTRY_POINT(KERNELS).
+// Returns 0, or -1 for an unknown kernel, -2 for a wrong argument count, -100 - k when
+// argument k has the wrong size (a Python int where a 64-bit value is expected, ...).
+#define EMU_TRY_KERNEL(K)                                          \
+    if (emu_name == #K) {                                          \
+        int s[64];                                                 \
+        const int a = emu_arity(K, s);                             \
+        if (a != nargs) return -2;                                 \
+        for (int k = 0; k < a; ++k)                                \
+            if (s[k] != sizes[k]) return -100 - k;                 \
+        emu_run(K, args, grid, block, smem);                       \
+        return 0;                                                  \
+    }
+#define EMU_ENTRY_POINT(LIST)                                                                                                         \
+    extern "C" int emu_launch(const char* name, unsigned grid, unsigned block, unsigned smem, void** args, const int* sizes, int nargs) { \
+        const std::string emu_name(name);                                                                                             \
+        LIST(EMU_TRY_KERNEL)                                                                                                          \
+        return -1;                                                                                                                    \
+    }

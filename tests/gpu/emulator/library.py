@@ -1,0 +1,79 @@
+"""Builds and calls the CPU emulation of CUDA kernels (emu.h beside this file): a kernel
+source compiled by the host's g++ into a shared library with one C entry point,
+emu_launch, called through ctypes. Used by tests/gpu/search and tests/gpu/cs256.
+
+    path = build(driver_cpp, {"SEARCH_SOURCE": search_cu}, cache_dir)   # or pytest.skip
+    launch(ctypes.CDLL(path), "kernel_name", grid, block, shared_bytes, args)
+
+Kernel arguments are NumPy arrays (passed as pointers) or NumPy scalars of the kernel's
+exact C type, as with CuPy; a size mismatch is an error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+HEADER = HERE / "emu.h"
+PROBE = "#include <barrier>\n#include <atomic>\nint main() { std::barrier<> b(1); unsigned x = 0; std::atomic_ref<unsigned>(x).fetch_add(1); b.arrive_and_wait(); }\n"
+
+
+class NoCompiler(Exception):
+    """No g++ with C++20's std::barrier and std::atomic_ref (GCC 11 or newer)."""
+
+
+def build(driver: Path, sources: dict[str, Path], cache_dir: Path, work_dir: Path) -> Path:
+    """The emulator library of `driver` (a .cpp including emu.h and the kernel source named
+    by the macro in `sources`), built once per content of the three (kept in cache_dir).
+    Raises NoCompiler; AssertionError with g++'s message when the source does not build."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise NoCompiler("no g++ to build the CUDA emulator")
+    (work_dir / "probe.cpp").write_text(PROBE)
+    if subprocess.run([compiler, "-std=c++20", "-pthread", str(work_dir / "probe.cpp"), "-o", str(work_dir / "probe")], check=False, capture_output=True, timeout=120).returncode:
+        raise NoCompiler(f"{compiler} has no C++20 std::barrier / std::atomic_ref (GCC 11 or newer needed)")
+    parts = [HEADER, driver, *sources.values()]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in parts)).hexdigest()[:16]
+    built = Path(cache_dir) / f"lib{driver.stem}-{digest}.so"
+    if not built.exists():
+        partial = work_dir / built.name
+        defines = [f'-D{name}="{path}"' for name, path in sources.items()]
+        done = subprocess.run([compiler, "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", f"-I{HERE}", *defines, str(driver), "-o", str(partial)],
+                              check=False, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{driver.name} does not build in the emulator:\n{done.stderr[-6000:]}"
+        shutil.move(partial, built)
+    return built
+
+
+def load(path: Path | str) -> ctypes.CDLL:
+    library = ctypes.CDLL(str(path))
+    library.emu_launch.restype = ctypes.c_int
+    library.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    return library
+
+
+def launch(library: ctypes.CDLL, name: str, grid: int, block: int, shared_bytes: int, args) -> None:
+    """Runs kernel `name` on a 1-D grid of 1-D blocks to its end."""
+    count = len(args)
+    keep, pointers, sizes = [], (ctypes.c_void_p * count)(), (ctypes.c_int * count)()
+    for k, arg in enumerate(args):
+        if isinstance(arg, np.ndarray):
+            holder = ctypes.c_void_p(arg.ctypes.data)
+            pointers[k] = ctypes.cast(ctypes.pointer(holder), ctypes.c_void_p)
+            sizes[k] = 8
+        elif isinstance(arg, np.generic):
+            holder = ctypes.create_string_buffer(arg.tobytes(), arg.itemsize)
+            pointers[k] = ctypes.cast(holder, ctypes.c_void_p)
+            sizes[k] = arg.itemsize
+        else:
+            raise TypeError(f"{name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types")
+        keep.append(holder)
+    status = library.emu_launch(name.encode(), grid, block, shared_bytes, pointers, sizes, count)
+    if status != 0:
+        raise RuntimeError(f"emu_launch({name}) returned {status}")
