@@ -1,6 +1,6 @@
-// The batch-job page: the admin token (sessionStorage), an SVD submission form, a JSON
-// form for every job kind (examples from /openapi.json), and the job list, refreshed every
-// 2 s. Every request carries "Authorization: Bearer <token>"; result files are fetched
+// The batch-job page: the admin token (sessionStorage), an SVD submission form, the
+// stored texts of the search job (upload, search, delete), a JSON form for every job kind
+// (examples from /openapi.json), and the job list, refreshed every 2 s. Every request carries "Authorization: Bearer <token>"; result files are fetched
 // with it and saved through an object URL; PNG results are shown as thumbnails.
 "use strict";
 
@@ -12,7 +12,13 @@ function headers(extra = {}) {
   return { Authorization: `Bearer ${tokenInput.value.trim()}`, ...extra };
 }
 
-function showError(message) {
+// The page's one error line. `from` names who set it ("refresh" for the periodic reload,
+// "action" for a click): each clears only its own, so the 2 s refresh never wipes an
+// error the operator has not read yet.
+let errorFrom = null;
+function showError(message, from = "action") {
+  if (!message && errorFrom !== from) return;
+  errorFrom = message ? from : null;
   $("error").textContent = message;
   $("error").hidden = !message;
 }
@@ -49,6 +55,10 @@ function summarize(kind, result) {
   if (kind === "svd") {
     const accuracy = result.accuracy;
     return `${result.m}x${result.n} ${result.method}, ${Math.round(result.times_ms.svd)} ms` + (accuracy ? `, residual ratio ${accuracy.resid.toFixed(2)}` : "");
+  }
+  if (kind === "search") {
+    const found = result.patterns.map((p) => `${p.pattern === null ? `(${p.length} bytes)` : JSON.stringify(p.pattern.length > 24 ? `${p.pattern.slice(0, 24)}…` : p.pattern)} ×${p.count}`);
+    return `${found.join(", ")} in ${formatBytes(result.text_bytes)}, ${result.backend}, ${Math.round(result.times_ms.total)} ms`;
   }
   const scalars = Object.entries(result).filter(([, value]) => ["number", "string", "boolean"].includes(typeof value));
   return scalars.slice(0, 5).map(([key, value]) => `${key} ${typeof value === "number" ? Number(value.toPrecision(4)) : value}`).join(", ");
@@ -128,9 +138,10 @@ async function refresh() {
     $("jobs").tBodies[0].replaceChildren(...rows);
     $("empty").hidden = jobs.length > 0;
     $("status").textContent = `${jobs.length} job${jobs.length === 1 ? "" : "s"}, newest first.`;
-    showError("");
+    await refreshCorpora();
+    showError("", "refresh");
   } catch (error) {
-    showError(error.message);
+    showError(error.message, "refresh");
   }
 }
 
@@ -168,6 +179,68 @@ $("svd-form").addEventListener("submit", async (event) => {
     refresh();
   } catch (error) {
     showError(error.message);
+  }
+});
+
+// Stored texts (corpora): upload one as the raw body, list them, start a search of one in
+// the JSON form, delete one (the server refuses while a search uses it).
+function formatBytes(n) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i += 1; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+function searchCorpus(corpus) {
+  $("json-kind").value = "search";
+  const body = { ...(examples.get("search") || {}), corpus_id: corpus.id };
+  delete body.text;
+  delete body.text_base64;
+  $("json-body").value = JSON.stringify(body, null, 2);
+  $("json-body").focus();
+}
+
+async function refreshCorpora() {
+  const { corpora } = await (await api("/corpora")).json();
+  $("corpora").replaceChildren(...corpora.map((corpus) => {
+    const item = document.createElement("li");
+    const label = document.createElement("span");
+    label.textContent = `${corpus.name || corpus.id.slice(0, 8)} · ${formatBytes(corpus.bytes)}`;
+    label.title = `${corpus.id}, sha256 ${corpus.sha256}`;
+    const search = document.createElement("button");
+    search.type = "button";
+    search.className = "link";
+    search.textContent = "Search";
+    search.addEventListener("click", () => searchCorpus(corpus));
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "link";
+    remove.textContent = "Delete";
+    remove.setAttribute("aria-label", `Delete ${corpus.name || corpus.id}`);
+    remove.addEventListener("click", async () => {
+      try { await api(`/corpora/${corpus.id}`, { method: "DELETE" }); showError(""); await refreshCorpora(); } catch (error) { showError(error.message); }
+    });
+    item.append(label, " ", search, " ", remove);
+    return item;
+  }));
+}
+
+$("corpus-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const file = $("corpus-file").files[0];
+  try {
+    if (!file) throw new Error("Choose a text file first.");
+    const name = $("corpus-name").value.trim() || file.name;
+    $("corpus-submit").disabled = true;
+    const response = await api(`/corpora?name=${encodeURIComponent(name)}`, { method: "POST", body: file, headers: { "Content-Type": "application/octet-stream" } });
+    const corpus = await response.json();
+    showError("");
+    await refreshCorpora();
+    searchCorpus(corpus);
+  } catch (error) {
+    showError(error.message);
+  } finally {
+    $("corpus-submit").disabled = false;
   }
 });
 

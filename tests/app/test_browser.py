@@ -332,3 +332,46 @@ def test_jobs_page_submits_any_kind_as_json_and_shows_its_images(jobs_server, we
     assert "not JSON" in page.inner_text("#error")
     _shot(page, "jobs-page-json.png")
     assert page_errors == []
+
+
+def test_jobs_page_stores_a_text_and_searches_it(jobs_server, web_page, page_errors, tmp_path):
+    """Upload a text from the page, Search fills the JSON form with its corpus id, the search
+    runs (CPU backend) and finds every overlapping occurrence; the text is then deleted."""
+    import json
+
+    text = tmp_path / "zen.txt"
+    text.write_text("Beautiful is better than ugly.\nExplicit is better than implicit.\naaaa\n", encoding="utf-8")
+    page = web_page
+    page.goto(f"{jobs_server}/jobs-admin")
+    page.fill("#token", JOBS_TOKEN)
+    page.dispatch_event("#token", "change")
+    page.wait_for_function("document.querySelectorAll('#json-kind option').length >= 2")
+    page.click("#corpus-submit")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "Choose a text file" in page.inner_text("#error")
+
+    page.set_input_files("#corpus-file", str(text))
+    page.fill("#corpus-name", "zen")
+    page.click("#corpus-submit")
+    page.wait_for_selector("#corpora li:has-text('zen')")
+    assert page.input_value("#json-kind") == "search"
+    body = json.loads(page.input_value("#json-body"))
+    assert len(body["corpus_id"]) == 32 and "text" not in body
+    body["patterns"] = ["better", "aa"]
+    page.fill("#json-body", json.dumps(body))
+    page.click("#json-submit")
+    newest = "#jobs tbody tr:first-child"
+    page.wait_for_function(
+        f"(() => {{ const row = document.querySelector('{newest}'); return row && row.cells[0].textContent.startsWith('search') && row.cells[1].textContent === 'succeeded'; }})()",
+        timeout=RENDER_TIMEOUT_MS)
+    assert "positions_1.npy" in page.inner_text(newest)
+    assert '"better" ×2, "aa" ×3 in 70 B' in page.inner_text(newest)
+    token = {"Authorization": f"Bearer {JOBS_TOKEN}"}
+    jobs = page.request.get(f"{jobs_server}/jobs?kind=search", headers=token).json()["jobs"]
+    result = page.request.get(f"{jobs_server}{jobs[0]['result_url']}", headers=token).json()["result"]
+    assert [p["count"] for p in result["patterns"]] == [2, 3]  # "aa" overlaps three times in "aaaa"
+
+    _shot(page, "jobs-page-search.png")
+    page.click("#corpora li:has-text('zen') button:text-is('Delete')")
+    page.wait_for_function("!document.querySelector('#corpora').textContent.includes('zen')")
+    assert page_errors == []
