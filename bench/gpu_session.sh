@@ -6,7 +6,8 @@
 #   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
 #        [search-tests] [search-sanitize] [search-bench]    (default: the first four)
-# A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench.
+# A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
+# builds .whl/ and .rg/ on the developer machine.
 # SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
