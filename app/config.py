@@ -47,9 +47,17 @@ class Settings(BaseSettings):
 
     def upload_limit(self, path: str) -> int:
         """Largest upload, in bytes, for a request to `path`: jobs take big matrices, corpora big texts."""
+        return getattr(self, self._upload_limit_field(path))
+
+    def upload_limit_variable(self, path: str) -> str:
+        """The environment variable that sets upload_limit(path), for error messages."""
+        return f"PENCIL_{self._upload_limit_field(path).upper()}"
+
+    @staticmethod
+    def _upload_limit_field(path: str) -> str:
         if path == "/corpora" or path.startswith("/corpora/"):
-            return self.max_corpus_bytes
-        return self.max_job_upload_bytes if path == "/jobs" or path.startswith("/jobs/") else self.max_upload_bytes
+            return "max_corpus_bytes"
+        return "max_job_upload_bytes" if path == "/jobs" or path.startswith("/jobs/") else "max_upload_bytes"
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,7 @@ FLUSH_BYTES on a worker thread (hashing and counting newlines on the way): the s
 never holds more than one block of it. It goes to a hidden partial file, is flushed to
 disk, then renamed; the metadata file is written (atomically) last, so a corpus that is
 listed is complete, and a restart keeps every listed corpus (and removes partial ones).
+The directory is synced after each rename, so a 201 survives a power cut.
 At most PENCIL_MAX_CORPUS_BYTES (413 past it, also without a Content-Length).
 """
 
@@ -153,6 +154,7 @@ class CorpusStore:
             handle.close()
             text = self.text_path(corpus_id)
             partial.rename(text)
+            await asyncio.to_thread(_fsync_directory, self.root)
             corpus = Corpus(corpus_id, name, size, digest.hexdigest(), newlines, time.time())
             await asyncio.to_thread(_write_atomically, self.root / f"{corpus_id}.json", json.dumps(asdict(corpus)).encode())
             return corpus
@@ -161,20 +163,34 @@ class CorpusStore:
             partial.unlink(missing_ok=True)
             raise
 
-    def delete(self, corpus_id: str) -> bool:
-        """Delete a corpus (metadata first: it is no longer listed even if the text's
-        removal is interrupted) and drop it from device memory."""
+    def unlist(self, corpus_id: str) -> bool:
+        """The first half of a delete, quick enough for the event loop: remove the metadata,
+        so that the corpus is no longer listed nor accepted by a new search, even if the
+        rest (remove_text) is interrupted (the restart's cleanup then removes the text)."""
         meta = self.root / f"{corpus_id}.json"
         if not CORPUS_ID.match(corpus_id) or not meta.exists():
             return False
         meta.unlink(missing_ok=True)
+        return True
+
+    def remove_text(self, corpus_id: str) -> None:
+        """The second half of a delete: the text, on disk and in device memory."""
         self.text_path(corpus_id).unlink(missing_ok=True)
         RESIDENT.evict_matching(lambda key: key[0] == corpus_id)
-        return True
 
 
 def _flush(handle) -> None:
     os.fsync(handle.fileno())
+
+
+def _fsync_directory(path: Path) -> None:
+    """Make the renames inside `path` durable (a crash could otherwise keep one rename of
+    a corpus and lose the other, and the restart's cleanup would drop the corpus)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -184,6 +200,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     partial.rename(path)
+    _fsync_directory(path.parent)
 
 
 def corpus_text(data_dir: Path, corpus_id: str) -> Path:
@@ -299,7 +316,10 @@ def install(app: FastAPI) -> None:
         if using:
             raise ApiError(409, "corpus_in_use", f"search job(s) {', '.join(using[:5])}{' and more' if len(using) > 5 else ''} use corpus {corpus_id}; cancel them or wait, then delete")
         body = corpus.body()
-        await asyncio.to_thread(_store(request).delete, corpus_id)
+        # No await between the check above and the unlisting: a search submitted meanwhile
+        # either came first (409 above) or finds no corpus (404), never one being deleted.
+        _store(request).unlist(corpus_id)
+        await asyncio.to_thread(_store(request).remove_text, corpus_id)
         return {**body, "deleted": True, "resident_on": []}
 
     app.include_router(router)

@@ -35,10 +35,11 @@ class ApiError(Exception):
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
 
 
-def too_large_detail(body_bytes: int | None, max_upload_bytes: int) -> str:
-    """The one wording of a 413 for an oversize body, with or without its length."""
+def too_large_detail(body_bytes: int | None, max_upload_bytes: int, variable: str = "PENCIL_MAX_UPLOAD_BYTES") -> str:
+    """The one wording of a 413 for an oversize body, with or without its length;
+    `variable` names the setting of the limit."""
     size = f"the request body is {body_bytes:,} bytes" if body_bytes is not None else "the request body is too large"
-    return f"{size}; uploads are limited to {max_upload_bytes:,} bytes (PENCIL_MAX_UPLOAD_BYTES)"
+    return f"{size}; uploads are limited to {max_upload_bytes:,} bytes ({variable})"
 
 
 def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -64,7 +65,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     code = _CODES.get(exc.status_code, HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"))
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
     if exc.status_code == 413:  # from RequestBodyLimitMiddleware: a body without Content-Length
-        detail = too_large_detail(None, request.app.state.settings.upload_limit(request.url.path))
+        settings, path = request.app.state.settings, request.url.path
+        detail = too_large_detail(None, settings.upload_limit(path), settings.upload_limit_variable(path))
     return _rejected(request, exc.status_code, code, detail, getattr(exc, "headers", None))
 
 

@@ -57,7 +57,7 @@ class DeclaredLengthGuard:
             length = dict(scope["headers"]).get(b"content-length", b"")
             limit = self.settings.upload_limit(scope["path"])
             if length.isdigit() and int(length) > limit + MULTIPART_OVERHEAD:
-                response = error_response(413, "too_large", too_large_detail(int(length), limit))
+                response = error_response(413, "too_large", too_large_detail(int(length), limit, self.settings.upload_limit_variable(scope["path"])))
                 self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return

@@ -136,8 +136,9 @@ class Gpu:
         with cupy.cuda.Device(0), self.lease.stream:
             self.host = cupyx.empty_pinned(self.n, np.uint8)
             self.host[:] = np.frombuffer(text, np.uint8)
-            self.device_text = cuda.DeviceText(cuda._allocate_text(self.n), self.n, 0)
-            self.upload()
+            data = cuda._allocate_text(self.n)
+            cupy.cuda.runtime.memcpyAsync(data.data.ptr, self.host.ctypes.data, self.n, cupy.cuda.runtime.memcpyHostToDevice, self.lease.stream.ptr)
+            self.device_text = cuda.finish_text(data, self.n, self.lease)
 
     def events_ms(self, fn, repeats: int) -> float:
         cupy, stream = self.cupy, self.lease.stream

@@ -13,11 +13,13 @@ function headers(extra = {}) {
 }
 
 // The page's one error line. `from` names who set it ("refresh" for the periodic reload,
-// "action" for a click): each clears only its own, so the 2 s refresh never wipes an
-// error the operator has not read yet.
+// "action" for a click): each clears only its own, and the refresh never replaces an
+// action's error, so the 2 s reload never wipes what the operator has not read yet (their
+// next action clears it).
 let errorFrom = null;
 function showError(message, from = "action") {
   if (!message && errorFrom !== from) return;
+  if (from === "refresh" && errorFrom === "action") return;
   errorFrom = message ? from : null;
   $("error").textContent = message;
   $("error").hidden = !message;

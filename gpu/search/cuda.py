@@ -3,7 +3,7 @@ lease of the device pool, with the text resident in device memory between search
 
 One search, for P patterns spread over S streams (the lease's two and cached extra ones):
 
-    main      [upload] start [newline index] ready ----------------------- join -> stop, download
+    main      [upload + newline index] start ready ------------------------ join -> stop, download
     stream s     wait ready -> count kernel -> prefix sum (CuPy) -> totals to the host
                  -> write kernel (compacted positions) [-> line numbers] -> record for the join
 
@@ -11,9 +11,9 @@ or, fused, one count and one write kernel for all patterns. Between its two kern
 pass brings only its totals (8 bytes a pattern) to the host, to allocate the positions
 at their exact size; the positions (and lines) are the only large download.
 
-Timing: `upload` (file or host bytes -> device, wall time), `kernels` (CUDA events from
-start to stop: the newline index when first needed, every kernel, the prefix sums and
-the totals' round trip through the host), `download` (positions and lines to the host).
+Timing: `upload` (file or host bytes -> device and the text's newline index, wall time),
+`kernels` (CUDA events from start to stop: every kernel, the prefix sums and the totals'
+round trip through the host), `download` (positions and lines to the host).
 """
 
 from __future__ import annotations
@@ -95,31 +95,41 @@ def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: in
 # ------------------------------------------------------------------ device texts --
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class DeviceText:
-    """A text in device memory: `data` holds its n bytes then TEXT_PAD zero bytes (and
-    up to 15 more, to a multiple of 16); `segment_before` (made on first use) the
-    newlines before each LINE_SEGMENT-byte segment (int64, exclusive prefix sum)."""
+    """A text in device memory, complete and never changed once made (searches on several
+    streams share a resident one): `data` holds its n bytes then TEXT_PAD zero bytes (and
+    up to 15 more, to a multiple of 16); `segment_before` the newlines before each
+    LINE_SEGMENT-byte segment (int64, exclusive prefix sum: the line numbers' index)."""
 
     data: cupy.ndarray
     n: int
     device: int
-    segment_before: cupy.ndarray | None = None
+    segment_before: cupy.ndarray
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes) + (int(self.segment_before.nbytes) if self.segment_before is not None else 0)
+        return int(self.data.nbytes) + int(self.segment_before.nbytes)
 
-    def newline_index(self) -> cupy.ndarray:
-        """segment_before, computed on the current stream the first time."""
-        if self.segment_before is None:
-            segments = max(1, -(-self.n // LINE_SEGMENT))
-            counts = _empty(segments, cupy.int32)
-            warps_per_block = LINE_THREADS // 32
-            _k("newline_counts")((-(-segments // warps_per_block),), (LINE_THREADS,), (self.data, np.int64(self.n), counts, np.int64(segments)))
-            inclusive = cupy.cumsum(counts, dtype=cupy.int64)
-            self.segment_before = inclusive - counts
-        return self.segment_before
+
+def _newline_index(data: cupy.ndarray, n: int) -> cupy.ndarray:
+    """segment_before of the text in `data`, queued on the current stream."""
+    segments = max(1, -(-n // LINE_SEGMENT))
+    counts = _empty(segments, cupy.int32)
+    warps_per_block = LINE_THREADS // 32
+    _k("newline_counts")((-(-segments // warps_per_block),), (LINE_THREADS,), (data, np.int64(n), counts, np.int64(segments)))
+    inclusive = cupy.cumsum(counts, dtype=cupy.int64)
+    return inclusive - counts
+
+
+def finish_text(data: cupy.ndarray, n: int, lease) -> DeviceText:
+    """The DeviceText of an uploaded `data`: its newline index built on the lease's stream
+    (about 1/64 of a pass over the text), then the stream waited for, so that the text is
+    complete before any other stream or search can see it."""
+    with lease.stream:
+        segment_before = _newline_index(data, n)
+    lease.stream.synchronize()
+    return DeviceText(data, n, lease.device, segment_before)
 
 
 def _allocate_text(n: int) -> cupy.ndarray:
@@ -142,8 +152,8 @@ def text_from_host(host: np.ndarray | bytes, lease) -> tuple[DeviceText, float]:
             lease.stream.synchronize()  # the previous copy out of this buffer is done
             staging[:] = host[offset:offset + size]
             cupy.cuda.runtime.memcpyAsync(data.data.ptr + offset, staging.ctypes.data, size, cupy.cuda.runtime.memcpyHostToDevice, lease.stream.ptr)
-        lease.stream.synchronize()
-    return DeviceText(data, n, lease.device), (time.perf_counter() - start) * 1000
+        text = finish_text(data, n, lease)
+    return text, (time.perf_counter() - start) * 1000
 
 
 def text_from_file(path: Path, n: int, lease) -> tuple[DeviceText, float]:
@@ -188,8 +198,8 @@ def text_from_file(path: Path, n: int, lease) -> tuple[DeviceText, float]:
                     copy(*pending.popleft())
         finally:
             os.close(fd)
-        lease.stream.synchronize()
-    return DeviceText(data, n, lease.device), (time.perf_counter() - start) * 1000
+        text = finish_text(data, n, lease)
+    return text, (time.perf_counter() - start) * 1000
 
 
 # ---------------------------------------------------------------------- streams --
@@ -354,9 +364,6 @@ def search_device(text: DeviceText, params: SearchParams, lease) -> SearchOutput
             with p.stream:
                 p.upload()
         start.record(main)
-        if params.line_numbers:
-            with main:
-                text.newline_index()  # once per text: kept with a resident corpus
         ready.record(main)
         for p in passes:
             p.stream.wait_event(ready)

@@ -73,13 +73,16 @@ class Residency:
         return dropped
 
     def evict_matching(self, predicate) -> int:
-        """Drop every key for which predicate(key) is true, on every device."""
+        """Drop every key for which predicate(key) is true, on every device (and their
+        upload locks: a deleted corpus leaves nothing behind)."""
         dropped = 0
         with self._lock:
             for entries in self._devices.values():
                 for key in [k for k in entries if predicate(k)]:
                     del entries[key]
                     dropped += 1
+            for device, key in [slot for slot in self._loading if predicate(slot[1])]:
+                del self._loading[(device, key)]
         return dropped
 
     def evict_device(self, device: int) -> int:

@@ -122,6 +122,18 @@ def test_a_corpus_over_the_limit_is_413_and_leaves_nothing(make_client, chunked)
     assert upload(client, data[:10_000])["bytes"] == 10_000  # exactly the limit is fine
 
 
+def test_a_declared_length_far_over_the_limit_is_refused_before_the_body_naming_its_setting(make_client):
+    """Past the limit plus the multipart allowance the middleware answers from Content-Length;
+    the 413 names the setting of the path (corpora, jobs), not the image upload limit."""
+    client = admin(make_client, max_corpus_bytes=1000, max_job_upload_bytes=2000)
+    response = client.post("/corpora", content=b"x" * 71_000)
+    assert_api_error(response, 413, "too_large", client)
+    assert "PENCIL_MAX_CORPUS_BYTES" in response.json()["detail"]
+    response = client.post("/jobs/svd", content=b"x" * 72_000, headers={"Content-Type": "application/octet-stream"})
+    assert_api_error(response, 413, "too_large", client)
+    assert "PENCIL_MAX_JOB_UPLOAD_BYTES" in response.json()["detail"]
+
+
 def test_corpora_have_their_own_body_limit(make_client):
     """The image upload limit (1 KiB here) does not apply to /corpora, nor the corpus limit to /sketch."""
     client = admin(make_client, max_upload_bytes=1024, max_corpus_bytes=1_000_000)
@@ -182,3 +194,38 @@ def test_a_corpus_in_use_by_a_queued_search_cannot_be_deleted(make_client, monke
     assert job_id in response.json()["detail"]
     assert client.delete(f"/jobs/{job_id}").status_code == 200  # canceled while queued
     assert client.delete(f"/corpora/{corpus['id']}").status_code == 200
+
+
+def test_a_search_submitted_while_its_corpus_is_deleted_is_refused_or_blocks_the_delete(make_client, monkeypatch):
+    """DELETE checks for searches and unlists the corpus with no await in between: a search
+    posted while the (slow) removal of the text runs gets 404, never a 202 for a corpus the
+    DELETE then removes."""
+    import asyncio
+    import time
+
+    import httpx
+
+    monkeypatch.setattr(JobRunner, "_work", lambda self: None)  # jobs stay queued
+    client = admin(make_client)
+    corpus = upload(client, b"hello needle world\n" * 100)
+    remove_text = app.corpora.CorpusStore.remove_text
+
+    def slow_remove_text(self, corpus_id):  # a slow disk: the text's removal takes a while
+        time.sleep(0.3)
+        remove_text(self, corpus_id)
+
+    monkeypatch.setattr(app.corpora.CorpusStore, "remove_text", slow_remove_text)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def delete_and_search():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=client.app), base_url="http://test") as http:
+            delete = asyncio.create_task(http.delete(f"/corpora/{corpus['id']}", headers=headers))
+            await asyncio.sleep(0.05)
+            search = await http.post("/jobs/search", json={"corpus_id": corpus["id"], "patterns": ["needle"]}, headers=headers)
+            return await delete, search
+
+    deleted, search = asyncio.run(delete_and_search())
+    assert deleted.status_code == 200, deleted.text
+    assert_api_error(search, 404, "corpus_not_found", client)
+    assert client.get("/jobs", params={"kind": "search"}).json()["jobs"] == []
+    assert not list(corpus_dir(client).glob(f"{corpus['id']}*"))

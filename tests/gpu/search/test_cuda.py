@@ -133,8 +133,7 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
             data[s:s + m] = cupy.asarray(np.frombuffer(needle, np.uint8))
         for p in newlines:
             data[p] = 10
-        lease.stream.synchronize()
-    text = cuda.DeviceText(data, n, lease.device)
+        text = cuda.finish_text(data, n, lease)
     expected = np.asarray(starts, np.int64)
     expected_lines = np.asarray([1 + sum(p < s for p in newlines) for s in starts], np.int64)
     runs = [SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True) for a in ALGORITHMS for v in VARIANTS]

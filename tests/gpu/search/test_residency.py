@@ -87,3 +87,16 @@ def test_loading_serialises_uploads_of_one_key_only():
     for t in threads:
         t.join()
     assert sorted(uploads) == ["a", "b"] and sorted(order) == ["a", "a", "a", "b"]
+
+
+def test_evicting_a_key_drops_its_upload_lock_too():
+    """A deleted corpus leaves nothing behind: neither its texts nor its upload locks."""
+    cache = Residency(fraction=1.0)
+    for device in (0, 1):
+        with cache.loading(device, ("gone", "sha")):
+            cache.put(device, ("gone", "sha"), Text(10), 100)
+        with cache.loading(device, ("kept", "sha")):
+            cache.put(device, ("kept", "sha"), Text(10), 100)
+    assert cache.evict_matching(lambda key: key[0] == "gone") == 2
+    assert sorted(cache._loading) == [(0, ("kept", "sha")), (1, ("kept", "sha"))]
+    assert cache.keys(0) == [("kept", "sha")] and cache.keys(1) == [("kept", "sha")]
