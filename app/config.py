@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
     max_stencil_points: int = Field(1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)")
     max_stencil_cpu_points: int = Field(1 << 24, ge=125, description="largest stencil grid on the CPU backend (the NumPy reference: about 28 bytes a point)")
+    max_stencil_point_steps: int = Field(10**14, ge=1, description="most interior points x steps one stencil job may run on a GPU (about 8 min at 200 GPts/s)")
+    max_stencil_cpu_point_steps: int = Field(2 * 10**10, ge=1, description="the same on the CPU backend (about 6 min at the NumPy reference's 50 MPts/s on 2 cores)")
     max_cs256_elements: int = Field(67_108_864, ge=1, description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes")
     max_corpus_bytes: int = Field(4 * 1024 * MIB, ge=1, description="largest corpus POST /corpora stores, in bytes (413 past it); streamed to disk")
     max_search_text_bytes: int = Field(64 * MIB, ge=1, description="largest text a search job takes inline (`text`), in bytes; larger texts go through /corpora")

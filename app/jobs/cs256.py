@@ -14,6 +14,7 @@ reference and the anchors are NumPy (dense, float32 BLAS) and SciPy CSR when ins
 from __future__ import annotations
 
 import io
+import math
 import time
 from typing import Any, Literal
 
@@ -26,9 +27,10 @@ from app.config import Settings
 from app.errors import ApiError
 from app.forms import read_form
 from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
+from app.jobs.npy import load_npy
 from gpu.cs256 import reference
 from gpu.cs256.files import SafetensorsError, read_safetensors_header, save_npz, save_safetensors
-from gpu.cs256.format import DTYPES, STORAGE, VECS, CS256Error, as_storage, from_dense, prune, storage_report, to_float32
+from gpu.cs256.format import DTYPES, STORAGE, TILE, VECS, CS256Error, as_storage, from_dense, prune, storage_report, to_float32
 from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
 
 # Max relative error of the product against the float64 dense product: float32 sums, then
@@ -113,8 +115,12 @@ def _invalid(exc: ValidationError) -> ApiError:
 
 
 def _check_size(m: int, n: int, settings: Settings) -> None:
-    if m * n > settings.max_cs256_elements:
-        raise ApiError(413, "too_many_elements", f"a {m} x {n} matrix has {m * n:,} elements; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)")
+    """The limit counts the columns padded to whole tiles of 256 (pruning and conversion
+    work on whole tiles, so a 10^6 x 1 matrix costs as much as a 10^6 x 256 one)."""
+    padded = m * TILE * -(-n // TILE)
+    if padded > settings.max_cs256_elements:
+        size = f"{m * n:,} elements" + (f" ({padded:,} with its rows padded to whole tiles of {TILE} columns)" if padded != m * n else "")
+        raise ApiError(413, "too_many_elements", f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)")
 
 
 def _options_checked(options: Cs256Options, k: int | None) -> int:
@@ -162,7 +168,7 @@ async def _parse_json(request: Request, settings: Settings) -> Submission:
     except ValueError as exc:
         raise ApiError(400, "bad_request", f"the body is not JSON: {exc}") from None
     try:
-        req = Cs256Request.model_validate(body)
+        req = Cs256Request.model_validate(body, strict=True)  # JSON: true is no number (forms come as text, read leniently)
     except ValidationError as exc:
         raise _invalid(exc) from None
     if req.dtype is not None:
@@ -267,31 +273,18 @@ def _load_matrix(data: bytes, tensor: str | None, settings: Settings) -> tuple[n
 
 
 def _load_npy(data: bytes, field: str, settings: Settings | None) -> np.ndarray:
-    if not data:
-        raise ApiError(400, "empty_file", f"the uploaded {field} file is empty")
-    stream = io.BytesIO(data)
-    try:  # the header alone first: refuse a bad shape or dtype before reading the data
-        version = np.lib.format.read_magic(stream)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(stream) if version in ((1, 0), (2, 0)) else (None, None, None)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file is not a readable .npy file ({exc})") from None
-    if shape is not None and settings is not None:
-        if len(shape) != 2:
-            raise ApiError(422, "not_a_matrix", f"the array has shape {shape}; CS256 stores 2-D matrices")
-        _check_size(shape[0], shape[1], settings)
-    if dtype is not None and (dtype.kind != "f" or dtype.itemsize not in (2, 4, 8)):
-        raise ApiError(422, "unsupported_dtype" if field == "matrix" else "invalid_x", f"the {field} is {dtype}; send float16, float32 or float64")
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file is truncated or corrupt ({exc})") from None
-    if field == "matrix":
-        if array.ndim != 2:
-            raise ApiError(422, "not_a_matrix", f"the array has shape {array.shape}; CS256 stores 2-D matrices")
-        if settings is not None:
-            _check_size(*array.shape, settings)
-    return array
+    """The matrix (2-D, within the size limit: settings given) or x, from its .npy bytes."""
+
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if field == "matrix":
+            if len(shape) != 2:
+                raise ApiError(422, "not_a_matrix", f"the array has shape {shape}; CS256 stores 2-D matrices")
+            if settings is not None:
+                _check_size(shape[0], shape[1], settings)
+        if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
+            raise ApiError(422, "unsupported_dtype" if field == "matrix" else "invalid_x", f"the {field} is {dtype}; send float16, float32 or float64")
+
+    return load_npy(data, field, check)
 
 
 def _default_dtype(matrix: np.ndarray, source: dict[str, Any]) -> str:
@@ -355,7 +348,9 @@ def run(ctx: JobContext) -> dict[str, Any]:
     cs, y = outcome.pop("cs"), outcome.pop("y")
     ctx.progress(0.9)
     dtype = params["dtype"]
-    np.save(ctx.results / "y.npy", to_float32(y, dtype))
+    y32 = to_float32(y, dtype)
+    np.save(ctx.results / "y.npy", y32)
+    out_of_range = int(np.count_nonzero(~np.isfinite(y32)))  # entries of y past the dtype's range (float16: 65504)
     if job.save in ("npz", "both"):
         save_npz(cs, ctx.results / "cs256.npz")
     if job.save in ("safetensors", "both"):
@@ -370,7 +365,8 @@ def run(ctx: JobContext) -> dict[str, Any]:
         "m": cs.m, "n": cs.n, "dtype": dtype, "vec": cs.vec, "vectors": k, "backend": ctx.backend, "source": params["source"],
         "pruning": outcome.pop("pruning"),
         "format": report,
-        "accuracy": {"max_relative_error": error, "tolerance": TOLERANCE[dtype], "within_tolerance": bool(error <= TOLERANCE[dtype])},
+        "accuracy": {"max_relative_error": error if math.isfinite(error) else None, "tolerance": TOLERANCE[dtype], "within_tolerance": bool(error <= TOLERANCE[dtype]),
+                     "outputs_out_of_range": out_of_range},
         **outcome,
         "times_ms": {key: round(value, 6) for key, value in times.items()},
         "speedup": {"vs_dense": dense_ms / cs_ms if cs_ms > 0 else None, "vs_csr": csr_ms / cs_ms if csr_ms and cs_ms > 0 else None},

@@ -34,6 +34,7 @@ from app.config import Settings
 from app.errors import ApiError
 from app.forms import read_form
 from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
+from app.jobs.npy import load_npy
 from gpu.stencil import reference
 from gpu.stencil.energy import unmeasured
 from gpu.stencil.params import (
@@ -60,7 +61,7 @@ Point = Annotated[list[int], Field(min_length=3, max_length=3, description="[x, 
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is no number, 2.0 no count
 
 
 class ConstantSpec(_Strict):
@@ -93,7 +94,7 @@ class StencilRequest(_Strict):
     steps: int = Field(..., ge=1, le=MAX_STEPS, description="time steps")
     f0: float = Field(..., allow_inf_nan=False, description="peak frequency of the Ricker source, Hz")
     source: Point | None = Field(None, description="source point; default the grid's centre")
-    receivers: list[Point] | ReceiverLine | None = Field(None, description="a list of points, or a line {start, end, count}; default every interior x on the line through the source")
+    receivers: list[Point] | ReceiverLine | None = Field(None, description="a list of points, or a line {start, end, count}; default every interior x on the line through the source (at most 65536, evenly spaced)")
     model: Annotated[ConstantSpec | LayeredSpec | UploadSpec, Field(discriminator="type")] | None = Field(None, description="velocity model: constant, layered, or upload (multipart field 'model')")
     variant: Literal[VARIANT_CHOICES] = Field("auto", description="CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the device (the CPU backend runs the NumPy reference)")  # type: ignore[valid-type]
     snapshot_every: int | None = Field(None, ge=0, description="wavefield snapshot every this many steps (at most 100); default 4 over the run; 0: none")
@@ -192,6 +193,11 @@ def _check_fits(params: StencilParams, settings: Settings, request: Request) -> 
     shape = f"{params.nx} x {params.ny} x {params.nz}"
     _check_size(params.points, settings, request, shape)
     state = request.app.state
+    work = params.interior_points * params.steps
+    on_cpu = state.backend.name == "cpu"
+    limit, variable = (settings.max_stencil_cpu_point_steps, "PENCIL_MAX_STENCIL_CPU_POINT_STEPS") if on_cpu else (settings.max_stencil_point_steps, "PENCIL_MAX_STENCIL_POINT_STEPS")
+    if work > limit:
+        raise ApiError(413, "run_too_long", f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} ({variable}): fewer steps or a smaller grid")
     if state.backend.name == "cuda" and state.pool is not None:
         cap = min(device["memory_cap_bytes"] for device in state.pool.snapshot())
         if params.gpu_bytes() > cap:
@@ -266,29 +272,14 @@ async def _read_form(request: Request) -> tuple[bytes, str]:
 def _load_model(data: bytes, settings: Settings, request: Request) -> np.ndarray:
     """The uploaded velocity array, checked: header first (shape and dtype before the
     data is read), then finite, positive values. 400 malformed, 413 too big, 422 wrong."""
-    if not data:
-        raise ApiError(400, "empty_file", "the uploaded model file is empty")
-    stream = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(stream)
-        header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        shape, _, dtype = header(stream) if header else (None, None, None)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the 'model' file is not a readable .npy file ({exc})") from None
-    if shape is not None:
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
         if len(shape) != 3:
             raise ApiError(422, "invalid_model", f"the model has shape {shape}; expected a 3-D (nz, ny, nx) array of velocities")
         _check_size(math.prod(shape), settings, request, " x ".join(str(n) for n in reversed(shape)))
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise ApiError(422, "invalid_model", f"the model is {dtype}; send float32 velocities in m/s")
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the 'model' file is truncated or corrupt ({exc})") from None
-    if not isinstance(array, np.ndarray):
-        raise ApiError(400, "malformed_npy", "the 'model' file holds no array")
-    if array.ndim == 3:
-        _check_size(array.size, settings, request, " x ".join(str(n) for n in reversed(array.shape)))
+
+    array = load_npy(data, "model", check)
     try:
         return check_velocity_array(array)
     except StencilParamError as exc:

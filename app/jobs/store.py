@@ -14,6 +14,7 @@ loop share it; the statements are short).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sqlite3
 import threading
@@ -163,7 +164,9 @@ class JobStore:
         return row is not None and not row["cancel_requested"]
 
     def succeed(self, job_id: str, result: Mapping[str, Any]) -> None:
-        self._finish(job_id, "succeeded", result=json.dumps(dict(result)), progress=1.0)
+        """Store a job's result: JSON, with NaN and infinities written as null (JSON has none,
+        and a result the API could not send would turn every GET of it into a 500)."""
+        self._finish(job_id, "succeeded", result=json.dumps(_json_safe(dict(result)), allow_nan=False), progress=1.0)
 
     def fail(self, job_id: str, error: str) -> None:
         self._finish(job_id, "failed", error=error)
@@ -253,3 +256,14 @@ def _job(row: sqlite3.Row) -> Job:
         error=row["error"], result=json.loads(row["result"]) if row["result"] else None,
         cancel_requested=bool(row["cancel_requested"]), idempotency_key=row["idempotency_key"], request_digest=row["request_digest"],
     )
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with every float that is NaN or infinite replaced by None, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value

@@ -24,6 +24,7 @@ from app.config import Settings
 from app.errors import ApiError
 from app.forms import read_form
 from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
+from app.jobs.npy import load_npy
 from gpu.svd import reference
 from gpu.svd.params import MATRIX_KINDS, SvdParams, make_matrix
 
@@ -161,28 +162,14 @@ async def _read_form(request: Request) -> tuple[bytes, dict[str, str]]:
 
 
 def _load_npy(data: bytes, settings: Settings) -> np.ndarray:
-    if not data:
-        raise ApiError(400, "empty_file", "the uploaded matrix file is empty")
-    stream = io.BytesIO(data)
-    try:  # the header alone first: refuse a bad shape or size before reading the data
-        version = np.lib.format.read_magic(stream)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(stream) if version in ((1, 0), (2, 0)) else (None, None, None)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the 'matrix' file is not a readable .npy file ({exc})") from None
-    if shape is not None:
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
         if len(shape) != 2:
             raise ApiError(422, "not_a_matrix", f"the array has shape {shape}; an SVD needs a 2-D matrix")
         _check_size(shape[0], shape[1], settings)
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise ApiError(422, "unsupported_dtype", f"the matrix is {dtype}; send float32 or float64")
-    try:
-        matrix = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the 'matrix' file is truncated or corrupt ({exc})") from None
-    if matrix.ndim != 2:
-        raise ApiError(422, "not_a_matrix", f"the array has shape {matrix.shape}; an SVD needs a 2-D matrix")
-    _check_size(*matrix.shape, settings)
+
+    matrix = load_npy(data, "matrix", check)
     native = matrix.astype(matrix.dtype.newbyteorder("="), copy=False) if matrix.dtype.kind == "f" else matrix
     try:
         reference.check_matrix(native, settings.max_matrix_elements)

@@ -22,6 +22,7 @@ import numpy as np
 
 RADIUS = 2  # half-width of the 13-point stencil, and the Dirichlet border in cells
 MIN_SIDE = 2 * RADIUS + 1  # one interior point
+MAX_INDEX = 1 << 62  # grid indices given by a client: beyond any grid, within int64 arithmetic
 CFL_LIMIT = 0.5  # v_max dt / h: leapfrog needs CFL^2 * max|h^2 Lap4 symbol| = CFL^2 * 3 * 16/3 <= 4
 DEFAULT_CFL = 0.4  # dt when none is given: 0.8 of the largest stable step
 MEMORIES = ("naive", "shared", "readonly")
@@ -34,6 +35,10 @@ MAX_RECORD_VALUES = 1 << 27  # steps x receivers in the shot record (512 MiB of 
 MAX_SNAPSHOTS = 100
 MAX_LAYERS = 1024
 MAX_VELOCITY = 100_000.0  # m/s: anything faster is a unit mistake
+MIN_VELOCITY = 1.0  # m/s: anything slower too
+MIN_SPACING, MAX_SPACING = 1e-6, 1e6  # h in m: from ultrasound cells to continental grids
+MAX_F0 = 1e9  # Hz
+MIN_PERIOD_STEPS, MAX_PERIOD_STEPS = 2.0, 1e7  # the Ricker period 1 / f0 in time steps: Nyquist, and a source that ever rises
 MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
 MAX_PLANE = ((1 << 31) - 1) // 5  # nx * ny: the kernels index a launch's planes (at least 5) with 32-bit integers
 SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
@@ -62,20 +67,22 @@ def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     return int(value)
 
 
-def _positive(name: str, value, maximum: float | None = None, code: str = "invalid_parameter") -> float:
+def _positive(name: str, value, maximum: float | None = None, code: str = "invalid_parameter", minimum: float | None = None, unit: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise StencilParamError(name, f"expected a finite number, got {value!r}", code)
     if value <= 0:
         raise StencilParamError(name, f"must be > 0; got {value}", code)
+    if minimum is not None and value < minimum:
+        raise StencilParamError(name, f"must be >= {minimum:g}{unit}; got {value:g}", code)
     if maximum is not None and value > maximum:
-        raise StencilParamError(name, f"must be <= {maximum:g}; got {value:g}", code)
+        raise StencilParamError(name, f"must be <= {maximum:g}{unit}; got {value:g}", code)
     return float(value)
 
 
 def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tuple[int, int, int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
         raise StencilParamError(name, f"expected [x, y, z] grid indices, got {value!r}")
-    point = tuple(_int(f"{name}[{axis}]", v, -(1 << 62)) for axis, v in zip("xyz", value, strict=True))
+    point = tuple(_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX) for axis, v in zip("xyz", value, strict=True))
     for axis, v, n in zip("xyz", point, shape_xyz, strict=True):
         if not RADIUS <= v <= n - 1 - RADIUS:
             raise StencilParamError(name, f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})", code)
@@ -92,7 +99,7 @@ class ConstantModel:
     velocity: float
 
     def __post_init__(self) -> None:
-        _positive("model.velocity", self.velocity, MAX_VELOCITY, "invalid_model")
+        _positive("model.velocity", self.velocity, MAX_VELOCITY, "invalid_model", MIN_VELOCITY, " m/s")
 
     def v_range(self, nz: int, h: float) -> tuple[float, float]:
         return float(self.velocity), float(self.velocity)
@@ -133,7 +140,7 @@ class LayeredModel:
             if not self.depths[i] > self.depths[i - 1]:
                 raise StencilParamError(f"model.depths[{i}]", f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}", "invalid_model")
         for i, v in enumerate(self.velocities):
-            _positive(f"model.velocities[{i}]", v, MAX_VELOCITY, "invalid_model")
+            _positive(f"model.velocities[{i}]", v, MAX_VELOCITY, "invalid_model", MIN_VELOCITY, " m/s")
 
     def _present(self, nz: int, h: float) -> tuple[float, ...]:
         """Velocities of the layers that reach into the grid (depths up to (nz - 1) h)."""
@@ -190,8 +197,8 @@ def check_velocity_array(values) -> np.ndarray:
     if not finite.all():
         raise StencilParamError("model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model")
     low, high = float(values.min()), float(values.max())
-    if low <= 0:
-        raise StencilParamError("model", f"{int(np.count_nonzero(values <= 0))} velocities are <= 0 (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
+    if low < MIN_VELOCITY:
+        raise StencilParamError("model", f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
     if high > MAX_VELOCITY:
         raise StencilParamError("model", f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?", "invalid_model")
     return values
@@ -208,7 +215,7 @@ def receiver_line(start, end, count: int) -> tuple[tuple[int, int, int], ...]:
         if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != 3:
             raise StencilParamError(name, f"expected [x, y, z] grid indices, got {point!r}")
         for axis, v in zip("xyz", point, strict=True):
-            _int(f"{name}[{axis}]", v, -(1 << 62))
+            _int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX)
     a, b = np.asarray(start, np.float64), np.asarray(end, np.float64)
     fractions = np.linspace(0.0, 1.0, count) if count > 1 else np.zeros(1)
     points = np.rint(a + fractions[:, None] * (b - a)).astype(np.int64)
@@ -225,7 +232,8 @@ class StencilParams:
     nx, ny, nz: grid points; h: spacing (m); steps: time steps; f0: Ricker peak frequency
     (Hz); model: the velocities; dt: time step (s; default DEFAULT_CFL h / v_max);
     source: [x, y, z] (default the grid's centre); receivers: [x, y, z] points (default
-    every interior x on the line through the source); sponge: width in cells of the
+    every interior x on the line through the source, thinned to MAX_RECEIVERS evenly
+    spaced); sponge: width in cells of the
     absorbing layer inside the Dirichlet border (0: none); snapshot_every: wavefield
     snapshots every this many steps (default: 4 over the run; 0: none); variant: the CUDA
     kernel, or "auto" (the fastest on the device; the CPU runs the reference).
@@ -254,9 +262,9 @@ class StencilParams:
             raise StencilParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
         if self.nx * self.ny > MAX_PLANE:
             raise StencilParamError("nx", f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}")
-        _positive("h", self.h)
+        _positive("h", self.h, MAX_SPACING, minimum=MIN_SPACING, unit=" m")
         _int("steps", self.steps, 1, MAX_STEPS)
-        _positive("f0", self.f0)
+        _positive("f0", self.f0, MAX_F0, unit=" Hz")
         if not isinstance(self.model, (ConstantModel, LayeredModel, ArrayModel)):
             raise StencilParamError("model", f"expected a constant, layered or array model, got {type(self.model).__name__}", "invalid_model")
         if isinstance(self.model, ArrayModel) and self.model.values.shape != self.shape:
@@ -267,14 +275,19 @@ class StencilParams:
         if self.dt is None:
             object.__setattr__(self, "dt", DEFAULT_CFL * self.h / v_max)
         _positive("dt", self.dt)
+        per_step = self.f0 * self.dt  # periods of the source per time step
+        if not 1.0 / MAX_PERIOD_STEPS <= per_step <= 1.0 / MIN_PERIOD_STEPS:
+            period_steps = 1.0 / per_step if per_step > 0 else math.inf
+            raise StencilParamError("f0", f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {self.dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * self.dt):.3g} to {1 / (MIN_PERIOD_STEPS * self.dt):.3g} Hz at this dt)")
         if self.cfl > CFL_LIMIT:
             raise StencilParamError("dt", f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s", "cfl_violation")
         shape_xyz = (self.nx, self.ny, self.nz)
         source = (self.nx // 2, self.ny // 2, self.nz // 2) if self.source is None else self.source
         object.__setattr__(self, "source", _point("source", source, shape_xyz, "source_outside_grid"))
-        if self.receivers is None:
-            x_range = range(RADIUS, self.nx - RADIUS)
-            receivers = tuple((x, self.source[1], self.source[2]) for x in x_range)
+        if self.receivers is None:  # every interior x on the source's line, at most MAX_RECEIVERS evenly spread
+            interior = self.nx - 2 * RADIUS
+            xs = range(RADIUS, self.nx - RADIUS) if interior <= MAX_RECEIVERS else np.linspace(RADIUS, self.nx - 1 - RADIUS, MAX_RECEIVERS).round().astype(int).tolist()
+            receivers = tuple((x, self.source[1], self.source[2]) for x in xs)
         else:
             if isinstance(self.receivers, (str, bytes)) or not hasattr(self.receivers, "__len__"):
                 raise StencilParamError("receivers", f"expected a list of [x, y, z] points, got {self.receivers!r}")

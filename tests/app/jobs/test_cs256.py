@@ -143,6 +143,17 @@ def test_an_uploaded_npy_with_its_own_zeros(make_client, rng):
     assert cs.nnz == np.count_nonzero(a)
 
 
+def test_a_product_past_float16s_range_is_reported_not_a_server_error(make_client):
+    """60000 x 300 overflows float16 (65504): y holds infinities; the result says how many
+    and gives no relative error (JSON has no infinity), and the API still answers."""
+    client = admin(make_client)
+    a = np.full((8, 300), 60000, np.float16)
+    body, _ = run_job(client, **upload(npy(a), x=npy(np.ones(300, np.float16)), sparsity="none", repeats=1))
+    accuracy = body["result"]["accuracy"]
+    assert accuracy["outputs_out_of_range"] == 8
+    assert accuracy["max_relative_error"] is None and accuracy["within_tolerance"] is False
+
+
 def test_a_safetensors_tensor_by_name_in_bfloat16(make_client, rng):
     client = admin(make_client)
     weight = fmt.float32_to_bf16_bits(rng.standard_normal((40, 700)).astype(np.float32))
@@ -218,6 +229,7 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(GOOD), x=npy(np.array([1, np.nan, 2, 3], np.float32))), 422, "invalid_x", id="x-nan"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.int64))), 422, "invalid_x", id="x-integers"),
     pytest.param(upload(npy(GOOD), x=b"not npy"), 400, "malformed_npy", id="x-garbage"),
+    pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.float32))[:128] + b"\0" * 8), 400, "malformed_npy", id="x-header-longer-than-its-data"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones((4, 2), np.float32)), vectors="3"), 422, "invalid_parameter", id="x-and-vectors-disagree"),
     pytest.param({"files": {"x": ("x.npy", npy(np.ones(4)), "application/octet-stream")}}, 400, "missing_matrix", id="no-matrix-field"),
     pytest.param({"files": {"other": ("o", b"1")}, "data": {"matrix": "not a file"}}, 400, "missing_matrix", id="matrix-not-a-file"),
@@ -229,6 +241,10 @@ BAD_REQUESTS = [
     pytest.param({"json": spec(dtype="float64")}, 422, "invalid_parameter", id="spec-float64"),
     pytest.param({"json": spec(seed=-1)}, 422, "invalid_parameter", id="spec-seed-negative"),
     pytest.param({"json": spec(m=1000, n=1000)}, 413, "too_many_elements", id="spec-too-large"),
+    pytest.param({"json": spec(m=MAX_ELEMENTS // 256 + 1, n=1)}, 413, "too_many_elements", id="spec-narrow-but-padded-too-large"),
+    pytest.param({"json": spec(m=True)}, 422, "invalid_parameter", id="spec-m-boolean"),
+    pytest.param({"json": {**spec(), "repeats": True}}, 422, "invalid_parameter", id="repeats-boolean"),
+    pytest.param({"json": {**spec(n=3), "x": [True, 1.0, 2.0]}}, 422, "invalid_parameter", id="x-boolean"),
     pytest.param({"json": {**spec(), "sparsity": 1.0}}, 422, "invalid_parameter", id="json-sparsity-1"),
     pytest.param({"json": {**spec(), "vec": 2}}, 422, "invalid_parameter", id="json-vec-2"),
     pytest.param({"json": {**spec(), "dtype": "float32"}}, 422, "invalid_parameter", id="json-dtype-outside-spec"),

@@ -151,7 +151,7 @@ def test_defaults_and_warnings(make_client):
 
 def test_progress_and_cancel_of_a_running_shot(make_client):
     client = admin(make_client)
-    job = submit(client, json=shot(nx=64, ny=64, nz=64, steps=100_000, snapshot_every=0, receivers=[[30, 30, 30]]))
+    job = submit(client, json=shot(nx=64, ny=64, nz=64, steps=50_000, snapshot_every=0, receivers=[[30, 30, 30]]))
     deadline = time.monotonic() + WAIT_S
     while (status := client.get(f"/jobs/{job}").json())["progress"] <= 0.02:  # 0.01 until the first step is done
         assert status["status"] in ("queued", "running") and time.monotonic() < deadline, status
@@ -193,6 +193,16 @@ def test_progress_and_cancel_of_a_running_shot(make_client):
         ({"unknown": 1}, 422, "invalid_parameter", "unknown"),
         ({"nx": 4000, "ny": 4000, "nz": 100}, 413, "grid_too_large", "PENCIL_MAX_STENCIL_POINTS"),
         ({"nx": 300, "ny": 300, "nz": 300}, 413, "grid_too_large", "PENCIL_MAX_STENCIL_CPU_POINTS"),
+        ({"nx": 256, "ny": 256, "nz": 256, "steps": 1_000_000, "source": None, "receivers": [[128, 128, 128]], "snapshot_every": 0},
+         413, "run_too_long", "PENCIL_MAX_STENCIL_CPU_POINT_STEPS"),
+        ({"h": 1e30}, 422, "invalid_parameter", "h: must be <= 1e+06 m"),
+        ({"f0": 1e-20}, 422, "invalid_parameter", "period 1 / f0"),
+        ({"model": {"type": "constant", "velocity": 1e-300}}, 422, "invalid_model", ">= 1 m/s"),
+        ({"h": True}, 422, "invalid_parameter", "h"),
+        ({"steps": True}, 422, "invalid_parameter", "steps"),
+        ({"nx": True}, 422, "invalid_parameter", "nx"),
+        ({"source": [True, 12, 8]}, 422, "invalid_parameter", "source"),
+        ({"receivers": {"start": [4, 12, 8], "end": [10**20, 12, 8], "count": 3}}, 422, "invalid_parameter", "end"),
     ],
 )
 def test_bad_json_requests_are_refused_before_a_job_exists(make_client, changes, status, code, words):

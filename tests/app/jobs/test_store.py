@@ -33,6 +33,15 @@ def test_a_job_goes_queued_running_succeeded(store):
     assert done.finished >= done.started and done.is_finished
 
 
+def test_non_finite_numbers_in_a_result_are_stored_as_null(store):
+    """JSON has no NaN or infinity: a result holding them (an overflowed product, say) is
+    stored with null there, so the API can always send it."""
+    job, _ = store.create("cs256", {}, {})
+    store.claim_next()
+    store.succeed(job.id, {"error": float("inf"), "nested": {"values": [1.5, float("nan"), -float("inf")], "pair": (2.0, 3)}, "ok": 0.25})
+    assert store.get(job.id).result == {"error": None, "nested": {"values": [1.5, None, None], "pair": [2.0, 3]}, "ok": 0.25}
+
+
 def test_failure_keeps_the_message(store):
     job, _ = store.create("svd", {})
     store.claim_next()

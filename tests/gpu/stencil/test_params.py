@@ -146,6 +146,42 @@ def test_bad_models_are_refused(model, match):
     assert info.value.code == "invalid_model"
 
 
+@pytest.mark.parametrize(("changes", "name", "match"), [
+    ({"h": 1e30}, "h", "<= 1e[+]06 m"),
+    ({"h": 1e-20}, "h", ">= 1e-06 m"),
+    ({"f0": 1e-20}, "f0", "period 1 / f0 is"),
+    ({"f0": 5e-324}, "f0", "period 1 / f0 is inf"),
+    ({"f0": 1e12}, "f0", "<= 1e[+]09 Hz"),
+    ({"f0": 1000.0}, "f0", "must span 2 to 1e[+]07 steps"),  # dt = 0.002 s: above Nyquist
+    ({"dt": 1e-300}, "f0", "period 1 / f0 is"),
+    ({"model": lambda: ConstantModel(1e-300)}, "model.velocity", ">= 1 m/s"),
+    ({"model": lambda: LayeredModel((0.0, 50.0), (2000.0, 0.5))}, "model.velocities[1]", ">= 1 m/s"),
+])
+def test_physical_quantities_have_bounds_that_keep_the_arithmetic_finite(changes, name, match):
+    """Each of these once passed validation and failed (or overflowed) inside the job.
+    (Models are built inside the check: their own validation is what refuses.)"""
+    with pytest.raises(StencilParamError, match=match) as info:
+        make(**{key: value() if callable(value) else value for key, value in changes.items()})
+    assert info.value.name == name
+    assert info.value.code == ("invalid_model" if name.startswith("model") else "invalid_parameter")
+
+
+def test_default_receivers_are_every_interior_x_thinned_to_the_limit():
+    from gpu.stencil.params import MAX_RECEIVERS
+
+    assert [r[0] for r in make().receivers] == list(range(2, 38))
+    wide = make(nx=200_000, ny=5, nz=5, steps=10)
+    xs = [r[0] for r in wide.receivers]
+    assert len(xs) == MAX_RECEIVERS and xs[0] == 2 and xs[-1] == 200_000 - 3 and xs == sorted(set(xs))
+
+
+def test_receiver_lines_far_outside_are_named_not_overflowed():
+    from gpu.stencil.params import receiver_line
+
+    with pytest.raises(StencilParamError, match=r"receivers.end\[x\]: must be <="):
+        receiver_line((2, 2, 2), (10**20, 2, 2), 3)
+
+
 def test_array_models(rng):
     values = rng.uniform(1500, 3000, (20, 30, 40)).astype(np.float64)
     params = make(model=ArrayModel(values))
@@ -157,7 +193,7 @@ def test_array_models(rng):
     with pytest.raises(StencilParamError, match="1 velocities are NaN"):
         ArrayModel(bad)
     bad[3, 4, 5] = -1
-    with pytest.raises(StencilParamError, match="1 velocities are <= 0"):
+    with pytest.raises(StencilParamError, match="1 velocities are below 1 m/s"):
         ArrayModel(bad)
     refused("invalid_model", r"shape \(20, 30, 39\)", model=ArrayModel(values[:, :, :39]))
 

@@ -243,7 +243,7 @@ def test_snapshots_and_record_are_the_field(rng):
 
 
 def test_initial_fields_must_have_a_zero_border(rng):
-    params = StencilParams(nx=9, ny=9, nz=9, h=1.0, steps=1, f0=1.0, model=ConstantModel(0.1))
+    params = StencilParams(nx=9, ny=9, nz=9, h=1.0, steps=1, f0=1.0, model=ConstantModel(1.0))
     p0, p_prev = random_fields(rng, params.shape)
     p0[0, 4, 4] = 1
     with pytest.raises(ValueError, match="border"):
