@@ -61,6 +61,16 @@ class Tensor:
 # ------------------------------------------------------------------ safetensors --
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a name given twice (json.loads would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SafetensorsError(f"the header names {key!r} twice")
+        out[key] = value
+    return out
+
+
 def read_safetensors_header(data: bytes | memoryview) -> tuple[dict[str, dict[str, Any]], dict[str, str], int]:
     """(tensor entries, metadata, start of the byte buffer) of a safetensors file, every
     entry checked against the buffer; SafetensorsError for anything malformed."""
@@ -76,7 +86,7 @@ def read_safetensors_header(data: bytes | memoryview) -> tuple[dict[str, dict[st
     if not raw.startswith(b"{"):
         raise SafetensorsError("the header is not a JSON object")
     try:
-        header = json.loads(raw.decode("utf-8").rstrip(" "))
+        header = json.loads(raw.decode("utf-8").rstrip(" "), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SafetensorsError(f"the header is not valid UTF-8 JSON ({exc})") from None
     if not isinstance(header, dict):
