@@ -226,19 +226,22 @@ __device__ void kmp_naive(const u8* s, int lo, int hi, const u8* p, int m, const
     }
 }
 
+// One Boyer-Moore alignment at `shift`, pattern bytes j, j-1, .. 0 still to compare (those
+// above j are known to match): emits a match; returns how far to move, the larger of the
+// (strong) good-suffix and the bad-character shifts.
+template <class Emit>
+__device__ __forceinline__ int boyer_moore_step(const u8* s, int shift, int j, const u8* p, const short* bad, const short* good, Emit& emit) {
+    while (j >= 0 && p[j] == s[shift + j]) --j;
+    if (j < 0) {
+        emit(0, (u32)shift);
+        return good[0];
+    }
+    return max((int)good[j + 1], j - (int)bad[s[shift + j]]);
+}
+
 template <class Emit>
 __device__ void boyer_moore_naive(const u8* s, int lo, int hi, const u8* p, int m, const short* bad, const short* good, Emit& emit) {
-    int shift = lo;
-    while (shift < hi) {
-        int j = m - 1;
-        while (j >= 0 && p[j] == s[shift + j]) --j;
-        if (j < 0) {
-            emit(0, (u32)shift);
-            shift += good[0];
-        } else {
-            shift += max((int)good[j + 1], j - (int)bad[s[shift + j]]);
-        }
-    }
+    for (int shift = lo; shift < hi;) shift += boyer_moore_step(s, shift, m - 1, p, bad, good, emit);
 }
 
 // --------------------------------------------------------- optimized algorithms --
@@ -329,14 +332,7 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
             shift += max(last_shift, m - 1 - (int)bad[c]);
             continue;
         }
-        int j = m - 2;
-        while (j >= 0 && p[j] == s[shift + j]) --j;
-        if (j < 0) {
-            emit(0, (u32)shift);
-            shift += good[0];
-        } else {
-            shift += max((int)good[j + 1], j - (int)bad[s[shift + j]]);
-        }
+        shift += boyer_moore_step(s, shift, m - 2, p, bad, good, emit);
     }
 }
 
