@@ -128,7 +128,7 @@ async def parse(request: Request, settings: Settings) -> Submission:
     if content_type.startswith("application/json"):
         try:
             body = await request.json()
-            spec_request = SvdRequest.model_validate(body)
+            spec_request = SvdRequest.model_validate(body, strict=True)  # JSON: true is no number (forms are text, read leniently)
         except ValueError as exc:  # ValidationError is a ValueError; so is malformed JSON
             detail = validation_detail(exc) if isinstance(exc, ValidationError) else f"the body is not JSON: {exc}"
             raise ApiError(422 if isinstance(exc, ValidationError) else 400, "invalid_parameter" if isinstance(exc, ValidationError) else "bad_request", detail) from None

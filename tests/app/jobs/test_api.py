@@ -282,7 +282,10 @@ def test_bad_input_is_refused_at_once_and_creates_no_job(make_client, tmp_path, 
     b'{"spec": {"m": 8, "n": 6, "kind": "low_rank", "rank": 7}}',
     b'{"spec": {"m": 8, "n": 6, "kind": "ill_conditioned", "cond": Infinity}}',
     b'{"spec": {"m": 8, "n": 6, "kind": "gaussian", "cond": Infinity}}',
-], ids=["rank-above-min", "cond-infinity", "cond-infinity-unused"])
+    b'{"spec": {"m": true, "n": 6}}',
+    b'{"spec": {"m": 8, "n": 6, "seed": false}}',
+    b'{"spec": {"m": 8, "n": 6}, "compute_uv": 1}',
+], ids=["rank-above-min", "cond-infinity", "cond-infinity-unused", "m-boolean", "seed-boolean", "compute-uv-number"])
 def test_a_spec_the_generator_would_refuse_is_422_at_once(make_client, body):
     client = admin(make_client, raise_server_exceptions=False)
     response = client.post("/jobs/svd", content=body, headers={"Content-Type": "application/json"})
