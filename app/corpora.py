@@ -41,7 +41,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.errors import ERROR_SCHEMA, ApiError
+from app.errors import ERROR_SCHEMA, INVALID_PARAMETER, ApiError, error_responses
 from app.jobs.api import require_admin
 from gpu.search.residency import RESIDENT
 
@@ -210,14 +210,12 @@ def corpus_text(data_dir: Path, corpus_id: str) -> Path:
 
 # --------------------------------------------------------------------- routes --
 
-_ERRORS = {
-    status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
-    for status, text in {
-        401: "no or wrong Bearer token",
-        404: "no such corpus",
-        503: "PENCIL_ADMIN_TOKEN is not set: corpora are disabled",
-    }.items()
-}
+_ERRORS = error_responses({
+    401: "no or wrong Bearer token",
+    404: "no such corpus",
+    422: INVALID_PARAMETER,
+    503: "PENCIL_ADMIN_TOKEN is not set: corpora are disabled",
+})
 
 CORPUS_SCHEMA = {
     "type": "object",

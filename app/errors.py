@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,6 +34,16 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
         super().__init__(detail)
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def error_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
+    """OpenAPI `responses` for error statuses, each with the one error body ERROR_SCHEMA.
+    Routes that declare 422 here also replace FastAPI's default 422 (a pydantic error list
+    this service never sends)."""
+    return {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}} for status, text in descriptions.items()}
+
+
+INVALID_PARAMETER = "invalid_parameter: a parameter out of range or of the wrong type (detail names it)"
 
 
 def too_large_detail(body_bytes: int | None, max_upload_bytes: int, variable: str = "PENCIL_MAX_UPLOAD_BYTES") -> str:

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 
-from app.errors import ERROR_SCHEMA, ApiError
+from app.errors import INVALID_PARAMETER, ApiError, error_responses
 from app.jobs.kinds import JobKind
 from app.jobs.store import STATUSES, IdempotencyConflict, Job
 
@@ -72,15 +72,18 @@ def _found(request: Request, job_id: str) -> Job:
     return job
 
 
-_ERRORS = {
-    status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
-    for status, text in {
-        401: "no or wrong Bearer token",
-        404: "no such job",
-        409: "Idempotency-Key reused for another request, or the job has no result (yet)",
-        503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
-    }.items()
-}
+_ERRORS = error_responses({
+    401: "no or wrong Bearer token",
+    404: "no such job",
+    409: "Idempotency-Key reused for another request, or the job has no result (yet)",
+    422: INVALID_PARAMETER,
+    503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
+})
+_SUBMIT_ERRORS = error_responses({
+    400: "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the kind's docs list its codes)",
+    413: "the body or the input is over its limit (the detail names the setting)",
+    415: "neither JSON nor the multipart form this kind takes",
+})
 
 
 def _submit_route(kind: JobKind):
@@ -109,13 +112,13 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
     for kind in kinds.values():
-        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi, response_class=JSONResponse)(_submit_route(kind))
+        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi, response_class=JSONResponse, responses=_SUBMIT_ERRORS)(_submit_route(kind))
 
     @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
     async def unknown_kind(kind: str) -> None:
         raise ApiError(404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}")
 
-    @router.get("", summary="List jobs, newest first")
+    @router.get("", summary="List jobs, newest first", responses=error_responses({400: "bad_page_token: not a next_page_token of this list"}))
     async def list_jobs(
         request: Request,
         status: Annotated[str | None, Query(description="only jobs in this state", json_schema_extra={"enum": list(STATUSES)})] = None,
@@ -156,7 +159,8 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         disposition = "inline" if media_type.startswith("image/") else "attachment"
         return FileResponse(path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition)
 
-    @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)")
+    @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)",
+                   responses={200: {"description": "canceled (it was queued)"}, 202: {"description": "a running job: the cancel is asked for and honoured at its next checkpoint; poll the job"}})
     async def cancel_job(request: Request, job_id: str) -> JSONResponse:
         job = _found(request, job_id)
         if job.is_finished:

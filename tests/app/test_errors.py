@@ -161,3 +161,24 @@ def test_client_leaving_mid_upload_is_499_not_a_500(client):
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     assert b"client_closed_request" in body
     assert client.get("/healthz").status_code == 200
+
+
+def test_the_api_document_describes_every_error_as_the_error_shape(make_client):
+    """Every 4xx/5xx the OpenAPI document describes has the {error, detail} body the server
+    sends; FastAPI's default 422 (a list of pydantic errors) appears nowhere, and the job
+    submissions and the cancel document what they answer."""
+    import json
+
+    client = make_client(admin_token="docs-token")
+    document = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in json.dumps(document)
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                schema = response.get("content", {}).get("application/json", {}).get("schema")
+                if int(status) >= 400 and schema is not None:
+                    assert set(schema["required"]) == {"error", "detail"}, (method, path, status)
+    for kind in ("svd", "stencil", "cs256", "search"):
+        assert {"202", "400", "401", "413", "415", "422"} <= set(document["paths"][f"/jobs/{kind}"]["post"]["responses"]), kind
+    assert {"200", "202"} <= set(document["paths"]["/jobs/{job_id}"]["delete"]["responses"])
+    assert "400" in document["paths"]["/jobs"]["get"]["responses"]
