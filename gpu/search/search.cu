@@ -210,20 +210,25 @@ __device__ void rabin_karp_naive(const u8* s, int lo, int hi, const u8* p, int m
     }
 }
 
+// One KMP step: the length of the pattern prefix matched after byte c at text position i,
+// from j before it (emits the match that ends at i).
+template <class Emit>
+__device__ __forceinline__ int kmp_step(u8 c, int i, int j, const u8* p, int m, const short* lps, Emit& emit) {
+    while (j > 0 && p[j] != c) j = lps[j - 1];
+    if (p[j] == c) ++j;
+    if (j == m) {
+        emit(0, (u32)(i - m + 1));
+        j = lps[m - 1];
+    }
+    return j;
+}
+
 template <class Emit>
 __device__ void kmp_naive(const u8* s, int lo, int hi, const u8* p, int m, const short* lps, Emit& emit) {
     if (lo >= hi) return;
     const int last = hi + m - 1;
     int j = 0;
-    for (int i = lo; i < last; ++i) {
-        const u8 c = s[i];
-        while (j > 0 && p[j] != c) j = lps[j - 1];
-        if (p[j] == c) ++j;
-        if (j == m) {
-            emit(0, (u32)(i - m + 1));
-            j = lps[m - 1];
-        }
-    }
+    for (int i = lo; i < last; ++i) j = kmp_step(s[i], i, j, p, m, lps, emit);
 }
 
 // One Boyer-Moore alignment at `shift`, pattern bytes j, j-1, .. 0 still to compare (those
@@ -310,13 +315,7 @@ __device__ void kmp_optimized(const u8* s, int lo, int hi, const u8* p, int m, c
             ++i;
             continue;
         }
-        const u8 c = s[i];
-        while (j > 0 && p[j] != c) j = lps[j - 1];
-        if (p[j] == c) ++j;
-        if (j == m) {
-            emit(0, (u32)(i - m + 1));
-            j = lps[m - 1];
-        }
+        j = kmp_step(s[i], i, j, p, m, lps, emit);
         ++i;
     }
 }
