@@ -198,3 +198,33 @@ def multipart_body(boundary: str, image: bytes, filename: str = "photo.jpg", fie
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: image/jpeg\r\n\r\n'.encode() + image + b"\r\n")
     parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts)
+
+
+# ------------------------------------------------------------------ batch jobs --
+
+JOB_FINISHED = ("succeeded", "failed", "canceled")
+
+
+def admin_client(make_client, token: str, **overrides):
+    """A started client of an app with jobs enabled (`token`), sending it as a Bearer token."""
+    client = make_client(admin_token=token, **overrides)
+    client.headers["Authorization"] = f"Bearer {token}"
+    return client
+
+
+def wait_for_job(client, job_id: str, until=JOB_FINISHED, timeout_s: float = 60.0) -> dict:
+    """Poll GET /jobs/{id} until its status is in `until`; the last body."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = client.get(f"/jobs/{job_id}").json()
+        if body["status"] in until:
+            return body
+        assert time.monotonic() < deadline, f"job still {body['status']} after {timeout_s} s: {body}"
+        time.sleep(0.02)
+
+
+def fetch_npy(client, url: str) -> np.ndarray:
+    """A result file of a job, loaded as an array."""
+    response = client.get(url)
+    assert response.status_code == 200, response.text
+    return np.load(io.BytesIO(response.content), allow_pickle=False)

@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from pencil_testkit import assert_api_error
+from pencil_testkit import admin_client, assert_api_error
 
 import app.corpora
 from app.jobs.runner import JobRunner
@@ -17,9 +17,7 @@ TOKEN = "corpora-test-token"
 
 
 def admin(make_client, **overrides):
-    client = make_client(admin_token=TOKEN, **overrides)
-    client.headers["Authorization"] = f"Bearer {TOKEN}"
-    return client
+    return admin_client(make_client, TOKEN, **overrides)
 
 
 def corpus_dir(client):

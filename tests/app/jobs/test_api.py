@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from pencil_testkit import assert_api_error, metric_value, photo_bytes, sketch_files
+from pencil_testkit import admin_client, assert_api_error, fetch_npy, metric_value, photo_bytes, sketch_files, wait_for_job
 
 import app.main
 from app.jobs.kinds import JobKind, Submission
@@ -31,9 +31,7 @@ FINISHED = ("succeeded", "failed", "canceled")
 
 def admin(make_client, **overrides):
     """A started client of an app with jobs enabled, sending the right Bearer token."""
-    client = make_client(admin_token=TOKEN, **overrides)
-    client.headers["Authorization"] = f"Bearer {TOKEN}"
-    return client
+    return admin_client(make_client, TOKEN, **overrides)
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -60,14 +58,7 @@ def submit(client, path="/jobs/svd", **request) -> str:
 
 
 def wait(client, job_id: str, until=FINISHED) -> dict:
-    """Poll GET /jobs/{id} until its status is in `until`; the last body."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        body = client.get(f"/jobs/{job_id}").json()
-        if body["status"] in until:
-            return body
-        assert time.monotonic() < deadline, f"job still {body['status']} after {WAIT_S} s: {body}"
-        time.sleep(0.02)
+    return wait_for_job(client, job_id, until, WAIT_S)
 
 
 def finished_ok(client, job_id: str) -> dict:
@@ -81,12 +72,6 @@ def result_of(client, job_id: str) -> dict:
     response = client.get(f"/jobs/{job_id}/result")
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def download(client, url: str) -> np.ndarray:
-    response = client.get(url)
-    assert response.status_code == 200, response.text
-    return np.load(io.BytesIO(response.content), allow_pickle=False)
 
 
 def job_ids(client, **query) -> list[str]:
@@ -170,7 +155,7 @@ def test_svd_of_a_generated_matrix(make_client, rng, method, dtype, m, n, rtol):
     assert all(0 <= ratio <= 35 for ratio in result["accuracy"].values()), result["accuracy"]
 
     assert body["files"] == {name: f"/jobs/{queued['id']}/files/{name}" for name in ("s.npy", "u.npy", "vt.npy")}
-    s, u, vt = (download(client, body["files"][name]) for name in ("s.npy", "u.npy", "vt.npy"))
+    s, u, vt = (fetch_npy(client, body["files"][name]) for name in ("s.npy", "u.npy", "vt.npy"))
     assert s.dtype == u.dtype == vt.dtype == np.dtype(dtype)
     assert u.shape == (m, k) and vt.shape == (k, n)
     np.testing.assert_array_equal(s, np.asarray(result["singular_values"], dtype))
@@ -207,7 +192,7 @@ def test_svd_of_an_uploaded_matrix(make_client, rng, shape, fields):
         return
     assert set(body["files"]) == {"s.npy", "u.npy", "vt.npy"}
     assert all(0 <= ratio <= 35 for ratio in result["accuracy"].values()), result["accuracy"]
-    u, s, vt = (download(client, body["files"][name]) for name in ("u.npy", "s.npy", "vt.npy"))
+    u, s, vt = (fetch_npy(client, body["files"][name]) for name in ("u.npy", "s.npy", "vt.npy"))
     k = min(shape)
     assert (u.shape, vt.shape) == (((m, m), (n, n)) if fields.get("full_matrices") == "true" else ((m, k), (k, n)))
     np.testing.assert_allclose((u[:, :k].astype(np.float64) * s) @ vt[:k], a, atol=1e-4 * expected[0])

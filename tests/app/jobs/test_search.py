@@ -7,14 +7,12 @@ marker, the same through the CUDA backend with the corpus resident between searc
 from __future__ import annotations
 
 import base64
-import io
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from pencil_testkit import assert_api_error
+from pencil_testkit import admin_client, assert_api_error, fetch_npy, wait_for_job
 
 from app.jobs.runner import JobRunner
 from gpu.backend import cuda_devices
@@ -24,14 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "search"))
 from search_cases import cases, english
 
 TOKEN = "search-test-token"
-WAIT_S = 60.0
 ALGORITHMS = ("auto", "rabin_karp", "kmp", "boyer_moore")
 
 
 def admin(make_client, **overrides):
-    client = make_client(admin_token=TOKEN, **overrides)
-    client.headers["Authorization"] = f"Bearer {TOKEN}"
-    return client
+    return admin_client(make_client, TOKEN, **overrides)
 
 
 def store_corpus(client, data: bytes) -> str:
@@ -46,27 +41,13 @@ def submit(client, body: dict) -> str:
     return response.json()["id"]
 
 
-def wait(client, job_id: str) -> dict:
-    deadline = time.monotonic() + WAIT_S
-    while (job := client.get(f"/jobs/{job_id}").json())["status"] in ("queued", "running"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.02)
-    return job
-
-
 def result_of(client, body: dict) -> dict:
     job_id = submit(client, body)
-    job = wait(client, job_id)
+    job = wait_for_job(client, job_id)
     assert job["status"] == "succeeded", job
     response = client.get(f"/jobs/{job_id}/result")
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def npy(client, url: str) -> np.ndarray:
-    response = client.get(url)
-    assert response.status_code == 200, response.text
-    return np.load(io.BytesIO(response.content), allow_pickle=False)
 
 
 def as_json_pattern(pattern: bytes, rng) -> str | dict:
@@ -92,13 +73,13 @@ def check_result(client, result: dict, text: bytes, patterns: list[bytes], max_p
         assert entry["count"] == expected.size, context
         assert entry["positions"] == expected[:max_positions].tolist(), context
         assert entry["positions_truncated"] == (expected.size > max_positions), context
-        positions = npy(client, result["files"][entry["positions_file"]])
+        positions = fetch_npy(client, result["files"][entry["positions_file"]])
         assert positions.dtype == np.int64, context
         np.testing.assert_array_equal(positions, expected, err_msg=context)
         if line_numbers:
             lines = np.asarray([text.count(b"\n", 0, p) + 1 for p in expected], np.int64)
             assert entry["lines"] == lines[:max_positions].tolist(), context
-            np.testing.assert_array_equal(npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context)
+            np.testing.assert_array_equal(fetch_npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context)
         else:
             assert "lines" not in entry and "lines_file" not in entry, context
 
@@ -222,7 +203,7 @@ def test_a_job_whose_corpus_vanished_fails_clearly(make_client, monkeypatch):
     (folder / f"{corpus_id}.bin").unlink()
     monkeypatch.undo()  # a restarted server runs the queued job
     client = admin(make_client)
-    job = wait(client, job_id)
+    job = wait_for_job(client, job_id)
     assert job["status"] == "failed" and "deleted or changed" in job["error"], job
 
 
