@@ -203,9 +203,14 @@ def _write_atomically(path: Path, data: bytes) -> None:
     _fsync_directory(path.parent)
 
 
+def corpora_dir(data_dir: Path) -> Path:
+    """Where the corpora of a data directory live."""
+    return Path(data_dir) / "corpora"
+
+
 def corpus_text(data_dir: Path, corpus_id: str) -> Path:
     """The text file of a corpus in the data directory (for jobs, which run without the app)."""
-    return Path(data_dir) / "corpora" / f"{corpus_id}.bin"
+    return corpora_dir(data_dir) / f"{corpus_id}.bin"
 
 
 # --------------------------------------------------------------------- routes --
@@ -277,7 +282,7 @@ def _jobs_using(request: Request, corpus_id: str) -> list[str]:
 
 def install(app: FastAPI) -> None:
     settings = app.state.settings
-    app.state.corpora = CorpusStore(settings.data_dir / "corpora")
+    app.state.corpora = CorpusStore(corpora_dir(settings.data_dir))
     RESIDENT.configure(settings.search_resident_fraction)
     router = APIRouter(prefix="/corpora", tags=["corpora"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 

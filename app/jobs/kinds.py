@@ -43,12 +43,14 @@ class JobCanceled(Exception):
 
 @dataclass
 class JobContext:
-    """What a running job sees: its row, its input and result folders, the backend and,
-    on CUDA, its GPU lease (a gpu.pool.Lease), and a checkpoint to report progress."""
+    """What a running job sees: its row, its input and result folders, the service's data
+    directory (data shared between jobs, such as corpora), the backend and, on CUDA, its
+    GPU lease (a gpu.pool.Lease), and a checkpoint to report progress."""
 
     job: Job
     inputs: Path
     results: Path
+    data_dir: Path
     backend: str
     lease: Any | None
     report: Callable[[float], bool]

@@ -99,7 +99,7 @@ class JobRunner:
         results.mkdir(parents=True, exist_ok=True)
 
         def context(lease) -> JobContext:
-            return JobContext(job, self.store.input_dir(job.id), results, self.backend, lease, lambda f: self.store.set_progress(job.id, f))
+            return JobContext(job, self.store.input_dir(job.id), results, self.store.data_dir, self.backend, lease, lambda f: self.store.set_progress(job.id, f))
 
         if self.pool is None:
             return kind.run(context(None))

@@ -152,7 +152,7 @@ def run(ctx: JobContext) -> dict[str, Any]:
     params = _params(stored)
     n = stored["text_bytes"]
     if stored["source"] == "corpus":
-        path = corpus_text(ctx.inputs.parents[2], stored["corpus_id"])  # inputs: <data_dir>/jobs/<id>/input
+        path = corpus_text(ctx.data_dir, stored["corpus_id"])
         if not path.is_file() or path.stat().st_size != n:
             raise RuntimeError(f"corpus {stored['corpus_id']} was deleted or changed after this job was submitted")
     else:
