@@ -48,6 +48,23 @@ def kernel(source: Path, name: str) -> cupy.RawKernel:
         return _kernels.setdefault(key, function)
 
 
+def blocks_per_sm(function: cupy.RawKernel, block_threads: int, dynamic_shared: int = 0) -> int:
+    """Blocks of `function` (block_threads threads, dynamic_shared bytes of dynamic shared
+    memory) one SM of the current device holds at once: the least of what its threads,
+    registers (allocated per warp in units of 256), shared memory (1 KiB reserved per block)
+    and block slots allow; at least 1."""
+    warps = -(-block_threads // 32)
+    by_threads = device_attribute("MaxThreadsPerMultiProcessor") // block_threads
+    regs_per_warp = -(-max(function.num_regs, 1) * 32 // 256) * 256
+    by_regs = device_attribute("MaxRegistersPerMultiprocessor") // regs_per_warp // warps
+    by_shared = device_attribute("MaxSharedMemoryPerMultiprocessor") // (dynamic_shared + function.shared_size_bytes + 1024)
+    try:
+        by_blocks = device_attribute("MaxBlocksPerMultiprocessor")
+    except KeyError:  # an older runtime's attribute list: 32 on every architecture since Maxwell
+        by_blocks = 32
+    return max(1, min(by_threads, by_regs, by_shared, by_blocks))
+
+
 def max_shared_bytes() -> int:
     """Shared memory one block may use on the current device (opt-in limit), in bytes."""
     return device_attribute("MaxSharedMemoryPerBlockOptin")

@@ -70,16 +70,6 @@ class Plan:
         return asdict(self)
 
 
-def _resident_blocks(function: cupy.RawKernel, block: int, shared: int) -> int:
-    """Blocks of `function` one SM holds at once (threads, registers, shared memory)."""
-    by_threads = kernels.device_attribute("MaxThreadsPerMultiProcessor") // block
-    regs_per_warp = -(-max(function.num_regs, 1) * 32 // 256) * 256
-    by_regs = (kernels.device_attribute("MaxRegistersPerMultiprocessor") // regs_per_warp) // (block // 32)
-    per_block = shared + function.shared_size_bytes + 1024  # the runtime reserves 1 KiB per block
-    by_shared = kernels.device_attribute("MaxSharedMemoryPerMultiprocessor") // per_block
-    return max(1, min(by_threads, by_regs, by_shared))
-
-
 def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     """Threads per row (G): the smallest power of two up to 32 whose row groups fill the
     device, m x G >= FILL x resident_threads (so the grid covers the rows in about one pass
@@ -112,7 +102,7 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
             raise CS256Error("the split4 kernel multiplies one vector; use the group kernel for several")
         name = f"cs256_split4_{tag}_v{cs.vec}"
         function = kernels.kernel(SOURCE, name)
-        resident = blocks_per_sm or _resident_blocks(function, SPLIT4_BLOCK, 0)
+        resident = blocks_per_sm or kernels.blocks_per_sm(function, SPLIT4_BLOCK)
         grid = max(1, min(-(-cs.m // SPLIT4_ROWS), resident * sms))
         return Plan(variant, name, SPLIT4_BLOCK, grid, 0, cs.vec, 4, 4, 1, 1, resident)
     chunk = chunk or (4 if cs.vec == 4 else 8)
@@ -131,7 +121,7 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
         raise CS256Error(f"{shared} bytes of x per block exceed the device's {kernels.max_shared_bytes()}")
     name = f"cs256_group_{tag}_w{chunk}_k{k_padded}"
     function = kernels.kernel(SOURCE, name)
-    resident = blocks_per_sm or _resident_blocks(function, GROUP_BLOCK, shared)
+    resident = blocks_per_sm or kernels.blocks_per_sm(function, GROUP_BLOCK, shared)
     lanes = lanes or default_lanes(cs, chunk, resident * sms * GROUP_BLOCK)
     rows_per_block = GROUP_BLOCK // lanes
     grid = max(1, min(-(-cs.m // rows_per_block), resident * sms))

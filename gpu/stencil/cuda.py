@@ -57,17 +57,7 @@ kernel_name = geometry.kernel_name
 
 @cache
 def _resident(device: int, name: str) -> int:
-    function = _k(name)
-    warps = geometry.THREADS // 32
-    by_threads = kernels.device_attribute("MaxThreadsPerMultiProcessor") // geometry.THREADS
-    regs_per_warp = -(-max(function.num_regs, 1) * 32 // 256) * 256  # allocated per warp in units of 256
-    by_regs = kernels.device_attribute("MaxRegistersPerMultiprocessor") // regs_per_warp // warps
-    by_shared = kernels.device_attribute("MaxSharedMemoryPerMultiprocessor") // (function.shared_size_bytes + 1024)  # 1 KiB reserved per block
-    try:
-        by_blocks = kernels.device_attribute("MaxBlocksPerMultiprocessor")
-    except KeyError:  # an older runtime's attribute list: 32 on every architecture since Maxwell
-        by_blocks = 32
-    return max(1, min(by_threads, by_regs, by_shared, by_blocks))
+    return kernels.blocks_per_sm(_k(name), geometry.THREADS)
 
 
 def resident_blocks(name: str) -> int:
