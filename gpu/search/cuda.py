@@ -3,8 +3,8 @@ lease of the device pool, with the text resident in device memory between search
 
 One search, for P patterns spread over S streams (the lease's two and cached extra ones):
 
-    main      [upload + newline index] start ready ------------------------ join -> stop, download
-    stream s     wait ready -> count kernel -> prefix sum (CuPy) -> totals to the host
+    main      [upload + newline index] start ------------------------------ join -> stop, download
+    stream s     wait start -> count kernel -> prefix sum (CuPy) -> totals to the host
                  -> write kernel (compacted positions) [-> line numbers] -> record for the join
 
 or, fused, one count and one write kernel for all patterns. Between its two kernels a
@@ -358,15 +358,14 @@ def search_device(text: DeviceText, params: SearchParams, lease) -> SearchOutput
         else:
             passes_spec = [([p], params.algorithm_for(p)) for p in params.patterns]
         streams = lease_streams(lease, params.stream_count)
-        start, stop, ready = cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.Event(disable_timing=True)
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         passes = [_Pass(text, params, patterns, algorithm, streams[i % len(streams)]) for i, (patterns, algorithm) in enumerate(passes_spec)]
         for p in passes:
             with p.stream:
                 p.upload()
         start.record(main)
-        ready.record(main)
         for p in passes:
-            p.stream.wait_event(ready)
+            p.stream.wait_event(start)
             with p.stream:
                 p.count()
         for p in passes:
