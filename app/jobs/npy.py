@@ -24,8 +24,8 @@ from app.errors import ApiError
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0, (3, 0): np.lib.format.read_array_header_2_0}
 
 
-def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(shape, dtype, offset of the data) of a .npy file's bytes, checked against its length."""
+def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of a .npy file's bytes, checked against the file's length."""
     if not data:
         raise ApiError(400, "empty_file", f"the uploaded {field} file is empty")
     stream = io.BytesIO(data)
@@ -43,13 +43,13 @@ def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype, int
     declared = math.prod(shape) * dtype.itemsize
     if declared > len(data) - offset:
         raise ApiError(400, "malformed_npy", f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} ({declared:,} bytes) but it holds {len(data) - offset:,}")
-    return shape, dtype, offset
+    return shape, dtype
 
 
 def load_npy(data: bytes, field: str, check: Callable[[tuple[int, ...], np.dtype], None] | None = None) -> np.ndarray:
     """The array of a .npy upload. `check(shape, dtype)` runs on the header, before the data
     is read, and raises the job's own ApiError for what it does not take."""
-    shape, dtype, _ = read_header(data, field)
+    shape, dtype = read_header(data, field)
     if check is not None:
         check(shape, dtype)
     try:
