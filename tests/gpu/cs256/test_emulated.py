@@ -38,13 +38,7 @@ K_SIZES = (1, 2, 4, 8, 16)
 
 @pytest.fixture(scope="module")
 def library(request, tmp_path_factory):
-    work = tmp_path_factory.mktemp("cs256_emulator")
-    pytest_cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
-    cache = pytest_cache.mkdir("cs256-emulator") if pytest_cache is not None else work
-    try:
-        return emulator.load(emulator.build(DRIVER, {"CS256_SOURCE": SOURCE}, cache, work))
-    except emulator.NoCompiler as exc:
-        pytest.skip(str(exc))
+    return emulator.load(emulator.build_in_pytest(request, tmp_path_factory, DRIVER, {"CS256_SOURCE": SOURCE}))
 
 
 @pytest.fixture()

@@ -51,6 +51,20 @@ def build(driver: Path, sources: dict[str, Path], cache_dir: Path, work_dir: Pat
     return built
 
 
+def build_in_pytest(request, tmp_path_factory, driver: Path, sources: dict[str, Path]) -> Path:
+    """`build` for a module-scoped fixture: kept in pytest's cache between runs (a scratch
+    folder under -p no:cacheprovider); the test is skipped without a suitable g++."""
+    import pytest
+
+    work = tmp_path_factory.mktemp(f"{driver.stem}-emulator")
+    pytest_cache = getattr(request.config, "cache", None)
+    cache = pytest_cache.mkdir("cuda-emulator") if pytest_cache is not None else work
+    try:
+        return build(driver, sources, cache, work)
+    except NoCompiler as exc:
+        pytest.skip(str(exc))
+
+
 def load(path: Path | str) -> ctypes.CDLL:
     library = ctypes.CDLL(str(path))
     library.emu_launch.restype = ctypes.c_int

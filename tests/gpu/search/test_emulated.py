@@ -30,13 +30,7 @@ SOURCE = HERE.parents[2] / "gpu" / "search" / "search.cu"
 @pytest.fixture(scope="module")
 def library(request, tmp_path_factory) -> Path:
     """The emulator with the kernels, built once per source version (kept in pytest's cache)."""
-    work = tmp_path_factory.mktemp("emulator")
-    pytest_cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
-    cache = pytest_cache.mkdir("search-emulator") if pytest_cache is not None else work
-    try:
-        return emulator.build(EMULATOR / "emu.cpp", {"SEARCH_SOURCE": SOURCE}, cache, work)
-    except emulator.NoCompiler as exc:
-        pytest.skip(str(exc))
+    return emulator.build_in_pytest(request, tmp_path_factory, EMULATOR / "emu.cpp", {"SEARCH_SOURCE": SOURCE})
 
 
 def test_kernels_find_what_the_reference_finds(library):
