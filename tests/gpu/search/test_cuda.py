@@ -126,7 +126,8 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
     needle = b"needle\x01\x02"
     m = len(needle)
     starts = [5, (1 << 31) - 3, (1 << 31) + 17, (1 << 32) - 4, (1 << 32) + 1000, n - m]
-    newlines = [1, 1000, (1 << 31) + 1, (1 << 32) - 100, (1 << 32) + 999]
+    newlines = [1, 1000, (1 << 31) + 9, (1 << 32) - 100, (1 << 32) + 999]
+    assert not any(s <= p < s + m for s in starts for p in newlines), "a newline would break a needle"
     with cupy.cuda.Device(lease.device), lease.stream:
         data = cupy.zeros(cuda._round16(n) + cuda.TEXT_PAD, cupy.uint8)
         for s in starts:
