@@ -39,6 +39,32 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 #define GROUP_BLOCK 512
+
+// Tuning knobs, set with -D by bench/cs256_tune.py (the defaults are what cuda.py runs):
+// CS256_RING: chunks in flight per lane (0: by element size and K, see group_kernel);
+// CS256_L2_FETCH: bytes L2 fetches from DRAM per miss of a values or indices load
+// (0: the default sector, else 64, 128 or 256: the PTX L2::<n>B hint);
+// CS256_MIN_BLOCKS: blocks per SM the group kernel's registers must allow.
+#ifndef CS256_RING
+#define CS256_RING 0
+#endif
+#ifndef CS256_L2_FETCH
+#define CS256_L2_FETCH 0
+#endif
+#ifndef CS256_MIN_BLOCKS
+#define CS256_MIN_BLOCKS 2
+#endif
+#if CS256_L2_FETCH == 0
+#define CS256_L2_HINT ""
+#elif CS256_L2_FETCH == 64
+#define CS256_L2_HINT ".L2::64B"
+#elif CS256_L2_FETCH == 128
+#define CS256_L2_HINT ".L2::128B"
+#elif CS256_L2_FETCH == 256
+#define CS256_L2_HINT ".L2::256B"
+#else
+#error "CS256_L2_FETCH must be 0, 64, 128 or 256"
+#endif
 #define SPLIT4_BLOCK 256
 #define SPLIT4_ROWS (SPLIT4_BLOCK / 4)
 
@@ -126,14 +152,14 @@ __device__ __forceinline__ void stream_words(const void* p, u32 (&w)[N]) {
     if constexpr (N % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < N / 4; ++i)
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            asm volatile("ld.global.nc.L1::no_allocate" CS256_L2_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];"
                          : "=r"(w[4 * i]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
                          : "l"(reinterpret_cast<const uint4*>(p) + i));
     } else if constexpr (N == 2) {
-        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+        asm volatile("ld.global.nc.L1::no_allocate" CS256_L2_HINT ".v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     } else {
         static_assert(N == 1, "1, 2 or a multiple of 4 words");
-        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+        asm volatile("ld.global.nc.L1::no_allocate" CS256_L2_HINT ".u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     }
 #else
     load_words<N>(p, w);
@@ -300,7 +326,9 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
                                              int lanes_log2, int slice_tiles) {
     typedef typename D::S S;
-    constexpr int R = (K >= 16 && sizeof(S) == 4) ? 1 : (K >= 8 || sizeof(S) == 4) ? 2 : 4;  // the ring: chunks in flight per lane
+    // The ring: chunks in flight per lane. 2 measured faster than 4 (and than 8 with fewer
+    // blocks per SM) on every issue shape, fp16, one vector (bench/cs256_tune.py).
+    constexpr int R = CS256_RING > 0 ? CS256_RING : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
 #ifndef CUDA_EMULATION
@@ -457,7 +485,7 @@ __device__ __forceinline__ void split4_kernel(const typename D::S* __restrict__ 
 // cs256_group_<f16|bf16|f32>_w<W>_k<K> and cs256_split4_<f16|bf16|f32>_v<VEC>.
 
 #define GROUP_ENTRY(NAME, D, W, K)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(GROUP_BLOCK, 2) NAME(                                                     \
+    extern "C" __global__ void __launch_bounds__(GROUP_BLOCK, CS256_MIN_BLOCKS) NAME(                                                     \
         const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
         const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
         const D::S* __restrict__ x, D::S* __restrict__ y, int lanes_log2, int slice_tiles) {                             \

@@ -39,8 +39,8 @@ CHUNKS = (4, 8)  # entries per vector load of the group kernel
 LANES = (1, 2, 4, 8, 16, 32)
 VARIANTS = ("group", "split4")
 SHARED_BUDGET = 64 * 1024  # x held in shared memory per block before it is cut into slices
-RING = 4  # chunks each lane keeps in flight (cs256.cu's R for one or a few 16-bit vectors)
-FILL = 0.8  # default lanes: the rows' groups should cover this fraction of the resident threads
+RING = 2  # chunks each lane keeps in flight (cs256.cu's R, but for 16 float32 vectors)
+FILL = 1.6  # default lanes: the rows' groups should cover this multiple of the resident threads
 TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 # Tests set this: outputs are filled with NaN bit patterns before each launch, so a row the
@@ -72,10 +72,10 @@ class Plan:
 
 def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     """Threads per row (G): the smallest power of two up to 32 whose row groups fill the
-    device, m x G >= FILL x resident_threads (so the grid covers the rows in about one pass
-    and each lane streams a long run of chunks), but no more than leave each lane RING
-    chunks of an average row (so its ring fills). 14336 x 4096 on 132 SMs x 1024 threads:
-    8; 4096 rows: 32."""
+    device, m x G >= FILL x resident_threads (the grid strides over the rows about twice:
+    measured faster than one pass of fewer lanes on 14336 x 4096), but no more than leave
+    each lane RING chunks of an average row (so its ring fills). 14336 x 4096 on 132 SMs x
+    1024 threads: 16; 4096 rows: 32."""
     average = cs.stored / (cs.m * chunk)
     cap = 1 << max(0, min(5, math.floor(math.log2(max(1.0, average / RING)))))
     lanes = 1

@@ -31,20 +31,20 @@ import numpy as np
 
 from gpu import kernels
 from gpu.search import reference
-from gpu.search.params import MAX_STREAMS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
+from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
 from gpu.search.residency import RESIDENT
 
 SOURCE = Path(__file__).with_name("search.cu")
 
 # Mirrored from search.cu.
-RECORDS_PER_THREAD = 4
+RECORDS_PER_THREAD = 4  # matches a thread keeps during the count pass (fused: FUSED_MAX)
 SCRATCH_BYTES = 512
 TILE_PAD = 64
 FUSED_MAX = 8
 FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
 FILTER_MUL = 2654435761
-META_INTS = 3 + 3 * FUSED_MAX
+META_INTS = 3 + 4 * FUSED_MAX
 LINE_SEGMENT = 512
 LINE_THREADS = 256
 WRITE_BLOCKS_PER_SM = 8
@@ -86,7 +86,8 @@ def table_bytes(algorithm: str, m: int) -> int:
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
     """Dynamic shared memory of one block (search.cu `layout`)."""
-    size = _round16(launch.threads * RECORDS_PER_THREAD * 4) + SCRATCH_BYTES
+    records = FUSED_MAX if algorithm == "fused" else RECORDS_PER_THREAD
+    size = _round16(launch.threads * records * 4) + SCRATCH_BYTES
     if variant == "naive":
         return size
     return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + _round16(launch.block_positions + m_max - 1) + TILE_PAD
@@ -328,21 +329,27 @@ def _pad16(data: np.ndarray) -> np.ndarray:
 
 
 def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """The fused pass's inputs: the patterns concatenated (uint8), and its table: the
-    prefix filter (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes)
-    followed by the meta ints P, k, m_max, lengths[8], offsets[8], prefix keys[8]."""
-    k = min(4, min(len(p) for p in patterns))
+    """The fused pass's inputs: the patterns concatenated (uint8, each starting at a
+    multiple of 4 bytes and zero-padded to one), and its table: the prefix filter
+    (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes) followed by
+    the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
+    each pattern as little-endian words, zeros past its end)."""
+    k = min(FUSED_PREFIX_MAX, min(len(p) for p in patterns))
     filter_ = np.zeros(FILTER_SIZE, np.uint8)
     meta = np.zeros(META_INTS, np.int64)
     meta[0], meta[1], meta[2] = len(patterns), k, max(len(p) for p in patterns)
+    padded = [p + bytes(-len(p) % 4) for p in patterns]
     offset = 0
     for q, p in enumerate(patterns):
         key = int.from_bytes(p[:k], "little")
         filter_[((key * FILTER_MUL) & 0xFFFFFFFF) >> (32 - FILTER_BITS)] |= 1 << q
-        meta[3 + q], meta[3 + FUSED_MAX + q], meta[3 + 2 * FUSED_MAX + q] = len(p), offset, key
-        offset += len(p)
-    meta32 = meta.astype(np.uint32).view(np.uint8)  # keys up to 2^32 - 1: stored as their 32 bits
-    return np.frombuffer(b"".join(patterns), np.uint8), np.concatenate([filter_, meta32]), 0, 0
+        head = p[:8].ljust(8, b"\0")
+        meta[3 + q], meta[3 + FUSED_MAX + q] = len(p), offset
+        meta[3 + 2 * FUSED_MAX + 2 * q] = int.from_bytes(head[:4], "little")
+        meta[3 + 2 * FUSED_MAX + 2 * q + 1] = int.from_bytes(head[4:], "little")
+        offset += len(padded[q])
+    meta32 = meta.astype(np.uint32).view(np.uint8)  # heads up to 2^32 - 1: stored as their 32 bits
+    return np.frombuffer(b"".join(padded), np.uint8), np.concatenate([filter_, meta32]), 0, 0
 
 
 # ----------------------------------------------------------------------- search --

@@ -41,7 +41,6 @@ RK_MASK = 0xFFFFFFFF
 # Launch geometry of the kernels (gpu/search/search.cu mirrors these).
 THREADS = 256  # threads per block, at most
 TILE_BYTES = 48 * 1024  # start positions one block of the optimized kernels covers, at most
-RECORDS_PER_THREAD = 4  # matches a thread keeps in shared memory during the count pass
 SLOTS_MAX = 256  # matches a block keeps for the write pass without scanning its text again
 OPTIMIZED_ALIGN = 16  # bytes per shared-memory load of the optimized kernels
 FUSED_PREFIX_MAX = 4  # bytes of each pattern's prefix the fused filter hashes

@@ -36,19 +36,24 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #define RK_BASE 16777619u
-#define RECORDS_PER_THREAD 4
+#define RECORDS_PER_THREAD 4  // single pattern: at most one match per start position
 #define SCRATCH_BYTES 512
 #define TILE_PAD 64
 #define FUSED_MAX 8
 #define FILTER_BITS 12
 #define FILTER_SIZE (1 << FILTER_BITS)
 #define FILTER_MUL 2654435761u
-#define META_INTS (3 + 3 * FUSED_MAX)  // P, prefix bytes k, m_max, m[8], offset[8], key[8]
+#define META_INTS (3 + 4 * FUSED_MAX)  // P, prefix bytes k, m_max, m[8], offset[8], head[8][2]
 #define REL_BITS 24
 #define REL_MASK ((1u << REL_BITS) - 1u)
 #define FULL_MASK 0xffffffffu
 
 enum { RABIN_KARP = 0, KMP = 1, BOYER_MOORE = 2, FUSED = 3 };
+
+// Matches a thread keeps in shared memory during the count pass: the fused pass can find
+// every one of its patterns at a single start position (patterns that are prefixes of
+// each other), and a thread that finds more than it keeps sends its block to a rescan.
+__host__ __device__ constexpr int records_of(int algo) { return algo == FUSED ? FUSED_MAX : RECORDS_PER_THREAD; }
 
 #ifndef CUDA_EMULATION
 __device__ __forceinline__ u8* shared_base() {
@@ -65,10 +70,10 @@ struct Layout {
 
 __device__ __forceinline__ u32 round16(u32 x) { return (x + 15u) & ~15u; }
 
-__device__ __forceinline__ Layout layout(int threads, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
+__device__ __forceinline__ Layout layout(int threads, int records, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
     Layout l;
     l.records = 0;
-    l.scratch = round16((u32)threads * RECORDS_PER_THREAD * 4u);
+    l.scratch = round16((u32)threads * (u32)records * 4u);
     l.pattern = l.scratch + SCRATCH_BYTES;
     if (!staged) {
         l.table = l.tile = l.pattern;
@@ -162,12 +167,13 @@ __device__ u32 block_exclusive_scan(u32 value, u32* scratch, u32* total) {
 // A scan calls emit(q, rel) for each match of pattern q at block-relative offset rel, in
 // increasing order of rel.
 
-struct CountEmit {  // count pass: count, keep the first RECORDS_PER_THREAD as (q << 24 | rel)
+struct CountEmit {  // count pass: count, keep the first `cap` as (q << 24 | rel)
     u32 count;
+    u32 cap;
     u32* records;
     u32* pattern_counts;  // fused: shared per-pattern block counters; single: null
     __device__ void operator()(int q, u32 rel) {
-        if (count < RECORDS_PER_THREAD) records[count] = ((u32)q << REL_BITS) | rel;
+        if (count < cap) records[count] = ((u32)q << REL_BITS) | rel;
         ++count;
         if (pattern_counts != nullptr) atomicAdd(&pattern_counts[q], 1u);
     }
@@ -338,42 +344,80 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
 // --------------------------------------------------------------- fused pass --
 // All patterns in one scan: at each start position the first k = min(4, shortest
 // pattern) bytes are hashed into a FILTER_SIZE-entry table in shared memory whose entry
-// holds a bit per pattern with that prefix hash; a non-zero entry is verified against
-// those patterns (prefix, bounds, then every byte). The text is read once for all.
+// holds a bit per pattern with that prefix hash. Only a non-zero entry costs more: each
+// flagged pattern's first min(m, 8) bytes are compared with the text's 8 bytes there as two
+// words (which settles every pattern of up to 8 bytes), and a longer one's remaining bytes
+// 4 at a time. The text is read once for all.
 
 struct Fused {
     int P, k, m_max;
     u32 prefix_mask;
     const int* lengths;
-    const int* offsets;
-    const u32* keys;
+    const int* offsets;  // of each pattern in `patterns`: multiples of 4
+    const u32* heads;    // pattern q's bytes 0..3 and 4..7 (little-endian, zeros past m)
     const u8* patterns;
     const u8* filter;
 };
 
+// 4 bytes at any offset of shared memory (two aligned loads, realigned).
+__device__ __forceinline__ u32 lds4_any(const u8* s, int offset) {
+    const int base = offset & ~3;
+    const u32 a = *reinterpret_cast<const u32*>(s + base), b = *reinterpret_cast<const u32*>(s + base + 4);
+    return __funnelshift_r(a, b, (u32)(offset & 3) * 8u);
+}
+
+// The low `bytes` bytes of a word set (bytes >= 4: all).
+__device__ __forceinline__ u32 low_bytes_mask(int bytes) {
+    return bytes >= 4 ? FULL_MASK : bytes <= 0 ? 0u : (1u << (8 * bytes)) - 1u;
+}
+
+// Whether text bytes s[i + 8 .. i + m) equal p[8 .. m) (p 4-byte aligned, readable to a
+// multiple of 4 bytes; the tile is readable 3 bytes past i + m).
+__device__ __forceinline__ bool tail_equal(const u8* s, int i, const u8* p, int m) {
+    for (int k = 8; k < m; k += 4) {
+        const u32 text = lds4_any(s, i + k), pattern = *reinterpret_cast<const u32*>(p + k);
+        if ((text ^ pattern) & low_bytes_mask(m - k)) return false;
+    }
+    return true;
+}
+
+// The patterns flagged in `bits` that start at tile offset i (text position `position`):
+// head0, head1: the text's bytes i .. i + 3 and i + 4 .. i + 7.
 template <class Emit>
-__device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i64 n, u32 key, u32 bits, const Fused& f, Emit& emit) {
-    for (int q = 0; q < f.P; ++q) {
-        if (!((bits >> q) & 1u) || key != f.keys[q] || position + f.lengths[q] > n) continue;
-        const u8* p = f.patterns + f.offsets[q];
+__device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i64 n, u32 head0, u32 head1, u32 bits, const Fused& f, Emit& emit) {
+    for (u32 rest = bits; rest != 0u; rest &= rest - 1u) {
+        const int q = __ffs((int)rest) - 1;
         const int m = f.lengths[q];
-        int k = f.k;
-        while (k < m && s[i + k] == p[k]) ++k;
-        if (k == m) emit(q, (u32)i);
+        if (position + m > n) continue;
+        const u32 differ = ((head0 ^ f.heads[2 * q]) & low_bytes_mask(m)) | ((head1 ^ f.heads[2 * q + 1]) & low_bytes_mask(m - 4));
+        if (differ != 0u) continue;
+        if (m > 8 && !tail_equal(s, i, f.patterns + f.offsets[q], m)) continue;
+        emit(q, (u32)i);
     }
 }
 
+// The scan proper keeps to a short branch-free loop: 16 start positions per step, their
+// filter entries folded into a mask of candidates; the rare candidates are then verified
+// one by one (their 8 bytes and filter entry read again), outside the unrolled loop, so
+// that the hot code stays small and no lane waits on another's verification per position.
 template <class Emit>
 __device__ void fused_scan(const u8* s, int lo, int hi, i64 block_start, i64 n, const Fused& f, Emit& emit) {
     for (int i = lo; i < hi; i += 16) {
         const uint4 a = lds16(s, i), b = lds16(s, i + 16);
         const u32 w[5] = {a.x, a.y, a.z, a.w, b.x};
+        u32 candidates = 0u;
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
-            const u32 window = (t & 3) ? __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) : w[t >> 2];
-            const u32 key = window & f.prefix_mask;
-            const u32 bits = f.filter[(key * FILTER_MUL) >> (32 - FILTER_BITS)];
-            if (bits != 0u && i + t < hi) fused_verify(s, i + t, block_start + i + t, n, key, bits, f, emit);
+            const u32 key = __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) & f.prefix_mask;
+            candidates |= (f.filter[(key * FILTER_MUL) >> (32 - FILTER_BITS)] != 0u ? 1u : 0u) << t;
+        }
+        if (hi - i < 16) candidates &= (1u << (hi - i)) - 1u;
+        while (candidates != 0u) {
+            const int t = __ffs((int)candidates) - 1;
+            candidates &= candidates - 1u;
+            const u32 head0 = lds4_any(s, i + t), head1 = lds4_any(s, i + t + 4);
+            const u32 bits = f.filter[((head0 & f.prefix_mask) * FILTER_MUL) >> (32 - FILTER_BITS)];
+            fused_verify(s, i + t, block_start + i + t, n, head0, head1, bits, f, emit);
         }
     }
 }
@@ -404,7 +448,7 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     // The fused pass reads its patterns only to verify filter hits: from global memory
     // (cached), not staged, so that 8 long patterns do not cost every block 32 KB.
     const int staged_pattern = ALGO == FUSED ? 0 : pattern_bytes;
-    const Layout l = layout(T, g, staged_pattern, table_bytes, m_max, OPT);
+    const Layout l = layout(T, records_of(ALGO), g, staged_pattern, table_bytes, m_max, OPT);
     blk.records = reinterpret_cast<u32*>(sm + l.records);
     blk.scratch = reinterpret_cast<u32*>(sm + l.scratch);
     blk.start = (i64)b * T * g;
@@ -447,7 +491,7 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE);
         blk.fused.lengths = meta + 3;
         blk.fused.offsets = meta + 3 + FUSED_MAX;
-        blk.fused.keys = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
+        blk.fused.heads = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
     }
     __syncthreads();
     if (ALGO == FUSED) {
@@ -488,11 +532,12 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
         if (t < FUSED_MAX) pattern_counts[t] = 0u;
         __syncthreads();
     }
-    CountEmit emit{0u, blk.records + t * RECORDS_PER_THREAD, ALGO == FUSED ? pattern_counts : nullptr};
+    constexpr u32 cap = (u32)records_of(ALGO);
+    CountEmit emit{0u, cap, blk.records + t * cap, ALGO == FUSED ? pattern_counts : nullptr};
     scan(blk, n, m, target, power, emit);
     u32 total;
     const u32 before = block_exclusive_scan(emit.count, blk.scratch, &total);
-    const bool overflow = __syncthreads_or(emit.count > RECORDS_PER_THREAD) || total > (u32)K;
+    const bool overflow = __syncthreads_or(emit.count > cap) || total > (u32)K;
     if (!overflow) {
         for (u32 k = 0; k < emit.count; ++k) slots[(i64)blockIdx.x * K + before + k] = emit.records[k];
     }
@@ -524,7 +569,7 @@ __device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const 
         }
         // Fused: the kept records are in position order, patterns mixed: rank each among
         // the records of its pattern (warp ballots, then the warps before it).
-        u32* scratch = reinterpret_cast<u32*>(shared_base() + round16((u32)T * RECORDS_PER_THREAD * 4u));
+        u32* scratch = reinterpret_cast<u32*>(shared_base() + round16((u32)T * (u32)records_of(ALGO) * 4u));
         u32* carry = scratch + 40;  // records of each pattern in earlier rounds
         u32* warp_counts = scratch + 64;  // [pattern][warp]
         const int lane = t & 31, warp = t >> 5, warps = T >> 5;

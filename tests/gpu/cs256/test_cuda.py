@@ -139,11 +139,11 @@ def test_default_lanes_fill_the_device_and_keep_rings_full(cuda):
     tall = SimpleNamespace(m=14336, stored=14336 * 2048)  # 14336 x 4096 at 50 %: 256 chunks of 8 per row
     wide = SimpleNamespace(m=4096, stored=4096 * 4800)
     short = SimpleNamespace(m=4096, stored=4096 * 64)
-    assert cuda.default_lanes(tall, 8, threads) == 8
-    assert tall.m * 8 >= cuda.FILL * threads > tall.m * 4
+    assert cuda.default_lanes(tall, 8, threads) == 16
+    assert tall.m * 16 >= cuda.FILL * threads > tall.m * 8
     assert cuda.default_lanes(wide, 8, threads) == 32
-    assert cuda.default_lanes(short, 8, threads) == 2  # 8 chunks per row: 2 lanes of 4
-    assert cuda.default_lanes(tall, 8, threads // 8) == 1
+    assert cuda.default_lanes(short, 8, threads) == 4  # 8 chunks per row: 4 lanes of RING = 2
+    assert cuda.default_lanes(tall, 8, threads // 16) == 1
 
 
 def test_pruned_llm_shapes(cuda, cupy, rng):
