@@ -81,18 +81,16 @@ def _round16(x: int) -> int:
 
 def table_bytes(algorithm: str, m: int) -> int:
     """Bytes of the table staged in shared memory ("fused": filter + meta)."""
-    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * META_INTS + FILTER_SIZE // 8}[algorithm]
+    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * META_INTS}[algorithm]
 
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
     """Dynamic shared memory of one block (search.cu `layout`)."""
-    fused = algorithm == "fused"
-    records = FUSED_MAX if fused else RECORDS_PER_THREAD
+    records = FUSED_MAX if algorithm == "fused" else RECORDS_PER_THREAD
     size = _round16(launch.threads * records * 4) + SCRATCH_BYTES
     if variant == "naive":
         return size
-    lane_filter = 4 * FILTER_SIZE if fused else 0  # the filter bitmap, one copy per lane of a warp
-    return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + lane_filter + _round16(launch.block_positions + m_max - 1) + TILE_PAD
+    return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + _round16(launch.block_positions + m_max - 1) + TILE_PAD
 
 
 # ------------------------------------------------------------------ device texts --
@@ -333,10 +331,9 @@ def _pad16(data: np.ndarray) -> np.ndarray:
 def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The fused pass's inputs: the patterns concatenated (uint8, each starting at a
     multiple of 4 bytes and zero-padded to one), and its table: the prefix filter
-    (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes), the meta ints
-    P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of each pattern as
-    little-endian words, zeros past its end), and the filter's bitmap (FILTER_SIZE bits as
-    uint32 words: bit h set where any pattern has hash h)."""
+    (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes) followed by
+    the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
+    each pattern as little-endian words, zeros past its end)."""
     k = min(FUSED_PREFIX_MAX, min(len(p) for p in patterns))
     filter_ = np.zeros(FILTER_SIZE, np.uint8)
     meta = np.zeros(META_INTS, np.int64)
@@ -352,8 +349,7 @@ def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, in
         meta[3 + 2 * FUSED_MAX + 2 * q + 1] = int.from_bytes(head[4:], "little")
         offset += len(padded[q])
     meta32 = meta.astype(np.uint32).view(np.uint8)  # heads up to 2^32 - 1: stored as their 32 bits
-    bitmap = np.packbits(filter_ != 0, bitorder="little").view(np.uint32).view(np.uint8)
-    return np.frombuffer(b"".join(padded), np.uint8), np.concatenate([filter_, meta32, bitmap]), 0, 0
+    return np.frombuffer(b"".join(padded), np.uint8), np.concatenate([filter_, meta32]), 0, 0
 
 
 # ----------------------------------------------------------------------- search --

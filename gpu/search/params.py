@@ -192,14 +192,13 @@ def default_granularity(variant: str, algorithm: str, pattern_length: int, fused
     chunks grow with the pattern (4 m: at most 25 % extra reads); Boyer-Moore and the
     fused filter jump to their first window without reading the overlap, so a small chunk
     keeps more threads busy (Boyer-Moore's grows with long patterns only so that a block's
-    text outweighs the pattern and tables it stages; the fused pass's 48 leave room for five
-    blocks per SM beside its 16 KB per-lane filter). The naive variant uses the report's
+    text outweighs the pattern and tables it stages). The naive variant uses the report's
     ~1000 bytes.
     """
     if variant == "naive":
         return max(1024, 2 * pattern_length)
     if fused:
-        return 48
+        return 112
     if algorithm == "boyer_moore":  # a block also stages m - 1 overlap bytes and ~3m of pattern and tables
         return max(48, pattern_length // 32)
     return min(GRANULARITY_MAX["optimized"], max(112, 4 * pattern_length))

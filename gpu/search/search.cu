@@ -28,9 +28,7 @@
 //   scratch  SCRATCH_BYTES                       block scans, per-pattern counters
 //   pattern  (optimized) the pattern bytes (fused: none, its patterns stay in global memory)
 //   table    (optimized) KMP: lps int16[m]; Boyer-Moore: bad int16[256] + good int16[m + 1];
-//            fused: hash filter u8[FILTER_SIZE] + meta int32[META_INTS] + filter bitmap u32[FILTER_SIZE / 32]
-//   lanes    (fused) the filter bitmap once per lane: word j of lane l at [j * 32 + l], so a
-//            warp's 32 lookups hit 32 different banks (FILTER_SIZE * 4 bytes)
+//            fused: hash filter u8[FILTER_SIZE] + meta int32[META_INTS]
 //   tile     (optimized) threads * granularity + m_max - 1 bytes of text, + TILE_PAD
 
 typedef unsigned char u8;
@@ -67,30 +65,29 @@ __device__ __forceinline__ u8* shared_base() {
 // ----------------------------------------------------------------- shared layout --
 
 struct Layout {
-    u32 records, scratch, pattern, table, lanes, tile, tile_bytes;
+    u32 records, scratch, pattern, table, tile, tile_bytes;
 };
 
 __device__ __forceinline__ u32 round16(u32 x) { return (x + 15u) & ~15u; }
 
-__device__ __forceinline__ Layout layout(int threads, int records, int granularity, int pattern_bytes, int table_bytes, int lane_bytes, int m_max, bool staged) {
+__device__ __forceinline__ Layout layout(int threads, int records, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
     Layout l;
     l.records = 0;
     l.scratch = round16((u32)threads * (u32)records * 4u);
     l.pattern = l.scratch + SCRATCH_BYTES;
     if (!staged) {
-        l.table = l.lanes = l.tile = l.pattern;
+        l.table = l.tile = l.pattern;
         l.tile_bytes = 0;
         return l;
     }
     l.table = l.pattern + round16((u32)pattern_bytes);
-    l.lanes = l.table + round16((u32)table_bytes);
-    l.tile = l.lanes + (u32)lane_bytes;
+    l.tile = l.table + round16((u32)table_bytes);
     l.tile_bytes = round16((u32)threads * (u32)granularity + (u32)m_max - 1u) + TILE_PAD;
     return l;
 }
 
 __device__ __forceinline__ int table_bytes_of(int algo, int m) {
-    return algo == KMP ? 2 * m : algo == BOYER_MOORE ? 2 * (256 + m + 1) : algo == FUSED ? FILTER_SIZE + 4 * META_INTS + FILTER_SIZE / 8 : 0;
+    return algo == KMP ? 2 * m : algo == BOYER_MOORE ? 2 * (256 + m + 1) : algo == FUSED ? FILTER_SIZE + 4 * META_INTS : 0;
 }
 
 // ------------------------------------------------------------------ small helpers --
@@ -359,8 +356,7 @@ struct Fused {
     const int* offsets;  // of each pattern in `patterns`: multiples of 4
     const u32* heads;    // pattern q's bytes 0..3 and 4..7 (little-endian, zeros past m)
     const u8* patterns;
-    const u8* filter;       // pattern bits per hash
-    const u32* lane_filter; // whether any pattern has the hash: bit h & 31 of word [(h >> 5) * 32 + lane]
+    const u8* filter;
 };
 
 // 4 bytes at any offset of shared memory (two aligned loads, realigned).
@@ -401,14 +397,11 @@ __device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i
 }
 
 // The scan proper keeps to a short branch-free loop: 16 start positions per step, their
-// bits of the lane's copy of the filter bitmap folded into a mask of candidates (one
-// conflict-free shared load per position: the byte filter's random loads took half the
-// shared-memory wavefronts in bank conflicts); the rare candidates are then verified
+// filter entries folded into a mask of candidates; the rare candidates are then verified
 // one by one (their 8 bytes and filter entry read again), outside the unrolled loop, so
 // that the hot code stays small and no lane waits on another's verification per position.
 template <class Emit>
 __device__ void fused_scan(const u8* s, int lo, int hi, i64 block_start, i64 n, const Fused& f, Emit& emit) {
-    const u32 lane = threadIdx.x & 31u;
     for (int i = lo; i < hi; i += 16) {
         const uint4 a = lds16(s, i), b = lds16(s, i + 16);
         const u32 w[5] = {a.x, a.y, a.z, a.w, b.x};
@@ -416,8 +409,7 @@ __device__ void fused_scan(const u8* s, int lo, int hi, i64 block_start, i64 n, 
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
             const u32 key = __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) & f.prefix_mask;
-            const u32 h = (key * FILTER_MUL) >> (32 - FILTER_BITS);
-            candidates |= ((f.lane_filter[(h & ~31u) | lane] >> (h & 31u)) & 1u) << t;
+            candidates |= (f.filter[(key * FILTER_MUL) >> (32 - FILTER_BITS)] != 0u ? 1u : 0u) << t;
         }
         if (hi - i < 16) candidates &= (1u << (hi - i)) - 1u;
         while (candidates != 0u) {
@@ -456,8 +448,7 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     // The fused pass reads its patterns only to verify filter hits: from global memory
     // (cached), not staged, so that 8 long patterns do not cost every block 32 KB.
     const int staged_pattern = ALGO == FUSED ? 0 : pattern_bytes;
-    const int lane_bytes = ALGO == FUSED ? 4 * FILTER_SIZE : 0;
-    const Layout l = layout(T, records_of(ALGO), g, staged_pattern, table_bytes, lane_bytes, m_max, OPT);
+    const Layout l = layout(T, records_of(ALGO), g, staged_pattern, table_bytes, m_max, OPT);
     blk.records = reinterpret_cast<u32*>(sm + l.records);
     blk.scratch = reinterpret_cast<u32*>(sm + l.scratch);
     blk.start = (i64)b * T * g;
@@ -495,7 +486,6 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     if (ALGO == FUSED) {
         const u8* tab = OPT ? sm + l.table : reinterpret_cast<const u8*>(table_global);
         blk.fused.filter = tab;
-        blk.fused.lane_filter = reinterpret_cast<const u32*>(sm + l.lanes);
         blk.fused.patterns = blk.p;
         // meta is read after the __syncthreads below
         const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE);
@@ -505,11 +495,6 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     }
     __syncthreads();
     if (ALGO == FUSED) {
-        // The bitmap (after filter and meta in the staged table) copied once per lane.
-        const u32* bitmap = reinterpret_cast<const u32*>(sm + l.table + FILTER_SIZE + 4 * META_INTS);
-        u32* lanes = reinterpret_cast<u32*>(sm + l.lanes);
-        for (int k = t; k < FILTER_SIZE; k += T) lanes[k] = bitmap[k >> 5];
-        __syncthreads();
         const int* meta = blk.fused.lengths - 3;
         blk.fused.P = meta[0];
         blk.fused.k = meta[1];
