@@ -13,7 +13,6 @@ largest magnitude with other lanes (the row's sum is split differently).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -76,15 +75,16 @@ def main() -> None:
         moved = cuda.bytes_moved(cs, 1)
         print(f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00", flush=True)
         lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
-        common = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles), np.int32(int(math.log2(cs.vec // 8))), x)
         for config, function in functions.items():
             resident = kernels.blocks_per_sm(function, cuda.GROUP_BLOCK, base.shared_bytes)
             for lanes in lanes_options:
                 grid = max(1, min(-(-m // (cuda.GROUP_BLOCK // lanes)), resident * sms))
                 y = cupy.full(m, 0xFFFF, cupy.uint16)
 
-                def run(function=function, grid=grid, lanes=lanes, y=y, common=common, base=base):
-                    function((grid,), (cuda.GROUP_BLOCK,), (*common, y, np.int32(int(math.log2(lanes))), np.int32(base.slice_tiles)), shared_mem=base.shared_bytes)
+                args = cuda.group_args(cs, x, y, base.chunk, lanes, base.slice_tiles)
+
+                def run(function=function, grid=grid, args=args, base=base):
+                    function((grid,), (cuda.GROUP_BLOCK,), args, shared_mem=base.shared_bytes)
 
                 run()
                 got = y.get().view(np.float16)

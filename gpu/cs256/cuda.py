@@ -172,12 +172,10 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     if POISON_OUTPUTS:
         y.view(cupy.uint8).fill(0xFF)
     function = kernels.kernel(SOURCE, plan.kernel)
-    common = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles))
     if plan.variant == "split4":
-        function((plan.grid,), (plan.block,), (*common, x_run, y))
+        function((plan.grid,), (plan.block,), (*_matrix_args(cs), x_run, y))
     else:
-        unit_shift = int(math.log2(cs.vec // plan.chunk))
-        function((plan.grid,), (plan.block,), (*common, np.int32(unit_shift), x_run, y, np.int32(int(math.log2(plan.lanes))), np.int32(plan.slice_tiles)), shared_mem=plan.shared_bytes)
+        function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles), shared_mem=plan.shared_bytes)
     if plan.k_padded != k:
         y = y[:, :k]
     if out is None:
@@ -185,6 +183,16 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     if y is not out:
         out[...] = y.reshape(out_shape)
     return out
+
+
+def _matrix_args(cs: CS256) -> tuple:
+    return (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles))
+
+
+def group_args(cs: CS256, x: cupy.ndarray, y: cupy.ndarray, chunk: int, lanes: int, slice_tiles: int) -> tuple:
+    """The arguments of a cs256_group_* kernel (x and y as the kernel takes them)."""
+    unit_shift = int(math.log2(cs.vec // chunk))
+    return (*_matrix_args(cs), np.int32(unit_shift), x, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles))
 
 
 def spmv(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options) -> cupy.ndarray:

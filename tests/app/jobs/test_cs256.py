@@ -9,11 +9,10 @@ from __future__ import annotations
 import io
 import json
 import struct
-import time
 
 import numpy as np
 import pytest
-from pencil_testkit import assert_api_error
+from pencil_testkit import admin_client, assert_api_error, wait_for_job
 
 from gpu.backend import cuda_devices
 from gpu.cs256 import files, reference
@@ -26,9 +25,7 @@ MAX_ELEMENTS = 50_000
 
 
 def admin(make_client, **overrides):
-    client = make_client(admin_token=TOKEN, **overrides)
-    client.headers["Authorization"] = f"Bearer {TOKEN}"
-    return client
+    return admin_client(make_client, TOKEN, **overrides)
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -53,10 +50,7 @@ def run_job(client, **request) -> tuple[dict, dict]:
     response = client.post("/jobs/cs256", **request)
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
-    deadline = time.monotonic() + WAIT_S
-    while (job := client.get(f"/jobs/{job_id}").json())["status"] in ("queued", "running"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.02)
+    job = wait_for_job(client, job_id, timeout_s=WAIT_S)
     assert job["status"] == "succeeded", job
     body = client.get(f"/jobs/{job_id}/result").json()
     return body, job

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from pencil_testkit import assert_api_error
+from pencil_testkit import JOB_FINISHED, admin_client, assert_api_error, wait_for_job
 from PIL import Image
 
 from app.jobs.stencil import EXAMPLE, StencilRequest, agc, build_params, shot_record_image
@@ -21,14 +21,11 @@ from gpu.stencil.params import VARIANTS
 
 TOKEN = "stencil-test-token"
 WAIT_S = 60.0
-FINISHED = ("succeeded", "failed", "canceled")
 LAYERED = {"type": "layered", "depths": [0.0, 150.0], "velocities": [1500.0, 2500.0]}
 
 
 def admin(make_client, **overrides):
-    client = make_client(admin_token=TOKEN, **overrides)
-    client.headers["Authorization"] = f"Bearer {TOKEN}"
-    return client
+    return admin_client(make_client, TOKEN, **overrides)
 
 
 def shot(**changes) -> dict:
@@ -55,14 +52,8 @@ def submit(client, **request) -> str:
     return response.json()["id"]
 
 
-def wait(client, job_id: str, until=FINISHED) -> dict:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        body = client.get(f"/jobs/{job_id}").json()
-        if body["status"] in until:
-            return body
-        assert time.monotonic() < deadline, f"job still {body['status']} after {WAIT_S} s: {body}"
-        time.sleep(0.02)
+def wait(client, job_id: str, until=JOB_FINISHED) -> dict:
+    return wait_for_job(client, job_id, until, WAIT_S)
 
 
 def result_of(client, job_id: str) -> dict:

@@ -35,13 +35,6 @@ SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (64, 11, 12), (33, 13, 10), (
 STEPS = 120
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 @pytest.fixture(scope="module")
 def cuda():
     from gpu.stencil import cuda

@@ -37,13 +37,6 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (
 FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """The emulator, built once per test session (a few seconds)."""

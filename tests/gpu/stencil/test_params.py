@@ -23,13 +23,6 @@ from gpu.stencil.params import (
 )
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def make(**changes) -> StencilParams:
     values = {"nx": 40, "ny": 30, "nz": 20, "h": 10.0, "steps": 100, "f0": 10.0, "model": ConstantModel(2000.0)}
     values.update(changes)

@@ -14,13 +14,6 @@ from gpu.stencil import reference as ref
 from gpu.stencil.params import CFL_LIMIT, ConstantModel, LayeredModel, StencilParams
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"seed {seed}")  # shown on failure, to replay it
-    return np.random.default_rng(seed)
-
-
 def random_fields(rng: np.random.Generator, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     """(p^0, p^-1): standard normal in the interior, 0 on the 2-cell border."""
     fields = []
