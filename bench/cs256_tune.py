@@ -81,10 +81,10 @@ def main() -> None:
                 grid = max(1, min(-(-m // (cuda.GROUP_BLOCK // lanes)), resident * sms))
                 y = cupy.full(m, 0xFFFF, cupy.uint16)
 
-                args = cuda.group_args(cs, x, y, base.chunk, lanes, base.slice_tiles)
+                launch = cuda.group_args(cs, x, y, base.chunk, lanes, base.slice_tiles)
 
-                def run(function=function, grid=grid, args=args, base=base):
-                    function((grid,), (cuda.GROUP_BLOCK,), args, shared_mem=base.shared_bytes)
+                def run(function=function, grid=grid, launch=launch, base=base):
+                    function((grid,), (cuda.GROUP_BLOCK,), launch, shared_mem=base.shared_bytes)
 
                 run()
                 got = y.get().view(np.float16)
