@@ -37,6 +37,7 @@
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
+typedef unsigned long long u64;
 
 #define GROUP_BLOCK 512
 
@@ -409,6 +410,271 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     wait_copies();  // no copy outlives its block (a block without rows: none with cuda.py's grid)
 }
 
+// ------------------------------------------------------------------ the bulk kernel --
+// One warp per row. The row's values and indices are contiguous, so they travel as bulk
+// copies (sm_90's cp.async.bulk, the copy engine of TMA) in pieces of BULK_PIECE_BYTES of
+// values (and the matching indices) into a ring of BULK_STAGES buffers per warp in shared
+// memory, each with an mbarrier that completes when its bytes have landed. Lane 0 issues,
+// the warp computes from shared memory: while it multiplies one piece, the next
+// BULK_STAGES - 1 are in flight, across row ends, with no registers held for them and
+// with DRAM reading long runs rather than 16-byte vectors. x is staged whole (plans that do
+// not fit take the group kernel). Chunks of W entries go round-robin to the 32 lanes, each
+// lane finding a chunk's tile with the group kernel's walk.
+//
+// A bulk copy needs 16-byte aligned addresses and sizes: a piece is copied from its
+// first byte rounded down to 16 (the arrays start 16-byte aligned) to its end rounded up,
+// except past the last 16-byte boundary of the array, whose few bytes lane 0 copies
+// itself; the warp reads the piece from its offset in the buffer.
+
+#define BULK_BLOCK 512
+#define BULK_WARPS (BULK_BLOCK / 32)
+#define BULK_STAGES 3
+#define BULK_PIECE_BYTES 1024  // of values per piece: 512 entries of 16 bits, 256 of 32
+#define BULK_SLACK 32          // bytes a buffer holds beyond its piece: the 16-byte rounding at both ends
+
+// A piece as the producer leaves it for the consumers: row < 0 marks the end of the warp's rows.
+struct BulkPiece {
+    int row, first, count, chunk0, last;  // first: index of its first entry in values; chunk0: within the row
+};
+
+__device__ __forceinline__ u32 shared_address(const void* p) {
+#if defined(__CUDA_ARCH__)
+    u64 address;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(address) : "l"(p));
+    return (u32)address;
+#else
+    return 0u;
+#endif
+}
+
+__device__ __forceinline__ void barrier_init(u64* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+#endif
+}
+
+// Makes the initialised barriers visible to the copy engine (before a __syncthreads).
+__device__ __forceinline__ void barrier_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// The generic-proxy reads of a buffer before the copy engine writes it again.
+__device__ __forceinline__ void async_proxy_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(bar)) : "memory");
+#else
+    __builtin_memcpy(dst, src, bytes);
+#endif
+}
+
+// The producer's arrival on a stage's barrier: with the bytes its copies will bring (0: none).
+__device__ __forceinline__ void barrier_arrive(u64* bar, u32 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (bytes) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+    else asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+#endif
+}
+
+// Every lane of the warp: until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void barrier_wait(u64* bar, u32 parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    u32 done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(shared_address(bar)), "r"(parity) : "memory");
+    } while (!done);
+#else
+    __syncwarp();  // the emulation copies at once: lane 0's copy and piece are then visible
+#endif
+}
+
+template <class S>
+struct BulkStage {  // one buffer of a warp's ring
+    static constexpr int PIECE = BULK_PIECE_BYTES / (int)sizeof(S);
+    static constexpr int VALUE_BYTES = BULK_PIECE_BYTES + BULK_SLACK;
+    static constexpr int INDEX_BYTES = PIECE + BULK_SLACK;
+    static constexpr int BYTES = VALUE_BYTES + INDEX_BYTES;
+};
+
+// Lane 0: bytes [begin, end) of an array that ends at `limit`, into buffer (16-byte
+// aligned, for the unit holding begin): whole 16-byte units through the copy engine (from
+// the unit of begin, never past the array's last whole unit), the bytes after them by
+// plain loads. bulk_bytes: what the copy engine brings (the barrier's expected bytes).
+__device__ __forceinline__ u64 bulk_end_of(u64 begin, u64 end, u64 limit) {
+    return min((end + 15) & ~15ull, max(limit & ~15ull, begin & ~15ull));
+}
+
+__device__ __forceinline__ u32 bulk_bytes(u64 begin, u64 end, u64 limit) {
+    return (u32)(bulk_end_of(begin, end, limit) - (begin & ~15ull));
+}
+
+// The plain part, before the producer's arrival on the barrier (which publishes it).
+__device__ __forceinline__ void copy_tail(u8* buffer, u64 begin, u64 end, u64 limit) {
+    const u64 base = begin & ~15ull;
+    for (u64 a = bulk_end_of(begin, end, limit); a < end; ++a) buffer[a - base] = *reinterpret_cast<const u8*>(a);
+}
+
+// The copy engine's part, after the arrival has set the bytes to expect.
+__device__ __forceinline__ void copy_bulk(u8* buffer, u64 begin, u64 end, u64 limit, u64* bar) {
+    const u64 base = begin & ~15ull, bulk_end = bulk_end_of(begin, end, limit);
+    if (bulk_end > base) bulk_copy(buffer, reinterpret_cast<const void*>(base), (u32)(bulk_end - base), bar);
+}
+
+// The warp's producer: walks its rows (row, row + stride, ...) piece by piece. Every lane
+// keeps the same state; lane 0 issues the copies.
+template <class S, int W>
+struct BulkProducer {
+    int row, first, end, chunk0;
+    int next_begin, next_end;  // bounds of row + stride, loaded a row ahead
+    int total;                 // entries of the matrix: values and indices end there
+
+    __device__ void start(int row0, int stride, int m, const int* __restrict__ row_ptr) {
+        total = row_ptr[m];
+        row = row0;
+        first = end = chunk0 = 0;
+        if (row < m) {
+            first = row_ptr[row];
+            end = row_ptr[row + 1];
+        }
+        next_begin = next_end = 0;
+        if (row + stride < m) {
+            next_begin = row_ptr[row + stride];
+            next_end = row_ptr[row + stride + 1];
+        }
+    }
+
+    // Fills stage s (its buffers, piece record and barrier) with the next piece.
+    __device__ void issue(u8* buffer, BulkPiece* piece, u64* bar, const S* __restrict__ values, const u8* __restrict__ indices,
+                          const u8* __restrict__ increments, int padded_tiles, int stride, int m, const int* __restrict__ row_ptr) {
+        const int lane = threadIdx.x & 31;
+        const int count = row < m ? min(BulkStage<S>::PIECE, end - first) : 0;
+        if (lane == 0) {
+            *piece = BulkPiece{row < m ? row : -1, first, count, chunk0, first + count == end};
+            if (count > 0) {
+                const u64 v0 = reinterpret_cast<u64>(values + first), v1 = reinterpret_cast<u64>(values + first + count);
+                const u64 i0 = reinterpret_cast<u64>(indices + first), i1 = reinterpret_cast<u64>(indices + first + count);
+                const u64 v_limit = reinterpret_cast<u64>(values + total), i_limit = reinterpret_cast<u64>(indices + total);
+                u8* index_buffer = buffer + BulkStage<S>::VALUE_BYTES;
+                // Plain stores first (the arrival releases them), then the arrival that sets
+                // the bytes to expect, then the copies that count them down.
+                copy_tail(buffer, v0, v1, v_limit);
+                copy_tail(index_buffer, i0, i1, i_limit);
+                async_proxy_fence();
+                barrier_arrive(bar, bulk_bytes(v0, v1, v_limit) + bulk_bytes(i0, i1, i_limit));
+                copy_bulk(buffer, v0, v1, v_limit, bar);
+                copy_bulk(index_buffer, i0, i1, i_limit, bar);
+            } else {
+                barrier_arrive(bar, 0u);
+            }
+        }
+        if (row >= m) return;
+        if (chunk0 == 0) prefetch_l1(increments + (size_t)row * padded_tiles, padded_tiles, lane, 32);  // the walk's tile counts
+        first += count;
+        chunk0 += count / W;
+        if (first == end) {  // on to the next row
+            row += stride;
+            first = next_begin;
+            end = next_end;
+            chunk0 = 0;
+            if (row + stride < m) {
+                next_begin = row_ptr[row + stride];
+                next_end = row_ptr[row + stride + 1];
+            }
+        }
+    }
+};
+
+// W: entries per chunk (4 or 8); unit_shift: log2(vec / W). Dynamic shared memory: x
+// (T * 256 * K elements, rounded up to 16 bytes), then BULK_WARPS x BULK_STAGES buffers,
+// piece records and barriers (cuda.py's bulk_shared_bytes).
+template <class D, int W, int K>
+__device__ __forceinline__ void bulk_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
+                                            const int* __restrict__ row_ptr, const u8* __restrict__ increments,
+                                            int m, int n, int padded_tiles, int unit_shift,
+                                            const typename D::S* __restrict__ x, typename D::S* __restrict__ y) {
+    typedef typename D::S S;
+    typedef BulkStage<S> Stage;
+    constexpr int VW = W * (int)sizeof(S) / 4;
+    constexpr int IW = W / 4;
+#ifndef CUDA_EMULATION
+    extern __shared__ uint4 shared_units[];
+    u8* sm = reinterpret_cast<u8*>(shared_units);
+#else
+    u8* sm = shared_base();
+#endif
+    const int tiles = (n + 255) >> 8;
+    const int x_bytes = (tiles * 256 * K * (int)sizeof(S) + 15) & ~15;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    S* xs = reinterpret_cast<S*>(sm);
+    u8* buffers = sm + x_bytes + warp * BULK_STAGES * Stage::BYTES;
+    BulkPiece* pieces = reinterpret_cast<BulkPiece*>(sm + x_bytes + BULK_WARPS * BULK_STAGES * Stage::BYTES) + warp * BULK_STAGES;
+    u64* bars = reinterpret_cast<unsigned long long*>(
+        sm + x_bytes + BULK_WARPS * BULK_STAGES * Stage::BYTES + ((BULK_WARPS * BULK_STAGES * (int)sizeof(BulkPiece) + 15) & ~15)) + warp * BULK_STAGES;
+
+    stage_x<D, K>(xs, x, 0, tiles * 256, n);
+    if (lane == 0)
+        for (int s = 0; s < BULK_STAGES; ++s) barrier_init(bars + s);
+    barrier_init_fence();
+    __syncthreads();
+
+    const int stride = gridDim.x * BULK_WARPS;
+    BulkProducer<S, W> producer;
+    producer.start(blockIdx.x * BULK_WARPS + warp, stride, m, row_ptr);
+    for (int s = 0; s < BULK_STAGES; ++s)
+        producer.issue(buffers + s * Stage::BYTES, pieces + s, bars + s, values, indices, increments, padded_tiles, stride, m, row_ptr);
+    wait_copies();  // x
+    __syncthreads();
+
+    float acc[K];
+    Walk walk = {-1, 0, 0u};
+    const u32* incw = nullptr;
+    for (int p = 0;; ++p) {
+        const int s = p % BULK_STAGES;
+        barrier_wait(bars + s, (u32)(p / BULK_STAGES) & 1u);
+        const BulkPiece piece = pieces[s];
+        if (piece.row < 0) break;
+        if (piece.chunk0 == 0) {  // a new row
+#pragma unroll
+            for (int j = 0; j < K; ++j) acc[j] = 0.f;
+            walk = Walk{-1, 0, 0u};
+            incw = reinterpret_cast<const u32*>(increments + (size_t)piece.row * padded_tiles);
+        }
+        const u8* buffer = buffers + s * Stage::BYTES;
+        const S* vs = reinterpret_cast<const S*>(buffer + (reinterpret_cast<u64>(values + piece.first) & 15));
+        const u8* is = buffer + Stage::VALUE_BYTES + (reinterpret_cast<u64>(indices + piece.first) & 15);
+        for (int c = lane; c < piece.count / W; c += 32) {
+            walk_to(walk, piece.chunk0 + c, incw, unit_shift, padded_tiles);
+            const S* xt = xs + (size_t)(walk.t << 8) * K;
+            u32 vw[VW], iw[IW];
+            load_words<VW>(vs + c * W, vw);
+            load_words<IW>(is + c * W, iw);
+#pragma unroll
+            for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw, k), xt + byte_of(iw[k >> 2], k & 3) * K);
+        }
+        if (piece.last) {
+            for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+                for (int j = 0; j < K; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+            }
+#pragma unroll
+            for (int j = 0; j < K; ++j)
+                if ((j & 31) == lane) y[(size_t)piece.row * K + j] = D::from_float(acc[j]);
+        }
+        __syncwarp();  // every lane is done with stage s
+        producer.issue(buffers + s * Stage::BYTES, pieces + s, bars + s, values, indices, increments, padded_tiles, stride, m, row_ptr);
+    }
+}
+
 // ------------------------------------------------------------------ the appendix kernel --
 
 // Four consecutive elements of x from column col (zeros past n).
@@ -506,6 +772,26 @@ GROUP_ENTRIES(bf16, BF16, 4)
 GROUP_ENTRIES(bf16, BF16, 8)
 GROUP_ENTRIES(f32, F32, 4)
 GROUP_ENTRIES(f32, F32, 8)
+
+#define BULK_ENTRY(NAME, D, W, K)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(BULK_BLOCK) NAME(                                                          \
+        const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
+        const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
+        const D::S* __restrict__ x, D::S* __restrict__ y) {                                                              \
+        bulk_kernel<D, W, K>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y);               \
+    }
+
+#define BULK_ENTRIES(TAG, D, W)                          \
+    BULK_ENTRY(cs256_bulk_##TAG##_w##W##_k1, D, W, 1)    \
+    BULK_ENTRY(cs256_bulk_##TAG##_w##W##_k2, D, W, 2)    \
+    BULK_ENTRY(cs256_bulk_##TAG##_w##W##_k4, D, W, 4)
+
+BULK_ENTRIES(f16, F16, 4)
+BULK_ENTRIES(f16, F16, 8)
+BULK_ENTRIES(bf16, BF16, 4)
+BULK_ENTRIES(bf16, BF16, 8)
+BULK_ENTRIES(f32, F32, 4)
+BULK_ENTRIES(f32, F32, 8)
 
 #define SPLIT4_ENTRY(NAME, D, VEC)                                                                                      \
     extern "C" __global__ void __launch_bounds__(SPLIT4_BLOCK) NAME(                                                    \

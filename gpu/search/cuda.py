@@ -44,9 +44,11 @@ FUSED_MAX = 8
 FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
 FILTER_MUL = 2654435761
+COARSE_BITS = 10  # the coarse bitmap the scan reads by warp shuffles: one uint32 per lane
 META_INTS = 3 + 4 * FUSED_MAX
 LINE_SEGMENT = 512
 LINE_THREADS = 256
+OFFSET_THREADS = 1024  # threads of the block that sums one pattern's per-block counts
 WRITE_BLOCKS_PER_SM = 8
 
 TEXT_PAD = 64  # zero bytes after the text on the device: 16-byte loads and Rabin-Karp's last roll read past its end
@@ -81,7 +83,7 @@ def _round16(x: int) -> int:
 
 def table_bytes(algorithm: str, m: int) -> int:
     """Bytes of the table staged in shared memory ("fused": filter + meta)."""
-    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * META_INTS}[algorithm]
+    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * (1 << (COARSE_BITS - 5)) + 4 * META_INTS}[algorithm]
 
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
@@ -276,6 +278,11 @@ class _Pass:
         `wait_totals`)."""
         if self.end <= 0:  # every pattern longer than the text
             return
+        self.count_kernel()
+        self.prefix_sums()
+
+    def count_kernel(self) -> None:
+        """The count kernel alone: counts, flags and kept slots per block."""
         target, power = self.target, self.power
         P, K = len(self.patterns), self.launch.slots
         self.counts = _empty(P * self.blocks, cupy.int32)
@@ -290,11 +297,19 @@ class _Pass:
                     self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
         self.args_head = args[:9] if not self.fused else args[:8]
         _k(self._kernel_name("count"))((self.blocks,), (self.launch.threads,), args, shared_mem=self._shared())
-        if P == 1:  # a 1-D scan (CUB) rather than one along an axis
+
+    def prefix_sums(self) -> None:
+        """offsets (int64 [patterns][blocks]): inclusive prefix sums of the counts; and the
+        totals, on the device. One pattern: CUB's scan (through CuPy); several: one launch
+        of `block_offsets` (CuPy's scan along an axis takes a launch per doubling)."""
+        P = len(self.patterns)
+        if P == 1:
             self.offsets = cupy.cumsum(self.counts, dtype=cupy.int64).reshape(1, self.blocks)
+            self._totals_dev = self.offsets[:, -1].copy()
         else:
-            self.offsets = cupy.cumsum(self.counts.reshape(P, self.blocks), axis=1, dtype=cupy.int64)
-        self._totals_dev = cupy.ascontiguousarray(self.offsets[:, -1])
+            self.offsets = _empty((P, self.blocks), cupy.int64)
+            self._totals_dev = _empty(P, cupy.int64)
+            _k("block_offsets")((P,), (OFFSET_THREADS,), (self.counts, np.int32(self.blocks), self.offsets, self._totals_dev))
 
     def wait_totals(self) -> None:
         if self._totals_dev is not None:
@@ -331,25 +346,30 @@ def _pad16(data: np.ndarray) -> np.ndarray:
 def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The fused pass's inputs: the patterns concatenated (uint8, each starting at a
     multiple of 4 bytes and zero-padded to one), and its table: the prefix filter
-    (FILTER_SIZE bytes, bit q set at the hash of pattern q's first k bytes) followed by
-    the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
+    (FILTER_SIZE bytes, bit q set at the top FILTER_BITS bits of the hash of pattern q's
+    first k bytes), the coarse bitmap (2^COARSE_BITS bits as uint32 words, bit set at the
+    top COARSE_BITS bits of each pattern's hash), then the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
     each pattern as little-endian words, zeros past its end)."""
     k = min(FUSED_PREFIX_MAX, min(len(p) for p in patterns))
     filter_ = np.zeros(FILTER_SIZE, np.uint8)
+    coarse = np.zeros(1 << (COARSE_BITS - 5), np.uint32)
     meta = np.zeros(META_INTS, np.int64)
     meta[0], meta[1], meta[2] = len(patterns), k, max(len(p) for p in patterns)
     padded = [p + bytes(-len(p) % 4) for p in patterns]
     offset = 0
     for q, p in enumerate(patterns):
         key = int.from_bytes(p[:k], "little")
-        filter_[((key * FILTER_MUL) & 0xFFFFFFFF) >> (32 - FILTER_BITS)] |= 1 << q
+        hashed = (key * FILTER_MUL) & 0xFFFFFFFF
+        filter_[hashed >> (32 - FILTER_BITS)] |= 1 << q
+        bit = hashed >> (32 - COARSE_BITS)
+        coarse[bit >> 5] |= np.uint32(1 << (bit & 31))
         head = p[:8].ljust(8, b"\0")
         meta[3 + q], meta[3 + FUSED_MAX + q] = len(p), offset
         meta[3 + 2 * FUSED_MAX + 2 * q] = int.from_bytes(head[:4], "little")
         meta[3 + 2 * FUSED_MAX + 2 * q + 1] = int.from_bytes(head[4:], "little")
         offset += len(padded[q])
     meta32 = meta.astype(np.uint32).view(np.uint8)  # heads up to 2^32 - 1: stored as their 32 bits
-    return np.frombuffer(b"".join(padded), np.uint8), np.concatenate([filter_, meta32]), 0, 0
+    return np.frombuffer(b"".join(padded), np.uint8), np.concatenate([filter_, coarse.view(np.uint8), meta32]), 0, 0
 
 
 # ----------------------------------------------------------------------- search --

@@ -5,13 +5,16 @@
 //
 // Two passes per search, so that matches are compacted on the device:
 //   count_*  each block counts its matches (counts[block]) and keeps up to `slots` of
-//            them (block-relative offsets, in order) unless some thread found more than
-//            RECORDS_PER_THREAD or the block more than `slots` (flags[block] = 1);
-//   (host)   offsets = inclusive prefix sum of counts (CuPy), total = offsets[last];
-//   write_*  a grid of a few waves loops over the blocks of the count pass: one with no
-//            matches is skipped, one with kept matches copies them to
-//            out[offsets[b] - counts[b] ...], a flagged one scans its chunk again: count
-//            per thread, block prefix sum, scan once more writing positions.
+//            them (block-relative offsets, in order); flags[block] says which:
+//            BLOCK_EMPTY (no match), BLOCK_KEPT, or BLOCK_RESCAN (some thread found more
+//            than it keeps, or the block more than `slots`);
+//   offsets  inclusive prefix sums of counts (CUB through CuPy for one pattern,
+//            `block_offsets` for several), total = offsets[last];
+//   write_*  a grid of a few waves, each CUDA block over a range of the count pass's
+//            blocks: it reads their flags in one coalesced load and visits only the busy
+//            ones; a kept block's matches are copied to out[offsets[b] - counts[b] ...],
+//            a flagged one is scanned again: count per thread, block prefix sum, scan once
+//            more writing positions.
 // Positions are int64 everywhere: texts may exceed 2^31 bytes.
 //
 // Variants:
@@ -28,7 +31,7 @@
 //   scratch  SCRATCH_BYTES                       block scans, per-pattern counters
 //   pattern  (optimized) the pattern bytes (fused: none, its patterns stay in global memory)
 //   table    (optimized) KMP: lps int16[m]; Boyer-Moore: bad int16[256] + good int16[m + 1];
-//            fused: hash filter u8[FILTER_SIZE] + meta int32[META_INTS]
+//            fused: hash filter u8[FILTER_SIZE] + coarse bitmap u32[32] + meta int32[META_INTS]
 //   tile     (optimized) threads * granularity + m_max - 1 bytes of text, + TILE_PAD
 
 typedef unsigned char u8;
@@ -43,10 +46,15 @@ typedef long long i64;
 #define FILTER_BITS 12
 #define FILTER_SIZE (1 << FILTER_BITS)
 #define FILTER_MUL 2654435761u
+#define COARSE_BITS 10  // the coarse bitmap: 1024 bits, one word per lane of a warp
+#define COARSE_BYTES (4 << (COARSE_BITS - 5))
 #define META_INTS (3 + 4 * FUSED_MAX)  // P, prefix bytes k, m_max, m[8], offset[8], head[8][2]
 #define REL_BITS 24
 #define REL_MASK ((1u << REL_BITS) - 1u)
 #define FULL_MASK 0xffffffffu
+#define MAX_THREADS 1024
+
+enum { BLOCK_EMPTY = 0, BLOCK_KEPT = 1, BLOCK_RESCAN = 2 };  // flags[block] of the count pass
 
 enum { RABIN_KARP = 0, KMP = 1, BOYER_MOORE = 2, FUSED = 3 };
 
@@ -87,7 +95,7 @@ __device__ __forceinline__ Layout layout(int threads, int records, int granulari
 }
 
 __device__ __forceinline__ int table_bytes_of(int algo, int m) {
-    return algo == KMP ? 2 * m : algo == BOYER_MOORE ? 2 * (256 + m + 1) : algo == FUSED ? FILTER_SIZE + 4 * META_INTS : 0;
+    return algo == KMP ? 2 * m : algo == BOYER_MOORE ? 2 * (256 + m + 1) : algo == FUSED ? FILTER_SIZE + COARSE_BYTES + 4 * META_INTS : 0;
 }
 
 // ------------------------------------------------------------------ small helpers --
@@ -137,27 +145,28 @@ __device__ __forceinline__ u32 equal_mask16(const uint4& v, u32 rep) {
 
 // Exclusive prefix sum over the block of one value per thread; *total gets the sum.
 // Every thread of the block must call it. Uses scratch[0..32].
-__device__ u32 block_exclusive_scan(u32 value, u32* scratch, u32* total) {
+template <class V>
+__device__ V block_exclusive_scan(V value, V* scratch, V* total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    u32 x = value;
+    V x = value;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
+        const V y = __shfl_up_sync(FULL_MASK, x, d);
         if (lane >= d) x += y;
     }
     if (lane == 31) scratch[warp] = x;
     __syncthreads();
     if (threadIdx.x == 0) {
-        u32 run = 0;
+        V run = 0;
         for (int w = 0; w < warps; ++w) {
-            const u32 v = scratch[w];
+            const V v = scratch[w];
             scratch[w] = run;
             run += v;
         }
         scratch[32] = run;
     }
     __syncthreads();
-    const u32 before = scratch[warp] + x - value;
+    const V before = scratch[warp] + x - value;
     *total = scratch[32];
     __syncthreads();  // scratch may be reused at once
     return before;
@@ -343,15 +352,22 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
 
 // --------------------------------------------------------------- fused pass --
 // All patterns in one scan: at each start position the first k = min(4, shortest
-// pattern) bytes are hashed into a FILTER_SIZE-entry table in shared memory whose entry
-// holds a bit per pattern with that prefix hash. Only a non-zero entry costs more: each
-// flagged pattern's first min(m, 8) bytes are compared with the text's 8 bytes there as two
-// words (which settles every pattern of up to 8 bytes), and a longer one's remaining bytes
-// 4 at a time. The text is read once for all.
+// pattern) bytes are hashed (h = key * FILTER_MUL) and looked up twice:
+//   coarse  the top COARSE_BITS bits of h index a 1024-bit bitmap of the patterns'
+//           prefix hashes, held one word per lane of the warp (lane = h >> 27, bit =
+//           bits 22..26 of h) and read with a shuffle: no shared memory, no bank
+//           conflicts, in the hot loop of every position;
+//   fine    a position that passes (rare) reads the top FILTER_BITS bits of h in a
+//           FILTER_SIZE-entry byte table in shared memory, bit q set for pattern q; each
+//           flagged pattern's first min(m, 8) bytes are compared with the text's 8 bytes
+//           there as two words (which settles every pattern of up to 8 bytes), and a
+//           longer one's remaining bytes 4 at a time.
+// The text is read once for all.
 
 struct Fused {
     int P, k, m_max;
     u32 prefix_mask;
+    u32 coarse;          // this lane's word of the coarse bitmap
     const int* lengths;
     const int* offsets;  // of each pattern in `patterns`: multiples of 4
     const u32* heads;    // pattern q's bytes 0..3 and 4..7 (little-endian, zeros past m)
@@ -397,21 +413,27 @@ __device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i
 }
 
 // The scan proper keeps to a short branch-free loop: 16 start positions per step, their
-// filter entries folded into a mask of candidates; the rare candidates are then verified
-// one by one (their 8 bytes and filter entry read again), outside the unrolled loop, so
-// that the hot code stays small and no lane waits on another's verification per position.
+// coarse bits folded into a mask of candidates; the rare candidates are then verified
+// one by one (their 8 bytes and fine filter entry read again), outside the unrolled loop,
+// so that the hot code stays small and no lane waits on another's verification per
+// position. The coarse lookups are warp shuffles, so every lane of the warp takes the
+// same g / 16 steps (g: the granularity, a multiple of 16); positions at or past `hi`
+// (a lane of the block's last, partial chunk) are masked off. The tile is readable there.
 template <class Emit>
-__device__ void fused_scan(const u8* s, int lo, int hi, i64 block_start, i64 n, const Fused& f, Emit& emit) {
-    for (int i = lo; i < hi; i += 16) {
+__device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, i64 n, const Fused& f, Emit& emit) {
+    for (int i = lo; i < lo + g; i += 16) {
         const uint4 a = lds16(s, i), b = lds16(s, i + 16);
         const u32 w[5] = {a.x, a.y, a.z, a.w, b.x};
-        u32 candidates = 0u;
+        u32 hits = 0u;  // position t's coarse bit lands in bit 16 + t
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
             const u32 key = __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) & f.prefix_mask;
-            candidates |= (f.filter[(key * FILTER_MUL) >> (32 - FILTER_BITS)] != 0u ? 1u : 0u) << t;
+            const u32 h = key * FILTER_MUL;
+            const u32 word = __shfl_sync(FULL_MASK, f.coarse, (int)(h >> 27));
+            hits = __funnelshift_r(hits, __funnelshift_r(word, word, h >> 22), 1u);  // bit 0 of word rotated by bits 22..26
         }
-        if (hi - i < 16) candidates &= (1u << (hi - i)) - 1u;
+        const int valid = hi - i;
+        u32 candidates = (hits >> 16) & (valid >= 16 ? 0xffffu : valid <= 0 ? 0u : (1u << valid) - 1u);
         while (candidates != 0u) {
             const int t = __ffs((int)candidates) - 1;
             candidates &= candidates - 1u;
@@ -434,6 +456,7 @@ struct Block {
     u32* scratch;
     i64 start;          // first start position of the block
     int span;           // start positions in the block
+    int g;              // start positions per thread
     int lo, hi;         // this thread's
 };
 
@@ -454,6 +477,7 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     blk.start = (i64)b * T * g;
     const i64 remaining = end - blk.start;
     blk.span = remaining <= 0 ? 0 : (int)(remaining < (i64)T * g ? remaining : (i64)T * g);
+    blk.g = g;
     blk.lo = t * g;
     blk.hi = min(blk.lo + g, blk.span);
     if (OPT) {
@@ -488,7 +512,7 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         blk.fused.filter = tab;
         blk.fused.patterns = blk.p;
         // meta is read after the __syncthreads below
-        const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE);
+        const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE + COARSE_BYTES);
         blk.fused.lengths = meta + 3;
         blk.fused.offsets = meta + 3 + FUSED_MAX;
         blk.fused.heads = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
@@ -500,12 +524,17 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         blk.fused.k = meta[1];
         blk.fused.m_max = meta[2];
         blk.fused.prefix_mask = blk.fused.k >= 4 ? 0xffffffffu : ((1u << (8 * blk.fused.k)) - 1u);
+        blk.fused.coarse = reinterpret_cast<const u32*>(blk.fused.filter + FILTER_SIZE)[t & 31];
     }
     return blk;
 }
 
 template <int ALGO, bool OPT, class Emit>
 __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, u32 target, u32 power, Emit& emit) {
+    if constexpr (ALGO == FUSED) {  // every thread: the scan shuffles within warps
+        fused_scan(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
+        return;
+    }
     if (blk.lo >= blk.hi) return;
     if constexpr (ALGO == RABIN_KARP) {
         if constexpr (OPT) rabin_karp_optimized(blk.s, blk.lo, blk.hi, blk.p, m, target, power, emit);
@@ -516,8 +545,6 @@ __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, 
     } else if constexpr (ALGO == BOYER_MOORE) {
         if constexpr (OPT) boyer_moore_optimized(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, blk.table + 256, emit);
         else boyer_moore_naive(blk.s, blk.lo, blk.hi, blk.p, m, blk.table, blk.table + 256, emit);
-    } else {
-        fused_scan(blk.s, blk.lo, blk.hi, blk.start, n, blk.fused, emit);
     }
 }
 
@@ -541,7 +568,7 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
     if (!overflow) {
         for (u32 k = 0; k < emit.count; ++k) slots[(i64)blockIdx.x * K + before + k] = emit.records[k];
     }
-    if (t == 0) flags[blockIdx.x] = overflow ? 1 : 0;
+    if (t == 0) flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
     if (ALGO == FUSED) {
         const int P = blk.fused.P;
         if (t < P) counts[(i64)t * blocks + blockIdx.x] = (int)pattern_counts[t];
@@ -561,7 +588,7 @@ __device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const 
     for (int q = 0; q < P; ++q) total += (u32)counts[(i64)q * blocks + b];
     if (total == 0) return;  // the same for the whole block
     const i64 block_start = (i64)b * T * g;
-    if (!flags[b]) {
+    if (flags[b] == BLOCK_KEPT) {
         if (ALGO != FUSED) {
             const i64 first = offsets[b] - counts[b];
             for (u32 k = t; k < total; k += T) outs[0][first + k] = block_start + (i64)(slots[(i64)b * K + k] & REL_MASK);
@@ -618,14 +645,54 @@ __device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const 
     __syncthreads();  // the next logical block may stage over this one's shared memory
 }
 
-// The write kernel loops over the logical blocks (most of which, for a rare pattern, have
-// nothing to write): a grid of a few waves instead of one CUDA block per logical block.
+// The write kernel: a grid of a few waves instead of one CUDA block per logical block,
+// most of which, for a rare pattern, have nothing to write. Each CUDA block takes a
+// contiguous range of logical blocks, T at a time: their flags in one coalesced load, the
+// busy ones listed in order (a block scan), then visited one after the other.
 template <int ALGO, bool OPT>
 __device__ void write_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
                            u32 target, u32 power, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
                            const i64* offsets, i64* const* outs, int P) {
-    for (int b = blockIdx.x; b < blocks; b += gridDim.x)
-        write_block<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m, m_max, table, target, power, counts, blocks, flags, slots, K, offsets, outs, P);
+    __shared__ int busy[MAX_THREADS];
+    __shared__ u32 busy_scratch[33];
+    const int t = threadIdx.x, T = blockDim.x;
+    const int per = (blocks + gridDim.x - 1) / gridDim.x;
+    const int first = min((int)blockIdx.x * per, blocks), last = min(first + per, blocks);
+    for (int base = first; base < last; base += T) {
+        const int b = base + t;
+        const u32 is_busy = b < last && flags[b] != BLOCK_EMPTY ? 1u : 0u;
+        u32 busy_count;
+        const u32 slot = block_exclusive_scan(is_busy, busy_scratch, &busy_count);
+        if (is_busy) busy[slot] = b;
+        __syncthreads();
+        for (u32 k = 0; k < busy_count; ++k)
+            write_block<ALGO, OPT>(busy[k], text, n, end, g, pat, pattern_bytes, m, m_max, table, target, power, counts, blocks, flags, slots, K, offsets, outs, P);
+        __syncthreads();  // busy[] is rewritten by the next round
+    }
+}
+
+// Inclusive prefix sums of each pattern's per-block counts (the fused pass; one pattern
+// uses CUB): offsets[q][b] = counts[q][0] + .. + counts[q][b] (int64), totals[q] = the
+// last. One CUDA block per pattern: each thread sums a contiguous run of blocks, the
+// block scans the run sums, each thread writes its run.
+extern "C" __global__ void block_offsets(const int* counts, int blocks, i64* offsets, i64* totals) {
+    __shared__ i64 scratch[33];
+    const int t = threadIdx.x, T = blockDim.x;
+    const int* row = counts + (i64)blockIdx.x * blocks;
+    i64* out = offsets + (i64)blockIdx.x * blocks;
+    const int per = (blocks + T - 1) / T;
+    const int lo = min(t * per, blocks), hi = min(lo + per, blocks);
+    i64 sum = 0;
+#pragma unroll 8
+    for (int b = lo; b < hi; ++b) sum += row[b];
+    i64 total;
+    i64 run = block_exclusive_scan(sum, scratch, &total);
+#pragma unroll 8
+    for (int b = lo; b < hi; ++b) {
+        run += row[b];
+        out[b] = run;
+    }
+    if (t == 0) totals[blockIdx.x] = total;
 }
 
 // ------------------------------------------------------------------ entry points --
@@ -650,7 +717,7 @@ SINGLE_KERNELS(boyer_moore_naive, BOYER_MOORE, false)
 SINGLE_KERNELS(boyer_moore_optimized, BOYER_MOORE, true)
 
 // Fused: patterns concatenated (pattern_bytes in all), table = filter u8[FILTER_SIZE] +
-// meta int32[META_INTS]; end = n - shortest + 1; counts, offsets: [P][blocks].
+// coarse u32[32] + meta int32[META_INTS]; end = n - shortest + 1; counts, offsets: [P][blocks].
 extern "C" __global__ void count_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
                                        const u8* table, int* counts, int blocks, u8* flags, u32* slots, int K) {
     count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K);

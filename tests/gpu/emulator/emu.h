@@ -91,6 +91,10 @@ inline void emu_check_mask(unsigned mask) {
         std::abort();
     }
 }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    emu_check_mask(mask);
+    emu_block->warps[threadIdx.x >> 5]->bar.arrive_and_wait();
+}
 template <class T>
 inline T emu_exchange(T v, int src) {
     EmuWarp& w = *emu_block->warps[threadIdx.x >> 5];
@@ -110,6 +114,11 @@ inline T __shfl_up_sync(unsigned mask, T v, int d) {
     emu_check_mask(mask);
     const int lane = threadIdx.x & 31;
     return emu_exchange(v, lane >= d ? lane - d : lane);
+}
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src) {  // src: bits 0..4 name the lane
+    emu_check_mask(mask);
+    return emu_exchange(v, src & 31);
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int d) {

@@ -8,6 +8,6 @@
     X(count_rabin_karp_naive) X(write_rabin_karp_naive) X(count_rabin_karp_optimized) X(write_rabin_karp_optimized)            \
     X(count_kmp_naive) X(write_kmp_naive) X(count_kmp_optimized) X(write_kmp_optimized) X(count_boyer_moore_naive)             \
     X(write_boyer_moore_naive) X(count_boyer_moore_optimized) X(write_boyer_moore_optimized) X(count_fused) X(write_fused)     \
-    X(newline_counts) X(line_numbers)
+    X(newline_counts) X(line_numbers) X(block_offsets)
 
 EMU_ENTRY_POINT(KERNELS)
