@@ -68,7 +68,7 @@ def main() -> None:
         m, n = (int(v) for v in shape.split("x"))
         cs = fmt.prune(fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16")
         x = fmt.from_float(rng.standard_normal(n, dtype=cupy.float32), "float16")
-        base = cuda.make_plan(cs, 1, variant="group")
+        base = cuda.make_plan(cs, 1)
         expected = cuda.spmm(cs, x, base).get()
         scale = float(np.abs(expected.astype(np.float32)).max())
         base_ms = timer.median_ms(lambda cs=cs, x=x, base=base: cuda.spmm(cs, x, base), args.repeats)

@@ -1,6 +1,6 @@
 """Runs the kernels worth profiling once each, for Nsight Compute to read on the GPU machine:
 
-    ncu -k regex:'cs256_group|cs256_bulk|_fused' --section SpeedOfLight --section WarpStateStats \
+    ncu -k regex:'cs256_group|_fused' --section SpeedOfLight --section WarpStateStats \
         python3 bench/profile_kernels.py [--cs256 4096x14336@0.66,...] [--search-mib 256]
 
 CS256 SpMV (fp16, vec 8, the plan the job would choose) on each shape@sparsity, then the

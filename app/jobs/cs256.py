@@ -31,7 +31,7 @@ from app.jobs.npy import load_npy
 from gpu.cs256 import reference
 from gpu.cs256.files import SafetensorsError, read_safetensors_header, save_npz, save_safetensors
 from gpu.cs256.format import DTYPES, STORAGE, TILE, VECS, CS256Error, as_storage, from_dense, prune, storage_report, to_float32
-from gpu.cs256.params import BULK_MAX_VECTORS, MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
+from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
 
 # Max relative error of the product against the float64 dense product: float32 sums, then
 # the output rounded to the matrix's dtype (bfloat16 keeps 8 bits).
@@ -50,7 +50,7 @@ class Cs256Options(BaseModel):
     vectors: int | None = Field(None, ge=1, le=MAX_VECTORS, description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)")
     repeats: int = Field(20, ge=1, le=REPEATS_MAX, description="timed runs of each product; the median is reported (each starts with a cold L2)")
     save: Literal[SAVE_CHOICES] = Field("npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none")  # type: ignore[valid-type]
-    variant: Literal["auto", "bulk", "group", "split4"] = Field("auto", description="CUDA kernel: auto (bulk where it runs and fits, else group), bulk (a warp per row fed by bulk copies; Hopper, up to 4 vectors), group (coalesced register rings, any number of vectors) or split4 (the paper's appendix layout, one vector)")
+    variant: Literal["group", "split4"] = Field("group", description="CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)")
     dtype: Literal[DTYPES] | None = Field(None, description="uploads: the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's")  # type: ignore[valid-type]
 
     @field_validator("vec")
@@ -95,7 +95,7 @@ OPENAPI = {
                         "vectors": {"type": "integer", "minimum": 1, "maximum": MAX_VECTORS, "default": 1},
                         "repeats": {"type": "integer", "minimum": 1, "maximum": REPEATS_MAX, "default": 20},
                         "save": {"type": "string", "enum": list(SAVE_CHOICES), "default": "npz"},
-                        "variant": {"type": "string", "enum": ["auto", "bulk", "group", "split4"], "default": "auto"},
+                        "variant": {"type": "string", "enum": ["group", "split4"], "default": "group"},
                         "dtype": {"type": "string", "enum": list(DTYPES), "description": "round the upload to this dtype (default: the upload's own)"},
                         "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "seed of the random x"},
                     },
@@ -130,8 +130,6 @@ def _options_checked(options: Cs256Options, k: int | None) -> int:
     vectors = k or options.vectors or 1
     if options.variant == "split4" and vectors != 1:
         raise ApiError(422, "invalid_parameter", "variant: split4 multiplies one vector; use group for several")
-    if options.variant == "bulk" and vectors > BULK_MAX_VECTORS:
-        raise ApiError(422, "invalid_parameter", f"variant: bulk multiplies up to {BULK_MAX_VECTORS} vectors; use group or auto for {vectors}")
     return vectors
 
 

@@ -7,12 +7,7 @@ current device and stream (a job runs them inside its lease's device and stream)
 shape (n,) or (n, k) with k <= 16; y comes back in that dtype, (m,) or (m, k).
 
 Variants:
-- "auto" (default): "bulk" where it runs and x fits its shared memory, else "group".
-- "bulk": a warp per row; the row's values and indices come into shared memory as bulk
-  copies (cp.async.bulk, Hopper and later) in pieces, a ring of 3 per warp in flight, the
-  warp multiplying one piece while the next ones land; x whole in shared memory; K = 1, 2
-  or 4 vectors (3 is padded to 4).
-- "group": G lanes per row split the row's W-entry chunks round-robin, each lane
+- "group" (default): G lanes per row split the row's W-entry chunks round-robin, each lane
   streaming its chunks through a ring of registers (loads always in flight while it
   computes), x (or slices of it) in shared memory, 512-thread blocks striding over the rows;
   K = 1, 2, 4, 8 or 16 vectors per launch (other k are padded with zero vectors).
@@ -34,7 +29,6 @@ import numpy as np
 
 from gpu import kernels
 from gpu.cs256.format import CS256, STORAGE, CS256Error
-from gpu.cs256.params import BULK_MAX_VECTORS
 from gpu.cs256.reference import MAX_VECTORS
 
 SOURCE = Path(__file__).with_name("cs256.cu")
@@ -43,11 +37,7 @@ SPLIT4_BLOCK, SPLIT4_ROWS = 256, 64
 K_SIZES = (1, 2, 4, 8, 16)  # vectors per launch the kernels are built for
 CHUNKS = (4, 8)  # entries per vector load of the group kernel
 LANES = (1, 2, 4, 8, 16, 32)
-VARIANTS = ("auto", "bulk", "group", "split4")
-BULK_BLOCK, BULK_STAGES, BULK_PIECE_BYTES, BULK_SLACK, BULK_PIECE_RECORD = 512, 3, 1024, 32, 20  # mirrored from cs256.cu
-BULK_K_SIZES = tuple(k for k in K_SIZES if k <= BULK_MAX_VECTORS)
-BULK_MIN_CAPABILITY = 90  # cp.async.bulk and mbarrier transaction counts: sm_90
-BULK_MIN_ROW_CHUNKS = 32  # average chunks per row below which a warp per row leaves lanes idle: group
+VARIANTS = ("group", "split4")
 SHARED_BUDGET = 64 * 1024  # x held in shared memory per block before it is cut into slices
 RING = 2  # chunks each lane keeps in flight (cs256.cu's R, but for 16 float32 vectors)
 FILL = 1.6  # default lanes: the rows' groups should cover this multiple of the resident threads
@@ -94,38 +84,11 @@ def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     return min(lanes, cap)
 
 
-def bulk_shared_bytes(tiles: int, k: int, itemsize: int) -> int:
-    """Dynamic shared memory of a bulk block (cs256.cu's layout): x for `tiles` tiles and k
-    vectors, then per warp BULK_STAGES piece buffers, piece records and barriers."""
-    warps = BULK_BLOCK // 32
-    x_bytes = -(-tiles * 256 * k * itemsize // 16) * 16
-    stage = BULK_PIECE_BYTES + BULK_SLACK + BULK_PIECE_BYTES // itemsize + BULK_SLACK
-    records = -(-warps * BULK_STAGES * BULK_PIECE_RECORD // 16) * 16
-    return x_bytes + warps * BULK_STAGES * stage + records + warps * BULK_STAGES * 8
-
-
-def bulk_supported() -> bool:
-    """Whether the current device runs the bulk kernel (compute capability 9.0 or later)."""
-    return int(cupy.cuda.Device().compute_capability) >= BULK_MIN_CAPABILITY
-
-
-def bulk_fits(cs: CS256, k: int) -> bool:
-    """Whether `auto` takes the bulk kernel: a Hopper-class device, at most 4 vectors, x and
-    the rings within a block's shared memory, rows long enough to busy a warp."""
-    if not bulk_supported() or k > BULK_K_SIZES[-1]:
-        return False
-    k_padded = next(size for size in BULK_K_SIZES if size >= k)
-    chunk = 4 if cs.vec == 4 else 8
-    return (bulk_shared_bytes(cs.tiles_per_row, k_padded, STORAGE[cs.dtype].itemsize) <= kernels.max_shared_bytes()
-            and cs.stored >= BULK_MIN_ROW_CHUNKS * chunk * cs.m)
-
-
-def make_plan(cs: CS256, k: int = 1, variant: str = "auto", lanes: int | None = None, chunk: int | None = None,
+def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None = None, chunk: int | None = None,
               slice_tiles: int | None = None, blocks_per_sm: int | None = None) -> Plan:
     """The launch of `variant` for `cs` times k vectors, on the current device. Overrides
     (for tests and tuning): lanes (1..32, power of two), chunk (4 or 8, dividing vec),
-    slice_tiles (>= T, or a multiple of 4), blocks_per_sm. `auto` with lanes or
-    slice_tiles (the group kernel's options) is the group kernel."""
+    slice_tiles (>= T, or a multiple of 4), blocks_per_sm."""
     if variant not in VARIANTS:
         raise CS256Error(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
     if not 1 <= k <= MAX_VECTORS:
@@ -134,8 +97,6 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "auto", lanes: int | None = 
     sms = kernels.device_attribute("MultiProcessorCount")
     itemsize = STORAGE[cs.dtype].itemsize
     t = cs.tiles_per_row
-    if variant == "auto":
-        variant = "bulk" if lanes is None and slice_tiles is None and bulk_fits(cs, k) else "group"
     if variant == "split4":
         if k != 1:
             raise CS256Error("the split4 kernel multiplies one vector; use the group kernel for several")
@@ -149,8 +110,6 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "auto", lanes: int | None = 
         raise CS256Error(f"chunk must be 4 or 8 and divide vec={cs.vec}; got {chunk}")
     if lanes is not None and lanes not in LANES:
         raise CS256Error(f"lanes must be one of {LANES}; got {lanes}")
-    if variant == "bulk":
-        return _bulk_plan(cs, k, chunk, tag, itemsize, sms, blocks_per_sm)
     k_padded = next(size for size in K_SIZES if size >= k)
     tile_bytes = 256 * k_padded * itemsize
     if slice_tiles is None:
@@ -167,22 +126,6 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "auto", lanes: int | None = 
     rows_per_block = GROUP_BLOCK // lanes
     grid = max(1, min(-(-cs.m // rows_per_block), resident * sms))
     return Plan("group", name, GROUP_BLOCK, grid, shared, chunk, lanes, slice_tiles, k, k_padded, resident)
-
-
-def _bulk_plan(cs: CS256, k: int, chunk: int, tag: str, itemsize: int, sms: int, blocks_per_sm: int | None) -> Plan:
-    if not bulk_supported():
-        raise CS256Error(f"the bulk kernel needs compute capability {BULK_MIN_CAPABILITY // 10}.0 or later; use group")
-    if k > BULK_K_SIZES[-1]:
-        raise CS256Error(f"the bulk kernel multiplies up to {BULK_K_SIZES[-1]} vectors; use group for more")
-    k_padded = next(size for size in BULK_K_SIZES if size >= k)
-    shared = bulk_shared_bytes(cs.tiles_per_row, k_padded, itemsize)
-    if shared > kernels.max_shared_bytes():
-        raise CS256Error(f"x and the bulk kernel's buffers need {shared} bytes of shared memory per block, the device has {kernels.max_shared_bytes()}; use group")
-    name = f"cs256_bulk_{tag}_w{chunk}_k{k_padded}"
-    function = kernels.kernel(SOURCE, name)
-    resident = blocks_per_sm or kernels.blocks_per_sm(function, BULK_BLOCK, shared)
-    grid = max(1, min(-(-cs.m // (BULK_BLOCK // 32)), resident * sms))
-    return Plan("bulk", name, BULK_BLOCK, grid, shared, chunk, 32, cs.tiles_per_row, k, k_padded, resident)
 
 
 def _aligned(array: cupy.ndarray) -> cupy.ndarray:
@@ -231,10 +174,6 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     function = kernels.kernel(SOURCE, plan.kernel)
     if plan.variant == "split4":
         function((plan.grid,), (plan.block,), (*_matrix_args(cs), x_run, y))
-    elif plan.variant == "bulk":
-        unit_shift = np.int32(int(math.log2(cs.vec // plan.chunk)))
-        args = (*_matrix_args(cs), unit_shift, x_run, y)
-        function((plan.grid,), (plan.block,), args, shared_mem=plan.shared_bytes)
     else:
         function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles), shared_mem=plan.shared_bytes)
     if plan.k_padded != k:

@@ -16,7 +16,6 @@ import numpy as np
 from gpu.cs256.format import DEFAULT_VEC, DTYPES, VECS, check_dtype, from_float
 
 MAX_VECTORS = 16
-BULK_MAX_VECTORS = 4  # vectors the bulk kernel multiplies at once (cs256.cu builds K = 1, 2, 4)
 REPEATS_MAX = 1000
 SAVE_CHOICES = ("npz", "safetensors", "both", "none")
 

@@ -59,11 +59,6 @@ def poisoned(cupy, shape, dtype: str):
     return out
 
 
-def variants(cuda) -> list[str]:
-    """Every kernel the device runs (bulk: compute capability 9.0+)."""
-    return (["bulk"] if cuda.bulk_supported() else []) + ["group", "split4"]
-
-
 def check_product(cuda, cupy, dense: np.ndarray, cs_host, x: np.ndarray, context: str, **plan_options) -> None:
     cs = cs_host.to_device()
     dtype = cs.dtype
@@ -86,7 +81,7 @@ def test_spmv_equals_the_dense_product(cuda, cupy, rng, dtype, vec):
         dense = sparse_matrix(rng, shape, density, dtype)
         cs = fmt.from_dense(dense, vec, dtype)
         x = vectors(rng, shape[1], 1, dtype)
-        for variant in variants(cuda):
+        for variant in ("group", "split4"):
             check_product(cuda, cupy, dense, cs, x, f"{shape} density {density} {variant}", variant=variant)
 
 
@@ -94,10 +89,7 @@ def test_spmv_equals_the_dense_product(cuda, cupy, rng, dtype, vec):
 def test_spmm_equals_the_dense_product_for_2_to_16_vectors(cuda, cupy, rng, dtype):
     for shape, k, vec in itertools.product([(1, 300), (65, 1000), (300, 4099)], [2, 3, 4, 5, 8, 11, 16], (4, 16)):
         dense = sparse_matrix(rng, shape, 0.4, dtype)
-        cs, x = fmt.from_dense(dense, vec, dtype), vectors(rng, shape[1], k, dtype)
-        check_product(cuda, cupy, dense, cs, x, f"{shape} k={k} vec={vec}", variant="group")
-        if k <= cuda.BULK_K_SIZES[-1] and cuda.bulk_supported():
-            check_product(cuda, cupy, dense, cs, x, f"{shape} k={k} vec={vec}", variant="bulk")
+        check_product(cuda, cupy, dense, fmt.from_dense(dense, vec, dtype), vectors(rng, shape[1], k, dtype), f"{shape} k={k} vec={vec}")
 
 
 @pytest.mark.parametrize("dtype", fmt.DTYPES)
@@ -138,47 +130,6 @@ def test_a_grid_smaller_than_the_rows_strides_over_them(cuda, cupy, rng, dtype):
         assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{plan}: rows left unwritten"
 
 
-@pytest.mark.parametrize("dtype", fmt.DTYPES)
-def test_bulk_kernel_over_many_rows_with_few_warps(cuda, cupy, rng, dtype):
-    """The bulk kernel with grids of 1, 3 and 7 blocks of 16 warps over 1500 rows: each
-    warp's ring of pieces runs across many rows; rows of several pieces (2600 columns at
-    50 %: 1300 entries, more than a piece), empty and full rows; 1 to 4 vectors; chunks of
-    4 and 8; vec 4, so the indices (and usually the values) end off a 16-byte boundary and
-    the last piece's tail is copied plainly."""
-    import dataclasses
-
-    if not cuda.bulk_supported():
-        pytest.skip("the bulk kernel needs compute capability 9.0")
-    dense = sparse_matrix(rng, (1500, 2600), 0.5, dtype)
-    dense[rng.random(1500) < 0.05] = 0
-    dense[rng.integers(0, 1500, 10), :] = fmt.from_float(rng.standard_normal((10, 2600)).astype(np.float32), dtype)
-    cs = fmt.from_dense(dense, 4, dtype).to_device()
-    for chunk, k, grid in itertools.product((4, 8), (1, 2, 3, 4), (1, 3, 7, None)):
-        if cs.vec % chunk:
-            continue
-        x = vectors(rng, 2600, k, dtype)
-        plan = cuda.make_plan(cs, k, variant="bulk", chunk=chunk)
-        plan = dataclasses.replace(plan, grid=grid or plan.grid)
-        out = poisoned(cupy, (cs.m,) if k == 1 else (cs.m, k), dtype)
-        cuda.spmm(cs, cupy.asarray(x), plan, out=out)
-        y = out.get()
-        error = ref.relative_error(y, ref.dense_product(dense, x, dtype), dtype)
-        assert error <= TOLERANCE[dtype], f"{plan}: relative error {error:.3g}"
-        assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{plan}: rows left unwritten"
-
-
-def test_auto_takes_the_bulk_kernel_for_llm_shapes_on_hopper(cuda, cupy, rng):
-    if not cuda.bulk_supported():
-        pytest.skip("the bulk kernel needs compute capability 9.0")
-    wide = fmt.prune(rng.standard_normal((64, 14336)).astype(np.float16), 0.66, 8).to_device()
-    assert cuda.make_plan(wide, 1).variant == "bulk"
-    assert cuda.make_plan(wide, 4).variant == "bulk"
-    assert cuda.make_plan(wide, 5).variant == "group"  # the bulk kernel takes up to 4 vectors
-    assert cuda.make_plan(wide, 1, lanes=8).variant == "group"  # group's own options
-    short = fmt.prune(rng.standard_normal((64, 512)).astype(np.float16), 0.66, 8).to_device()
-    assert cuda.make_plan(short, 1).variant == "group"  # 22 chunks per row: most of a warp would idle
-
-
 def test_default_lanes_fill_the_device_and_keep_rings_full(cuda):
     """The default plan's lanes per row: one pass of the grid over many rows, 32 lanes for
     few long rows, fewer when an average row gives a lane fewer chunks than its ring holds."""
@@ -200,13 +151,13 @@ def test_pruned_llm_shapes(cuda, cupy, rng):
         dense = rng.standard_normal((m, n)).astype(np.float16)
         cs = fmt.prune(dense, sparsity, 8)
         x = vectors(rng, n, 1, "float16")
-        for variant in variants(cuda):
+        for variant in ("group", "split4"):
             check_product(cuda, cupy, cs.to_dense(), cs, x, f"{m}x{n} at {sparsity} {variant}", variant=variant)
 
 
 def test_all_zero_matrix_gives_exact_zeros(cuda, cupy, rng):
     cs = fmt.from_dense(np.zeros((77, 600), np.float32)).to_device()
-    for variant in variants(cuda):
+    for variant in ("group", "split4"):
         y = cuda.spmv(cs, cupy.asarray(vectors(rng, 600, 1, "float32")), variant=variant)
         assert (y.get() == 0).all()
 
@@ -263,7 +214,7 @@ def test_anchors_compute_the_same_product(cupy, rng, dtype):
 
 def test_plans_refuse_what_the_kernels_cannot_do(cuda, cupy):
     cs = fmt.from_dense(np.ones((4, 300), np.float16), vec=4).to_device()
-    for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}, {"k": 5, "variant": "bulk"}):
+    for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}):
         with pytest.raises(fmt.CS256Error):
             cuda.make_plan(cs, **options)
     with pytest.raises(fmt.CS256Error, match="host"):

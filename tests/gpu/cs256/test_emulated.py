@@ -77,43 +77,6 @@ def group_product(library, cs, x: np.ndarray, chunk: int, lanes: int, slice_tile
     return y[:, :k].reshape((cs.m,) if x.ndim == 1 else (cs.m, k))
 
 
-BULK_BLOCK, BULK_STAGES, BULK_PIECE_BYTES, BULK_SLACK, BULK_PIECE_RECORD = 512, 3, 1024, 32, 20  # cs256.cu
-
-
-def bulk_shared_bytes(tiles: int, k: int, itemsize: int) -> int:
-    """cs256.cu's bulk layout: x, then per warp BULK_STAGES buffers, piece records, barriers."""
-    warps = BULK_BLOCK // 32
-    x_bytes = -(-tiles * 256 * k * itemsize // 16) * 16
-    stage = BULK_PIECE_BYTES + BULK_SLACK + BULK_PIECE_BYTES // itemsize + BULK_SLACK
-    records = -(-warps * BULK_STAGES * BULK_PIECE_RECORD // 16) * 16
-    return x_bytes + warps * BULK_STAGES * stage + records + warps * BULK_STAGES * 8
-
-
-def aligned16(array: np.ndarray) -> np.ndarray:
-    """A copy starting 16-byte aligned (the device arrays are; the bulk kernel's copies
-    start at the 16-byte unit of each piece's first byte)."""
-    raw = np.zeros(array.nbytes + 16, np.uint8)
-    start = -raw.ctypes.data % 16
-    out = raw[start:start + array.nbytes].view(array.dtype)
-    out[...] = array.reshape(-1)
-    return out
-
-
-def bulk_product(library, cs, x: np.ndarray, chunk: int, grid: int) -> np.ndarray:
-    """cs256_bulk_* on the emulator as cuda.spmm launches it (k <= 4 vectors, padded to K)."""
-    k = 1 if x.ndim == 1 else x.shape[1]
-    k_padded = next(size for size in (1, 2, 4) if size >= k)
-    storage = fmt.STORAGE[cs.dtype]
-    x_run = np.zeros((cs.n, k_padded), storage)
-    x_run[:, :k] = x.reshape(cs.n, k)
-    y = np.full(cs.m * k_padded * storage.itemsize, 0xFF, np.uint8).view(storage).reshape(cs.m, k_padded)
-    shared = bulk_shared_bytes(cs.tiles_per_row, k_padded, storage.itemsize)
-    args = (aligned16(cs.values), aligned16(cs.indices), cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n),
-            np.int32(cs.padded_tiles), np.int32(int(math.log2(cs.vec // chunk))), x_run, y)
-    emulator.launch(library, f"cs256_bulk_{TAGS[cs.dtype]}_w{chunk}_k{k_padded}", grid, BULK_BLOCK, shared, args)
-    return y[:, :k].reshape((cs.m,) if x.ndim == 1 else (cs.m, k))
-
-
 def check(y: np.ndarray, dense: np.ndarray, x: np.ndarray, dtype: str, context: str) -> None:
     assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{context}: rows left unwritten"
     error = ref.relative_error(y, ref.dense_product(dense, x, dtype), dtype)
@@ -171,34 +134,6 @@ def test_pruned_matrix_at_llm_sparsity(library, rng):
     cs = fmt.prune(dense, 0.66, 8, "float16")
     x = vectors(rng, 1024, 1, "float16")
     check(group_product(library, cs, x, 8, 8, cs.tiles_per_row, 1), cs.to_dense(), x, "float16", "pruned 66 %")
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_bulk_kernel_pieces_rows_and_grids(library, rng, dtype):
-    """The bulk kernel: rows longer than a piece (several pieces, the ring wrapping around
-    its stages within and across rows), empty and full rows, a partial last tile, every vec
-    and chunk, 1, 2 and 3 (padded to 4) vectors; grids of one block (each warp many rows,
-    the producer crossing row ends ahead of the consumer) and one warp per row."""
-    m, n = 40, 2600  # 11 tiles; 30 % of 2600 entries is more than one piece
-    dense = sparse_matrix(rng, (m, n), 0.3, dtype)
-    dense[3, :] = 0
-    for vec in (4, 8, 16):
-        cs = fmt.from_dense(dense, vec, dtype)
-        for chunk, k in itertools.product((4, 8), (1, 2, 3)):
-            if vec % chunk:
-                continue
-            grid = int(rng.choice([1, -(-m // (BULK_BLOCK // 32))]))
-            x = vectors(rng, n, k, dtype)
-            check(bulk_product(library, cs, x, chunk, grid), dense, x, dtype, f"bulk vec {vec} chunk {chunk} k {k} grid {grid}")
-
-
-def test_bulk_kernel_odd_and_tiny_shapes(library, rng):
-    """m = 1, n = 1, rows of a single short piece, fewer rows than warps."""
-    for (m, n), density in itertools.product([(1, 1), (1, 300), (3, 7), (5, 256), (9, 257)], (1.0, 0.05)):
-        dense = sparse_matrix(rng, (m, n), density, "float16")
-        cs = fmt.from_dense(dense, 8, "float16")
-        x = vectors(rng, n, 1, "float16")
-        check(bulk_product(library, cs, x, 8, 1), dense, x, "float16", f"bulk {m}x{n} density {density}")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])

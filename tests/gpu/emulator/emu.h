@@ -91,10 +91,6 @@ inline void emu_check_mask(unsigned mask) {
         std::abort();
     }
 }
-inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    emu_check_mask(mask);
-    emu_block->warps[threadIdx.x >> 5]->bar.arrive_and_wait();
-}
 template <class T>
 inline T emu_exchange(T v, int src) {
     EmuWarp& w = *emu_block->warps[threadIdx.x >> 5];

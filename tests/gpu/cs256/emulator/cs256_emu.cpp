@@ -6,11 +6,9 @@
 
 #define GROUP_K(X, TAG, W) \
     X(cs256_group_##TAG##_w##W##_k1) X(cs256_group_##TAG##_w##W##_k2) X(cs256_group_##TAG##_w##W##_k4) X(cs256_group_##TAG##_w##W##_k8) X(cs256_group_##TAG##_w##W##_k16)
-#define BULK_K(X, TAG, W) X(cs256_bulk_##TAG##_w##W##_k1) X(cs256_bulk_##TAG##_w##W##_k2) X(cs256_bulk_##TAG##_w##W##_k4)
 #define SPLIT4_V(X, TAG) X(cs256_split4_##TAG##_v4) X(cs256_split4_##TAG##_v8) X(cs256_split4_##TAG##_v16)
 #define KERNELS(X)                                                                                              \
     GROUP_K(X, f16, 4) GROUP_K(X, f16, 8) GROUP_K(X, bf16, 4) GROUP_K(X, bf16, 8) GROUP_K(X, f32, 4) GROUP_K(X, f32, 8) \
-    BULK_K(X, f16, 4) BULK_K(X, f16, 8) BULK_K(X, bf16, 4) BULK_K(X, bf16, 8) BULK_K(X, f32, 4) BULK_K(X, f32, 8)          \
     SPLIT4_V(X, f16) SPLIT4_V(X, bf16) SPLIT4_V(X, f32)
 
 EMU_ENTRY_POINT(KERNELS)
