@@ -43,7 +43,7 @@ TILE_PAD = 64
 FUSED_MAX = 8
 FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
-FILTER_MUL = 2654435761
+LANE_MUL, BIT_MUL = 2654435761, 2246822507  # the filters' hashes: high words of key * each (search.cu)
 COARSE_BITS = 10  # the coarse bitmap the scan reads by warp shuffles: one uint32 per lane
 META_INTS = 3 + 4 * FUSED_MAX
 LINE_SEGMENT = 512
@@ -343,12 +343,18 @@ def _pad16(data: np.ndarray) -> np.ndarray:
     return out
 
 
+def fine_index(a: int, b: int) -> int:
+    """The fine filter's entry for a key's hashes a, b: its coarse bucket (a mod 32, b mod 32)
+    and FILTER_BITS - 10 more bits of a (search.cu's fine_index)."""
+    return (a & 31) | (b & 31) << 5 | ((a >> 5) & ((1 << (FILTER_BITS - 10)) - 1)) << 10
+
+
 def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The fused pass's inputs: the patterns concatenated (uint8, each starting at a
     multiple of 4 bytes and zero-padded to one), and its table: the prefix filter
-    (FILTER_SIZE bytes, bit q set at the top FILTER_BITS bits of the hash of pattern q's
-    first k bytes), the coarse bitmap (2^COARSE_BITS bits as uint32 words, bit set at the
-    top COARSE_BITS bits of each pattern's hash), then the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
+    (FILTER_SIZE bytes, bit q set at `fine_index` of pattern q's first k bytes), the coarse
+    bitmap (2^COARSE_BITS bits as uint32 words: bit b mod 32 of word a mod 32 for each
+    pattern's hashes a, b), then the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
     each pattern as little-endian words, zeros past its end)."""
     k = min(FUSED_PREFIX_MAX, min(len(p) for p in patterns))
     filter_ = np.zeros(FILTER_SIZE, np.uint8)
@@ -359,10 +365,9 @@ def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, in
     offset = 0
     for q, p in enumerate(patterns):
         key = int.from_bytes(p[:k], "little")
-        hashed = (key * FILTER_MUL) & 0xFFFFFFFF
-        filter_[hashed >> (32 - FILTER_BITS)] |= 1 << q
-        bit = hashed >> (32 - COARSE_BITS)
-        coarse[bit >> 5] |= np.uint32(1 << (bit & 31))
+        a, b = (key * LANE_MUL) >> 32, (key * BIT_MUL) >> 32
+        filter_[fine_index(a, b)] |= 1 << q
+        coarse[a & 31] |= np.uint32(1 << (b & 31))
         head = p[:8].ljust(8, b"\0")
         meta[3 + q], meta[3 + FUSED_MAX + q] = len(p), offset
         meta[3 + 2 * FUSED_MAX + 2 * q] = int.from_bytes(head[:4], "little")

@@ -45,7 +45,8 @@ typedef long long i64;
 #define FUSED_MAX 8
 #define FILTER_BITS 12
 #define FILTER_SIZE (1 << FILTER_BITS)
-#define FILTER_MUL 2654435761u
+#define LANE_MUL 2654435761u  // the filters' two hashes of a prefix key: the high words of
+#define BIT_MUL 2246822507u   // key * LANE_MUL and key * BIT_MUL (their low bits mix every key bit)
 #define COARSE_BITS 10  // the coarse bitmap: 1024 bits, one word per lane of a warp
 #define COARSE_BYTES (4 << (COARSE_BITS - 5))
 #define META_INTS (3 + 4 * FUSED_MAX)  // P, prefix bytes k, m_max, m[8], offset[8], head[8][2]
@@ -352,13 +353,17 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
 
 // --------------------------------------------------------------- fused pass --
 // All patterns in one scan: at each start position the first k = min(4, shortest
-// pattern) bytes are hashed (h = key * FILTER_MUL) and looked up twice:
-//   coarse  the top COARSE_BITS bits of h index a 1024-bit bitmap of the patterns'
-//           prefix hashes, held one word per lane of the warp (lane = h >> 27, bit =
-//           bits 22..26 of h) and read with a shuffle: no shared memory, no bank
-//           conflicts, in the hot loop of every position;
-//   fine    a position that passes (rare) reads the top FILTER_BITS bits of h in a
-//           FILTER_SIZE-entry byte table in shared memory, bit q set for pattern q; each
+// pattern) bytes form a key, hashed twice, a = umulhi(key, LANE_MUL) and b =
+// umulhi(key, BIT_MUL), and looked up twice:
+//   coarse  a 1024-bit bitmap of the patterns' prefix hashes, held one word per lane of
+//           the warp: bit b mod 32 of lane a mod 32's word, read with a shuffle (no shared
+//           memory, no bank conflicts) in the hot loop of every position. The shuffle
+//           and the rotate take their 5 bits from the low bits of a and b as they are:
+//           per position a funnel shift (the key), two multiplies, a shuffle, a rotate
+//           and a funnel shift (into the mask), the fewest ALU operations found;
+//   fine    a position that passes (rare) reads entry fine_index(a, b) (the coarse
+//           bucket and 2 more bits of a) of a FILTER_SIZE-entry byte table in shared
+//           memory, bit q set for pattern q; each
 //           flagged pattern's first min(m, 8) bytes are compared with the text's 8 bytes
 //           there as two words (which settles every pattern of up to 8 bytes), and a
 //           longer one's remaining bytes 4 at a time.
@@ -374,6 +379,11 @@ struct Fused {
     const u8* patterns;
     const u8* filter;
 };
+
+__device__ __forceinline__ u32 fine_index(u32 key) {
+    const u32 a = __umulhi(key, LANE_MUL), b = __umulhi(key, BIT_MUL);
+    return (a & 31u) | ((b & 31u) << 5) | (((a >> 5) & ((1u << (FILTER_BITS - 10)) - 1u)) << 10);
+}
 
 // 4 bytes at any offset of shared memory (two aligned loads, realigned).
 __device__ __forceinline__ u32 lds4_any(const u8* s, int offset) {
@@ -419,7 +429,8 @@ __device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i
 // position. The coarse lookups are warp shuffles, so every lane of the warp takes the
 // same g / 16 steps (g: the granularity, a multiple of 16); positions at or past `hi`
 // (a lane of the block's last, partial chunk) are masked off. The tile is readable there.
-template <class Emit>
+// FULL_KEY: k = 4, the key is the 4 bytes as they are (no mask).
+template <bool FULL_KEY, class Emit>
 __device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, i64 n, const Fused& f, Emit& emit) {
     for (int i = lo; i < lo + g; i += 16) {
         const uint4 a = lds16(s, i), b = lds16(s, i + 16);
@@ -427,10 +438,11 @@ __device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, 
         u32 hits = 0u;  // position t's coarse bit lands in bit 16 + t
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
-            const u32 key = __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u) & f.prefix_mask;
-            const u32 h = key * FILTER_MUL;
-            const u32 word = __shfl_sync(FULL_MASK, f.coarse, (int)(h >> 27));
-            hits = __funnelshift_r(hits, __funnelshift_r(word, word, h >> 22), 1u);  // bit 0 of word rotated by bits 22..26
+            u32 key = __funnelshift_r(w[t >> 2], w[(t >> 2) + 1], (u32)(t & 3) * 8u);
+            if (!FULL_KEY) key &= f.prefix_mask;
+            const u32 word = __shfl_sync(FULL_MASK, f.coarse, (int)__umulhi(key, LANE_MUL));  // lane: the low 5 bits
+            const u32 b = __umulhi(key, BIT_MUL);
+            hits = __funnelshift_r(hits, __funnelshift_r(word, word, b), 1u);  // bit b mod 32 of the word, into bit 31
         }
         const int valid = hi - i;
         u32 candidates = (hits >> 16) & (valid >= 16 ? 0xffffu : valid <= 0 ? 0u : (1u << valid) - 1u);
@@ -438,7 +450,7 @@ __device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, 
             const int t = __ffs((int)candidates) - 1;
             candidates &= candidates - 1u;
             const u32 head0 = lds4_any(s, i + t), head1 = lds4_any(s, i + t + 4);
-            const u32 bits = f.filter[((head0 & f.prefix_mask) * FILTER_MUL) >> (32 - FILTER_BITS)];
+            const u32 bits = f.filter[fine_index(head0 & f.prefix_mask)];
             fused_verify(s, i + t, block_start + i + t, n, head0, head1, bits, f, emit);
         }
     }
@@ -532,7 +544,8 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
 template <int ALGO, bool OPT, class Emit>
 __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, u32 target, u32 power, Emit& emit) {
     if constexpr (ALGO == FUSED) {  // every thread: the scan shuffles within warps
-        fused_scan(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
+        if (blk.fused.k >= 4) fused_scan<true>(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
+        else fused_scan<false>(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
         return;
     }
     if (blk.lo >= blk.hi) return;
@@ -577,57 +590,48 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
     }
 }
 
-// Write pass of logical block b. offsets: inclusive prefix sums of counts, per pattern;
-// outs: per pattern. Every thread of the block calls it with the same b.
-template <int ALGO, bool OPT>
-__device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
-                            u32 target, u32 power, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
-                            const i64* offsets, i64* const* outs, int P) {
-    const int t = threadIdx.x, T = blockDim.x;
-    u32 total = 0;
-    for (int q = 0; q < P; ++q) total += (u32)counts[(i64)q * blocks + b];
-    if (total == 0) return;  // the same for the whole block
-    const i64 block_start = (i64)b * T * g;
-    if (flags[b] == BLOCK_KEPT) {
-        if (ALGO != FUSED) {
-            const i64 first = offsets[b] - counts[b];
-            for (u32 k = t; k < total; k += T) outs[0][first + k] = block_start + (i64)(slots[(i64)b * K + k] & REL_MASK);
-            return;
-        }
-        // Fused: the kept records are in position order, patterns mixed: rank each among
-        // the records of its pattern (warp ballots, then the warps before it).
-        u32* scratch = reinterpret_cast<u32*>(shared_base() + round16((u32)T * (u32)records_of(ALGO) * 4u));
-        u32* carry = scratch + 40;  // records of each pattern in earlier rounds
-        u32* warp_counts = scratch + 64;  // [pattern][warp]
-        const int lane = t & 31, warp = t >> 5, warps = T >> 5;
-        if (t < FUSED_MAX) carry[t] = 0u;
-        __syncthreads();
-        for (u32 base = 0; base < total; base += (u32)T) {
-            const u32 k = base + (u32)t;
-            const u32 record = k < total ? slots[(i64)b * K + k] : 0u;
-            const int q = k < total ? (int)(record >> REL_BITS) : -1;
-            u32 rank = 0;
-            for (int qq = 0; qq < P; ++qq) {
-                const u32 ballot = __ballot_sync(FULL_MASK, q == qq);
-                if (q == qq) rank = __popc(ballot & ((1u << lane) - 1u));
-                if (lane == 0) warp_counts[qq * 8 + warp] = __popc(ballot);
-            }
-            __syncthreads();
-            if (q >= 0) {
-                u32 before = carry[q] + rank;
-                for (int w = 0; w < warp; ++w) before += warp_counts[q * 8 + w];
-                const i64 first = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b];
-                outs[q][first + before] = block_start + (i64)(record & REL_MASK);
-            }
-            __syncthreads();
-            if (t < P) {
-                for (int w = 0; w < warps; ++w) carry[t] += warp_counts[t * 8 + w];
-            }
-            __syncthreads();
-        }
+// Write pass of a kept logical block b (its matches are in slots, in position order): by
+// one warp. offsets: inclusive prefix sums of counts, per pattern; outs: per pattern.
+// Fused: the records mix patterns, so each is ranked among those of its pattern: per
+// round of 32, a ballot per pattern, carried over the rounds in registers.
+template <int ALGO>
+__device__ void write_kept(int b, int g, const int* counts, int blocks, const u32* slots, int K, const i64* offsets, i64* const* outs, int P) {
+    const int lane = threadIdx.x & 31;
+    const i64 block_start = (i64)b * blockDim.x * g;
+    const u32* records = slots + (i64)b * K;
+    if (ALGO != FUSED) {
+        const i64 first = offsets[b] - counts[b];
+        for (int k = lane; k < counts[b]; k += 32) outs[0][first + k] = block_start + (i64)(records[k] & REL_MASK);
         return;
     }
-    // A flagged block: scan again, count per thread, place, scan once more writing.
+    int total = 0;
+    i64 next[FUSED_MAX];  // where pattern q's next record goes (the same in every lane)
+#pragma unroll
+    for (int q = 0; q < FUSED_MAX; ++q) {
+        const int c = q < P ? counts[(i64)q * blocks + b] : 0;
+        next[q] = q < P ? offsets[(i64)q * blocks + b] - c : 0;
+        total += c;
+    }
+    for (int base = 0; base < total; base += 32) {
+        const int k = base + lane;
+        const u32 record = k < total ? records[k] : 0u;
+        const int mine = k < total ? (int)(record >> REL_BITS) : -1;
+        i64 place = 0;
+#pragma unroll
+        for (int q = 0; q < FUSED_MAX; ++q) {
+            const u32 ballot = __ballot_sync(FULL_MASK, mine == q);
+            if (mine == q) place = next[q] + __popc(ballot & ((1u << lane) - 1u));
+            next[q] += __popc(ballot);
+        }
+        if (mine >= 0) outs[mine][place] = block_start + (i64)(record & REL_MASK);
+    }
+}
+
+// Write pass of a flagged logical block b: scan its text again, count per thread, place,
+// scan once more writing. Every thread of the block calls it with the same b.
+template <int ALGO, bool OPT>
+__device__ void write_rescan(int b, const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
+                             u32 target, u32 power, const int* counts, int blocks, const i64* offsets, i64* const* outs, int P) {
     Block<ALGO, OPT> blk = setup<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m_max, table);
     TallyEmit tally;
 #pragma unroll
@@ -635,7 +639,7 @@ __device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const 
     scan(blk, n, m, target, power, tally);
     WriteEmit write;
     write.outs = outs;
-    write.base = block_start;
+    write.base = blk.start;
     for (int q = 0; q < P; ++q) {
         u32 sum;
         const u32 before = block_exclusive_scan(tally.count[q], blk.scratch, &sum);
@@ -648,25 +652,31 @@ __device__ void write_block(int b, const u8* text, i64 n, i64 end, int g, const 
 // The write kernel: a grid of a few waves instead of one CUDA block per logical block,
 // most of which, for a rare pattern, have nothing to write. Each CUDA block takes a
 // contiguous range of logical blocks, T at a time: their flags in one coalesced load, the
-// busy ones listed in order (a block scan), then visited one after the other.
+// busy ones listed in order (a block scan); then the kept ones a warp each, the flagged
+// ones (rare) the whole block each.
 template <int ALGO, bool OPT>
 __device__ void write_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
                            u32 target, u32 power, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
                            const i64* offsets, i64* const* outs, int P) {
     __shared__ int busy[MAX_THREADS];
     __shared__ u32 busy_scratch[33];
-    const int t = threadIdx.x, T = blockDim.x;
+    const int t = threadIdx.x, T = blockDim.x, warp = t >> 5, warps = T >> 5;
     const int per = (blocks + gridDim.x - 1) / gridDim.x;
     const int first = min((int)blockIdx.x * per, blocks), last = min(first + per, blocks);
     for (int base = first; base < last; base += T) {
         const int b = base + t;
-        const u32 is_busy = b < last && flags[b] != BLOCK_EMPTY ? 1u : 0u;
+        const u8 flag = b < last ? flags[b] : (u8)BLOCK_EMPTY;
         u32 busy_count;
-        const u32 slot = block_exclusive_scan(is_busy, busy_scratch, &busy_count);
-        if (is_busy) busy[slot] = b;
-        __syncthreads();
-        for (u32 k = 0; k < busy_count; ++k)
-            write_block<ALGO, OPT>(busy[k], text, n, end, g, pat, pattern_bytes, m, m_max, table, target, power, counts, blocks, flags, slots, K, offsets, outs, P);
+        const u32 slot = block_exclusive_scan(flag != BLOCK_EMPTY ? 1u : 0u, busy_scratch, &busy_count);
+        if (flag != BLOCK_EMPTY) busy[slot] = flag == BLOCK_KEPT ? b : -1 - b;  // flagged: -1 - b
+        const bool any_rescan = __syncthreads_or(flag == BLOCK_RESCAN);
+        for (u32 k = warp; k < busy_count; k += warps)
+            if (busy[k] >= 0) write_kept<ALGO>(busy[k], g, counts, blocks, slots, K, offsets, outs, P);
+        if (any_rescan) {
+            for (u32 k = 0; k < busy_count; ++k)
+                if (busy[k] < 0)
+                    write_rescan<ALGO, OPT>(-1 - busy[k], text, n, end, g, pat, pattern_bytes, m, m_max, table, target, power, counts, blocks, offsets, outs, P);
+        }
         __syncthreads();  // busy[] is rewritten by the next round
     }
 }
