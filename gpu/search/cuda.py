@@ -77,11 +77,6 @@ def _resident_blocks() -> int:
     return WRITE_BLOCKS_PER_SM * kernels.device_attribute("MultiProcessorCount")
 
 
-def _persistent_blocks(name: str, threads: int, shared: int) -> int:
-    """CUDA blocks of a persistent kernel's grid: one wave, as many as the device holds at once."""
-    return kernels.blocks_per_sm(_k(name), threads, shared) * kernels.device_attribute("MultiProcessorCount")
-
-
 def _round16(x: int) -> int:
     return (x + 15) & ~15
 
@@ -301,12 +296,7 @@ class _Pass:
             args = (self.text.data, n, end, g, self.d_pattern, np.int32(len(self.patterns[0])), self.d_table, np.uint32(target), np.uint32(power),
                     self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
         self.args_head = args[:9] if not self.fused else args[:8]
-        if self.fused:  # persistent, double-buffered: about one wave of blocks, a second tile each
-            shared = self._shared() + _round16(self.launch.block_positions + self.m_max - 1) + TILE_PAD
-            grid = min(self.blocks, _persistent_blocks("count_fused", self.launch.threads, shared))
-            _k("count_fused")((grid,), (self.launch.threads,), args, shared_mem=shared)
-        else:
-            _k(self._kernel_name("count"))((self.blocks,), (self.launch.threads,), args, shared_mem=self._shared())
+        _k(self._kernel_name("count"))((self.blocks,), (self.launch.threads,), args, shared_mem=self._shared())
 
     def prefix_sums(self) -> None:
         """offsets (int64 [patterns][blocks]): inclusive prefix sums of the counts; and the

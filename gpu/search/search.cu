@@ -4,8 +4,8 @@
 // gpu/search/cuda.py; gpu/search/reference.py is the definition they are tested against.
 //
 // Two passes per search, so that matches are compacted on the device:
-//   count_*  each (logical) block counts its matches (counts[block]) and keeps up to
-//            `slots` of them (block-relative offsets, in order); flags[block] says which:
+//   count_*  each block counts its matches (counts[block]) and keeps up to `slots` of
+//            them (block-relative offsets, in order); flags[block] says which:
 //            BLOCK_EMPTY (no match), BLOCK_KEPT, or BLOCK_RESCAN (some thread found more
 //            than it keeps, or the block more than `slots`);
 //   offsets  inclusive prefix sums of counts (CUB through CuPy for one pattern,
@@ -70,31 +70,6 @@ __device__ __forceinline__ u8* shared_base() {
     return reinterpret_cast<u8*>(search_shared);
 }
 #endif
-
-// 16 bytes from global to shared memory without passing through registers (sm_80+:
-// cp.async, complete after wait_copies_but_last / the next barrier), else at once.
-__device__ __forceinline__ void copy16_async(void* shared, const void* global) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned long long address;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(address) : "l"(shared));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)address), "l"(global) : "memory");
-#else
-    *reinterpret_cast<uint4*>(shared) = *reinterpret_cast<const uint4*>(global);
-#endif
-}
-
-// Closes this thread's group of copy16_async copies; waits for all its groups but the
-// latest one (a __syncthreads must follow before other threads read the data).
-__device__ __forceinline__ void commit_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_copies_but_last() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-#endif
-}
 
 // ----------------------------------------------------------------- shared layout --
 
@@ -481,24 +456,6 @@ __device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, 
     }
 }
 
-// The fused pass's view of its table (filter, coarse bitmap, meta; in shared memory once
-// staged) and patterns, for thread t.
-__device__ __forceinline__ Fused fused_of(const u8* table, const u8* patterns, int t) {
-    Fused f;
-    const int* meta = reinterpret_cast<const int*>(table + FILTER_SIZE + COARSE_BYTES);
-    f.P = meta[0];
-    f.k = meta[1];
-    f.m_max = meta[2];
-    f.prefix_mask = f.k >= 4 ? 0xffffffffu : ((1u << (8 * f.k)) - 1u);
-    f.coarse = reinterpret_cast<const u32*>(table + FILTER_SIZE)[t & 31];
-    f.lengths = meta + 3;
-    f.offsets = meta + 3 + FUSED_MAX;
-    f.heads = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
-    f.patterns = patterns;
-    f.filter = table;
-    return f;
-}
-
 // ------------------------------------------------------------- block plumbing --
 
 template <int ALGO, bool OPT>
@@ -562,8 +519,25 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         blk.p = pat;
         blk.table = reinterpret_cast<const short*>(table_global);
     }
+    if (ALGO == FUSED) {
+        const u8* tab = OPT ? sm + l.table : reinterpret_cast<const u8*>(table_global);
+        blk.fused.filter = tab;
+        blk.fused.patterns = blk.p;
+        // meta is read after the __syncthreads below
+        const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE + COARSE_BYTES);
+        blk.fused.lengths = meta + 3;
+        blk.fused.offsets = meta + 3 + FUSED_MAX;
+        blk.fused.heads = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
+    }
     __syncthreads();
-    if (ALGO == FUSED) blk.fused = fused_of(OPT ? sm + l.table : reinterpret_cast<const u8*>(table_global), blk.p, t);
+    if (ALGO == FUSED) {
+        const int* meta = blk.fused.lengths - 3;
+        blk.fused.P = meta[0];
+        blk.fused.k = meta[1];
+        blk.fused.m_max = meta[2];
+        blk.fused.prefix_mask = blk.fused.k >= 4 ? 0xffffffffu : ((1u << (8 * blk.fused.k)) - 1u);
+        blk.fused.coarse = reinterpret_cast<const u32*>(blk.fused.filter + FILTER_SIZE)[t & 31];
+    }
     return blk;
 }
 
@@ -587,16 +561,19 @@ __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, 
     }
 }
 
-// Count pass of one pattern, a CUDA block per logical block. counts, flags, slots: per
-// block. (The fused pass has its own, count_fused_pipelined.)
+// Count pass. counts: [patterns][blocks] (int32); flags, slots: per block.
 template <int ALGO, bool OPT>
 __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
                            u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {
-    static_assert(ALGO != FUSED, "one pattern");
     Block<ALGO, OPT> blk = setup<ALGO, OPT>(blockIdx.x, text, n, end, g, pat, pattern_bytes, m_max, table);
     const int t = threadIdx.x;
+    u32* pattern_counts = blk.scratch + 40;
+    if (ALGO == FUSED) {
+        if (t < FUSED_MAX) pattern_counts[t] = 0u;
+        __syncthreads();
+    }
     constexpr u32 cap = (u32)records_of(ALGO);
-    CountEmit emit{0u, cap, blk.records + t * cap, nullptr};
+    CountEmit emit{0u, cap, blk.records + t * cap, ALGO == FUSED ? pattern_counts : nullptr};
     scan(blk, n, m, target, power, emit);
     u32 total;
     const u32 before = block_exclusive_scan(emit.count, blk.scratch, &total);
@@ -604,71 +581,12 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
     if (!overflow) {
         for (u32 k = 0; k < emit.count; ++k) slots[(i64)blockIdx.x * K + before + k] = emit.records[k];
     }
-    if (t == 0) {
-        flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+    if (t == 0) flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+    if (ALGO == FUSED) {
+        const int P = blk.fused.P;
+        if (t < P) counts[(i64)t * blocks + blockIdx.x] = (int)pattern_counts[t];
+    } else if (t == 0) {
         counts[blockIdx.x] = (int)total;
-    }
-}
-
-// The fused count pass, persistent and double-buffered: a grid of about one wave of
-// blocks loops over the logical blocks b = blockIdx.x, + gridDim.x, ...; the text of the
-// next one is copied into the other tile (cp.async, no registers) while this one is
-// scanned, so warps do not wait for DRAM at a barrier between staging and scanning (the
-// one-shot count_pass did: its count kernel ran at 0.8 TB/s with neither the ALUs nor DRAM
-// busy). Shared memory: layout(...) with a second tile after the first. Writes what
-// count_pass writes.
-__device__ void stage_tile_async(u8* tile, u32 tile_bytes, const u8* text, i64 n, i64 start, int span, int m_max) {
-    const int T = blockDim.x, t = threadIdx.x;
-    const i64 want = span > 0 ? (i64)span + m_max - 1 : 0;
-    const i64 have = n - start;
-    const int groups = ((int)(want < have ? want : (have > 0 ? have : 0)) + 15) >> 4;
-    for (int k = t; k < groups; k += T) copy16_async(tile + 16 * k, text + start + 16 * k);
-    for (int k = groups + t; k < (int)(tile_bytes >> 4); k += T) reinterpret_cast<uint4*>(tile)[k] = make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ void count_fused_pipelined(const u8* text, i64 n, i64 end, int g, const u8* patterns, int m_max, const u8* table,
-                                      int* counts, int blocks, u8* flags, u32* slots, int K) {
-    u8* sm = shared_base();
-    const int T = blockDim.x, t = threadIdx.x;
-    const int table_bytes = table_bytes_of(FUSED, 0);
-    const Layout l = layout(T, FUSED_MAX, g, 0, table_bytes, m_max, true);
-    u32* records = reinterpret_cast<u32*>(sm + l.records);
-    u32* scratch = reinterpret_cast<u32*>(sm + l.scratch);
-    u32* pattern_counts = scratch + 40;
-    const i64 block_positions = (i64)T * g;
-    auto span_of = [&](int b) {
-        const i64 remaining = end - (i64)b * block_positions;
-        return remaining <= 0 ? 0 : (int)(remaining < block_positions ? remaining : block_positions);
-    };
-    for (int k = t; k < (table_bytes + 15) >> 4; k += T) reinterpret_cast<uint4*>(sm + l.table)[k] = reinterpret_cast<const uint4*>(table)[k];
-    if ((int)blockIdx.x < blocks) stage_tile_async(sm + l.tile, l.tile_bytes, text, n, (i64)blockIdx.x * block_positions, span_of(blockIdx.x), m_max);
-    commit_copies();
-    __syncthreads();
-    const Fused f = fused_of(sm + l.table, patterns, t);
-    constexpr u32 cap = FUSED_MAX;
-    int buf = 0;
-    for (int b = blockIdx.x; b < blocks; b += gridDim.x, buf ^= 1) {
-        const int next = b + gridDim.x;
-        if (next < blocks) stage_tile_async(sm + l.tile + (buf ^ 1) * l.tile_bytes, l.tile_bytes, text, n, (i64)next * block_positions, span_of(next), m_max);
-        commit_copies();
-        if (t < FUSED_MAX) pattern_counts[t] = 0u;
-        wait_copies_but_last();  // tile[buf]
-        __syncthreads();
-        const int lo = t * g, hi = min(lo + g, span_of(b));
-        CountEmit emit{0u, cap, records + t * cap, pattern_counts};
-        const i64 start = (i64)b * block_positions;
-        const u8* tile = sm + l.tile + buf * l.tile_bytes;
-        if (f.k >= 4) fused_scan<true>(tile, lo, hi, g, start, n, f, emit);
-        else fused_scan<false>(tile, lo, hi, g, start, n, f, emit);
-        u32 total;
-        const u32 before = block_exclusive_scan(emit.count, scratch, &total);
-        const bool overflow = __syncthreads_or(emit.count > cap) || total > (u32)K;
-        if (!overflow) {
-            for (u32 k = 0; k < emit.count; ++k) slots[(i64)b * K + before + k] = emit.records[k];
-        }
-        if (t == 0) flags[b] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
-        if (t < f.P) counts[(i64)t * blocks + b] = (int)pattern_counts[t];
-        __syncthreads();  // tile[buf], the records and the counters are rewritten in the next rounds
     }
 }
 
@@ -812,7 +730,7 @@ SINGLE_KERNELS(boyer_moore_optimized, BOYER_MOORE, true)
 // coarse u32[32] + meta int32[META_INTS]; end = n - shortest + 1; counts, offsets: [P][blocks].
 extern "C" __global__ void count_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
                                        const u8* table, int* counts, int blocks, u8* flags, u32* slots, int K) {
-    count_fused_pipelined(text, n, end, g, patterns, m_max, table, counts, blocks, flags, slots, K);
+    count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K);
 }
 
 extern "C" __global__ void write_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,

@@ -119,7 +119,6 @@ def install(library_path: str):
 
     cuda._k = lambda name: RawKernel(library, name)
     cuda._resident_blocks = lambda: 3  # few: the write kernels' loop over logical blocks runs
-    cuda._persistent_blocks = lambda name, threads, shared: 2  # the fused count kernel's loop too
     return cuda
 
 
