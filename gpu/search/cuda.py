@@ -4,10 +4,12 @@ lease of the device pool, with the text resident in device memory between search
 One search, for P patterns spread over S streams (the lease's two and cached extra ones):
 
     main      [upload + newline index] start ------------------------------ join -> stop, download
-    stream s     wait start -> count kernel -> prefix sum (CuPy) -> totals to the host
+    stream s     wait start -> count kernel -> prefix sum -> totals to the host
                  -> write kernel (compacted positions) [-> line numbers] -> record for the join
 
-or, fused, one count and one write kernel for all patterns. Between its two kernels a
+or, fused, one count and one write kernel for all patterns (the prefix sums of its
+per-pattern block counts by `block_offsets`, one launch; one pattern's by CUB through
+CuPy). Between its two kernels a
 pass brings only its totals (8 bytes a pattern) to the host, to allocate the positions
 at their exact size; the positions (and lines) are the only large download.
 
