@@ -111,6 +111,21 @@ def _wait_for_sketch(page, backend: str) -> None:
     )
 
 
+NEWEST_JOB = "#jobs tbody tr:first-child"
+
+
+def _wait_for_newest_job(page, kind: str) -> None:
+    """Until the jobs table's first row is a `kind` job that has succeeded."""
+    page.wait_for_function(
+        """([selector, kind]) => {
+            const row = document.querySelector(selector);
+            return row && row.cells[0].textContent.startsWith(kind) && row.cells[1].textContent === 'succeeded';
+        }""",
+        arg=[NEWEST_JOB, kind],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+
+
 def _shot(page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
@@ -319,13 +334,10 @@ def test_jobs_page_submits_any_kind_as_json_and_shows_its_images(jobs_server, we
              "model": {"type": "layered", "depths": [0, 100], "velocities": [1500, 2500]}, "snapshot_every": 20}
     page.fill("#json-body", json.dumps(small))
     page.click("#json-submit")
-    newest = "#jobs tbody tr:first-child"
-    page.wait_for_function(
-        f"(() => {{ const row = document.querySelector('{newest}'); return row && row.cells[0].textContent.startsWith('stencil') && row.cells[1].textContent === 'succeeded'; }})()",
-        timeout=RENDER_TIMEOUT_MS)
-    assert "shot_record.png" in page.inner_text(newest)
-    page.wait_for_selector(f"{newest} img.result-thumb")
-    page.wait_for_function(f"[...document.querySelectorAll('{newest} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)")
+    _wait_for_newest_job(page, "stencil")
+    assert "shot_record.png" in page.inner_text(NEWEST_JOB)
+    page.wait_for_selector(f"{NEWEST_JOB} img.result-thumb")
+    page.wait_for_function(f"[...document.querySelectorAll('{NEWEST_JOB} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)")
     page.fill("#json-body", "{not json")
     page.click("#json-submit")
     page.wait_for_selector("#error:not([hidden])")
@@ -360,12 +372,9 @@ def test_jobs_page_stores_a_text_and_searches_it(jobs_server, web_page, page_err
     body["patterns"] = ["better", "aa"]
     page.fill("#json-body", json.dumps(body))
     page.click("#json-submit")
-    newest = "#jobs tbody tr:first-child"
-    page.wait_for_function(
-        f"(() => {{ const row = document.querySelector('{newest}'); return row && row.cells[0].textContent.startsWith('search') && row.cells[1].textContent === 'succeeded'; }})()",
-        timeout=RENDER_TIMEOUT_MS)
-    assert "positions_1.npy" in page.inner_text(newest)
-    assert '"better" ×2, "aa" ×3 in 70 B' in page.inner_text(newest)
+    _wait_for_newest_job(page, "search")
+    assert "positions_1.npy" in page.inner_text(NEWEST_JOB)
+    assert '"better" ×2, "aa" ×3 in 70 B' in page.inner_text(NEWEST_JOB)
     token = {"Authorization": f"Bearer {JOBS_TOKEN}"}
     jobs = page.request.get(f"{jobs_server}/jobs?kind=search", headers=token).json()["jobs"]
     result = page.request.get(f"{jobs_server}{jobs[0]['result_url']}", headers=token).json()["result"]
