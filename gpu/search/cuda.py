@@ -9,9 +9,9 @@ One search, for P patterns spread over S streams (the lease's two and cached ext
 
 or, fused, one count and one write kernel for all patterns (the prefix sums of its
 per-pattern block counts by `block_offsets`, one launch; one pattern's by CUB through
-CuPy). Between its two kernels a
-pass brings only its totals (8 bytes a pattern) to the host, to allocate the positions
-at their exact size; the positions (and lines) are the only large download.
+CuPy). Between its two kernels a pass brings only its totals (8 bytes a pattern) to the
+host, to allocate the positions at their exact size; the positions (and lines) are the
+only large download.
 
 Timing: `upload` (file or host bytes -> device and the text's newline index, wall time),
 `kernels` (CUDA events from start to stop: every kernel, the prefix sums and the totals'
@@ -47,6 +47,7 @@ FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
 LANE_MUL, BIT_MUL = 2654435761, 2246822507  # the filters' hashes: high words of key * each (search.cu)
 COARSE_BITS = 10  # the coarse bitmap the scan reads by warp shuffles: one uint32 per lane
+COARSE_BYTES = 4 << (COARSE_BITS - 5)
 META_INTS = 3 + 4 * FUSED_MAX
 LINE_SEGMENT = 512
 LINE_THREADS = 256
@@ -84,8 +85,8 @@ def _round16(x: int) -> int:
 
 
 def table_bytes(algorithm: str, m: int) -> int:
-    """Bytes of the table staged in shared memory ("fused": filter + meta)."""
-    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + 4 * (1 << (COARSE_BITS - 5)) + 4 * META_INTS}[algorithm]
+    """Bytes of the table staged in shared memory ("fused": filter + coarse bitmap + meta)."""
+    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + COARSE_BYTES + 4 * META_INTS}[algorithm]
 
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
@@ -356,11 +357,12 @@ def fused_tables(patterns: list[bytes]) -> tuple[np.ndarray, np.ndarray, int, in
     multiple of 4 bytes and zero-padded to one), and its table: the prefix filter
     (FILTER_SIZE bytes, bit q set at `fine_index` of pattern q's first k bytes), the coarse
     bitmap (2^COARSE_BITS bits as uint32 words: bit b mod 32 of word a mod 32 for each
-    pattern's hashes a, b), then the meta ints P, k, m_max, lengths[8], offsets[8], heads[8][2] (bytes 0..3 and 4..7 of
-    each pattern as little-endian words, zeros past its end)."""
+    pattern's hashes a, b), then the meta ints P, k, m_max, lengths[8], offsets[8],
+    heads[8][2] (bytes 0..3 and 4..7 of each pattern as little-endian words, zeros past
+    its end)."""
     k = min(FUSED_PREFIX_MAX, min(len(p) for p in patterns))
     filter_ = np.zeros(FILTER_SIZE, np.uint8)
-    coarse = np.zeros(1 << (COARSE_BITS - 5), np.uint32)
+    coarse = np.zeros(COARSE_BYTES // 4, np.uint32)
     meta = np.zeros(META_INTS, np.int64)
     meta[0], meta[1], meta[2] = len(patterns), k, max(len(p) for p in patterns)
     padded = [p + bytes(-len(p) % 4) for p in patterns]

@@ -363,10 +363,9 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
 //           and a funnel shift (into the mask), the fewest ALU operations found;
 //   fine    a position that passes (rare) reads entry fine_index(a, b) (the coarse
 //           bucket and 2 more bits of a) of a FILTER_SIZE-entry byte table in shared
-//           memory, bit q set for pattern q; each
-//           flagged pattern's first min(m, 8) bytes are compared with the text's 8 bytes
-//           there as two words (which settles every pattern of up to 8 bytes), and a
-//           longer one's remaining bytes 4 at a time.
+//           memory, bit q set for pattern q; each flagged pattern's first min(m, 8) bytes
+//           are compared with the text's 8 bytes there as two words (which settles every
+//           pattern of up to 8 bytes), and a longer one's remaining bytes 4 at a time.
 // The text is read once for all.
 
 struct Fused {
@@ -600,8 +599,9 @@ __device__ void write_kept(int b, int g, const int* counts, int blocks, const u3
     const i64 block_start = (i64)b * blockDim.x * g;
     const u32* records = slots + (i64)b * K;
     if (ALGO != FUSED) {
-        const i64 first = offsets[b] - counts[b];
-        for (int k = lane; k < counts[b]; k += 32) outs[0][first + k] = block_start + (i64)(records[k] & REL_MASK);
+        const int total = counts[b];
+        const i64 first = offsets[b] - total;
+        for (int k = lane; k < total; k += 32) outs[0][first + k] = block_start + (i64)(records[k] & REL_MASK);
         return;
     }
     int total = 0;
