@@ -33,16 +33,20 @@ import numpy as np
 
 from gpu import kernels
 from gpu.search import reference
-from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
+from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, SLOTS_MAX, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
 from gpu.search.residency import RESIDENT
 
 SOURCE = Path(__file__).with_name("search.cu")
 
 # Mirrored from search.cu.
-RECORDS_PER_THREAD = 4  # matches a thread keeps during the count pass (fused: FUSED_MAX)
+RECORDS_PER_THREAD = 4  # matches a thread keeps during the count pass (single pattern)
 SCRATCH_BYTES = 512
 TILE_PAD = 64
 FUSED_MAX = 8
+POOL_CHUNK = 8  # fused: records per chunk of the block's pool of kept matches
+POOL_WORDS = (SLOTS_MAX // POOL_CHUNK + 8) * POOL_CHUNK + 4  # fused: the pool and its count of chunks taken (uint32)
+QUEUE_CAP = 64  # fused: candidates a warp queues for verification
+WARP_WORDS = QUEUE_CAP + FUSED_MAX + SLOTS_MAX // POOL_CHUNK // 4  # fused, per warp: queue, per-pattern counts, chunk list (uint32)
 FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
 LANE_MUL, BIT_MUL = 2654435761, 2246822507  # the filters' hashes: high words of key * each (search.cu)
@@ -51,7 +55,8 @@ COARSE_BYTES = 4 << (COARSE_BITS - 5)
 META_INTS = 3 + 4 * FUSED_MAX
 LINE_SEGMENT = 512
 LINE_THREADS = 256
-OFFSET_THREADS = 1024  # threads of the block that sums one pattern's per-block counts
+OFFSET_THREADS = 1024  # threads of a block that scans a segment of one pattern's per-block counts
+OFFSET_SEGMENTS_MAX = 64  # blocks per pattern of that scan, at most (about an SM each)
 WRITE_BLOCKS_PER_SM = 8
 
 TEXT_PAD = 64  # zero bytes after the text on the device: 16-byte loads and Rabin-Karp's last roll read past its end
@@ -91,8 +96,8 @@ def table_bytes(algorithm: str, m: int) -> int:
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
     """Dynamic shared memory of one block (search.cu `layout`)."""
-    records = FUSED_MAX if algorithm == "fused" else RECORDS_PER_THREAD
-    size = _round16(launch.threads * records * 4) + SCRATCH_BYTES
+    words = POOL_WORDS + launch.threads // 32 * WARP_WORDS if algorithm == "fused" else launch.threads * RECORDS_PER_THREAD
+    size = _round16(words * 4) + SCRATCH_BYTES
     if variant == "naive":
         return size
     return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + _round16(launch.block_positions + m_max - 1) + TILE_PAD
@@ -312,24 +317,29 @@ class _Pass:
         else:
             self.offsets = _empty((P, self.blocks), cupy.int64)
             self._totals_dev = _empty(P, cupy.int64)
-            _k("block_offsets")((P,), (OFFSET_THREADS,), (self.counts, np.int32(self.blocks), self.offsets, self._totals_dev))
+            segments = max(1, min(OFFSET_SEGMENTS_MAX, kernels.device_attribute("MultiProcessorCount") // P))
+            _k("block_offsets")((P * segments,), (OFFSET_THREADS,), (self.counts, np.int32(self.blocks), np.int32(segments), self.offsets, self._totals_dev))
 
     def wait_totals(self) -> None:
         if self._totals_dev is not None:
             self.totals = self._totals_dev.get(stream=self.stream)
 
     def write(self) -> None:
-        """Allocate the positions arrays and queue the write kernel (and line numbers)."""
-        self.outs = [_empty(int(total), cupy.int64) for total in self.totals]
-        if self.totals.sum() > 0:
+        """Allocate the positions arrays and queue the write kernel (and line numbers).
+        The patterns' positions share one allocation, pattern after pattern (the fused
+        write kernel finds each pattern's start from the totals on the device): the
+        host's work between the count and write kernels, which the GPU waits for, stays
+        one allocation and one launch (each pattern's view of the allocation is made after it)."""
+        ends = np.cumsum(self.totals)
+        flat = _empty(int(ends[-1]), cupy.int64)
+        if flat.size > 0:
             K = np.int32(self.launch.slots)
             if self.fused:
-                pointers = cupy.asarray(np.asarray([out.data.ptr for out in self.outs], np.uint64))
-                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, pointers, np.int32(len(self.patterns)))
-                self._pointers = pointers  # alive until the kernel has run
+                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, self._totals_dev, flat, np.int32(len(self.patterns)))
             else:
-                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, self.outs[0])
+                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, flat)
             _k(self._kernel_name("write"))((min(self.blocks, _resident_blocks()),), (self.launch.threads,), args, shared_mem=self._shared())
+        self.outs = [flat[int(end - total):int(end)] for end, total in zip(ends, self.totals)]
         self.lines = [None] * len(self.outs)
         if self.params.line_numbers:
             segment_before = self.text.segment_before

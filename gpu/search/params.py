@@ -189,16 +189,18 @@ def default_granularity(variant: str, algorithm: str, pattern_length: int, fused
     """Start positions per thread when the request does not say.
 
     A thread of Rabin-Karp or KMP reads its chunk plus pattern_length - 1 bytes, so their
-    chunks grow with the pattern (4 m: at most 25 % extra reads); Boyer-Moore and the
-    fused filter jump to their first window without reading the overlap, so a small chunk
-    keeps more threads busy (Boyer-Moore's grows with long patterns only so that a block's
-    text outweighs the pattern and tables it stages). The naive variant uses the report's
-    ~1000 bytes.
+    chunks grow with the pattern (4 m: at most 25 % extra reads); Boyer-Moore jumps to its
+    first window without reading the overlap, so a small chunk keeps more threads busy
+    (it grows with long patterns only so that a block's text outweighs the pattern and
+    tables it stages). The fused scan works by warps, whatever the chunk: its count kernel
+    took the same time from 112 to 240 bytes per thread on an H100, and 176 made the
+    fewest blocks for the prefix sums and the write pass without costing occupancy the
+    count kernel needed (BENCHMARKS.md). The naive variant uses the report's ~1000 bytes.
     """
     if variant == "naive":
         return max(1024, 2 * pattern_length)
     if fused:
-        return 112
+        return 176
     if algorithm == "boyer_moore":  # a block also stages m - 1 overlap bytes and ~3m of pattern and tables
         return max(48, pattern_length // 32)
     return min(GRANULARITY_MAX["optimized"], max(112, 4 * pattern_length))

@@ -28,7 +28,9 @@
 //
 // Shared memory of a block (offsets computed by `layout`, mirrored in cuda.py):
 //   records  RECORDS_PER_THREAD u32 per thread   matches kept during the count pass
-//   scratch  SCRATCH_BYTES                       block scans, per-pattern counters
+//            (fused: a pool of POOL_CHUNKS chunks of the block's kept matches, then
+//            WARP_WORDS u32 per warp: its candidate queue, per-pattern counts, chunk list)
+//   scratch  SCRATCH_BYTES                       block scans
 //   pattern  (optimized) the pattern bytes (fused: none, its patterns stay in global memory)
 //   table    (optimized) KMP: lps int16[m]; Boyer-Moore: bad int16[256] + good int16[m + 1];
 //            fused: hash filter u8[FILTER_SIZE] + coarse bitmap u32[32] + meta int32[META_INTS]
@@ -40,6 +42,18 @@ typedef long long i64;
 
 #define RK_BASE 16777619u
 #define RECORDS_PER_THREAD 4  // single pattern: at most one match per start position
+#define SLOTS_MAX 256  // matches a block keeps for the write pass (params.SLOTS_MAX)
+// The fused pass's warps keep their matches in a pool shared by the block, taking chunks
+// of POOL_CHUNK records as they need them (a warp's k-th record lies in its k / POOL_CHUNK-th
+// chunk), so that one warp may keep up to SLOTS_MAX while the block keeps SLOTS_MAX in all.
+// POOL_CHUNKS covers SLOTS_MAX records whatever their split over 8 warps (a partly filled
+// chunk per warp).
+#define POOL_CHUNK 8
+#define WARP_CHUNKS (SLOTS_MAX / POOL_CHUNK)
+#define POOL_CHUNKS (WARP_CHUNKS + 8)
+#define POOL_WORDS (POOL_CHUNKS * POOL_CHUNK + 4)  // the chunks, then the count of chunks taken (and padding)
+#define QUEUE_CAP 64  // fused: candidates a warp queues for verification
+#define WARP_WORDS (QUEUE_CAP + FUSED_MAX + WARP_CHUNKS / 4)  // fused: queue, per-pattern counts, u8 chunk list
 #define SCRATCH_BYTES 512
 #define TILE_PAD 64
 #define FUSED_MAX 8
@@ -59,10 +73,12 @@ enum { BLOCK_EMPTY = 0, BLOCK_KEPT = 1, BLOCK_RESCAN = 2 };  // flags[block] of 
 
 enum { RABIN_KARP = 0, KMP = 1, BOYER_MOORE = 2, FUSED = 3 };
 
-// Matches a thread keeps in shared memory during the count pass: the fused pass can find
-// every one of its patterns at a single start position (patterns that are prefixes of
-// each other), and a thread that finds more than it keeps sends its block to a rescan.
-__host__ __device__ constexpr int records_of(int algo) { return algo == FUSED ? FUSED_MAX : RECORDS_PER_THREAD; }
+// The records region of a block's shared memory, in u32: the matches each thread keeps
+// during a single-pattern count pass (a thread that finds more sends its block to a
+// rescan), or the fused pass's pool and its warps' queues, counts and chunk lists.
+__host__ __device__ constexpr int record_words(int algo, int threads) {
+    return algo == FUSED ? POOL_WORDS + (threads / 32) * WARP_WORDS : threads * RECORDS_PER_THREAD;
+}
 
 #ifndef CUDA_EMULATION
 __device__ __forceinline__ u8* shared_base() {
@@ -79,10 +95,10 @@ struct Layout {
 
 __device__ __forceinline__ u32 round16(u32 x) { return (x + 15u) & ~15u; }
 
-__device__ __forceinline__ Layout layout(int threads, int records, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
+__device__ __forceinline__ Layout layout(int threads, int words, int granularity, int pattern_bytes, int table_bytes, int m_max, bool staged) {
     Layout l;
     l.records = 0;
-    l.scratch = round16((u32)threads * (u32)records * 4u);
+    l.scratch = round16((u32)words * 4u);
     l.pattern = l.scratch + SCRATCH_BYTES;
     if (!staged) {
         l.table = l.tile = l.pattern;
@@ -100,6 +116,22 @@ __device__ __forceinline__ int table_bytes_of(int algo, int m) {
 }
 
 // ------------------------------------------------------------------ small helpers --
+
+// A 16-byte copy from global to shared memory that does not wait for the load (cp.async);
+// copies_wait() waits for all of the thread's. Both addresses 16-byte aligned.
+__device__ __forceinline__ void copy16_async(void* shared_dst, const void* global_src) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(shared_dst)), "l"(global_src));
+#else
+    *reinterpret_cast<uint4*>(shared_dst) = *reinterpret_cast<const uint4*>(global_src);
+#endif
+}
+
+__device__ __forceinline__ void copies_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ uint4 lds16(const u8* s, int offset) {  // offset: a multiple of 16
     return *reinterpret_cast<const uint4*>(s + offset);
@@ -174,36 +206,30 @@ __device__ V block_exclusive_scan(V value, V* scratch, V* total) {
 }
 
 // ---------------------------------------------------------------------- emitters --
-// A scan calls emit(q, rel) for each match of pattern q at block-relative offset rel, in
-// increasing order of rel.
+// A single-pattern scan calls emit(0, rel) for each match at block-relative offset rel,
+// in increasing order of rel, in the thread that finds it (the fused scan's emitters,
+// which take a warp's matches at once, follow the fused pass).
 
 struct CountEmit {  // count pass: count, keep the first `cap` as (q << 24 | rel)
     u32 count;
     u32 cap;
     u32* records;
-    u32* pattern_counts;  // fused: shared per-pattern block counters; single: null
     __device__ void operator()(int q, u32 rel) {
         if (count < cap) records[count] = ((u32)q << REL_BITS) | rel;
         ++count;
-        if (pattern_counts != nullptr) atomicAdd(&pattern_counts[q], 1u);
     }
 };
 
-struct TallyEmit {  // write pass, first scan of a flagged block: per-pattern counts
-    u32 count[FUSED_MAX];
-    __device__ void operator()(int q, u32) {
-#pragma unroll
-        for (int k = 0; k < FUSED_MAX; ++k) count[k] += (k == q);
-    }
+struct TallyEmit {  // write pass, first scan of a flagged block: the thread's count
+    u32 count;
+    __device__ void operator()(int, u32) { ++count; }
 };
 
 struct WriteEmit {  // write pass, second scan: positions to their places
-    i64* const* outs;  // per pattern (single: outs[0])
-    i64 next[FUSED_MAX];
+    i64* out;
+    i64 next;
     i64 base;
-    __device__ void operator()(int q, u32 rel) {
-        outs[q][next[q]++] = base + (i64)rel;
-    }
+    __device__ void operator()(int, u32 rel) { out[next++] = base + (i64)rel; }
 };
 
 // ------------------------------------------------------------- naive algorithms --
@@ -361,22 +387,32 @@ __device__ void boyer_moore_optimized(const u8* s, int lo, int hi, const u8* p, 
 //           and the rotate take their 5 bits from the low bits of a and b as they are:
 //           per position a funnel shift (the key), two multiplies, a shuffle, a rotate
 //           and a funnel shift (into the mask), the fewest ALU operations found;
-//   fine    a position that passes (rare) reads entry fine_index(a, b) (the coarse
-//           bucket and 2 more bits of a) of a FILTER_SIZE-entry byte table in shared
-//           memory, bit q set for pattern q; each flagged pattern's first min(m, 8) bytes
-//           are compared with the text's 8 bytes there as two words (which settles every
-//           pattern of up to 8 bytes), and a longer one's remaining bytes 4 at a time.
-// The text is read once for all.
+//   fine    a candidate (rare) reads entry fine_index(a, b) (the coarse bucket and 2 more
+//           bits of a) of a FILTER_SIZE-entry byte table in shared memory, bit q set for
+//           pattern q; each flagged pattern's first min(m, 8) bytes are compared with the
+//           text's 8 bytes there as two words (which settles every pattern of up to 8
+//           bytes), and a longer one's remaining bytes 4 at a time.
+// The text is read once for all. The work is by warp: a warp owns 32 g consecutive start
+// positions of its block and scans them 512 at a time, 16 per lane, lane order being
+// position order. Candidates go to a queue of the warp in shared memory, in position
+// order, and are verified 32 at a time, one per lane: a candidate costs a lane, not a
+// whole warp's pass through the verification (they are rare, about one in 300 positions
+// of English for 8 patterns, so a warp's step of 512 positions has one or two).
 
 struct Fused {
-    int P, k, m_max;
-    u32 prefix_mask;
+    const u8* filter;    // the table in shared memory: fine filter, coarse bitmap, meta ints
+    const u8* patterns;  // in global memory
+    u32 prefix_mask;     // the key's bytes
     u32 coarse;          // this lane's word of the coarse bitmap
-    const int* lengths;
-    const int* offsets;  // of each pattern in `patterns`: multiples of 4
-    const u32* heads;    // pattern q's bytes 0..3 and 4..7 (little-endian, zeros past m)
-    const u8* patterns;
-    const u8* filter;
+    // The meta ints (read when needed, not held in registers): P, k, m_max, then per pattern
+    // its length, its offset in `patterns` (a multiple of 4), its bytes 0..3 and 4..7
+    // (little-endian words, zeros past its end).
+    __device__ const int* meta() const { return reinterpret_cast<const int*>(filter + FILTER_SIZE + COARSE_BYTES); }
+    __device__ int P() const { return meta()[0]; }
+    __device__ int k() const { return meta()[1]; }
+    __device__ int length(int q) const { return meta()[3 + q]; }
+    __device__ int offset(int q) const { return meta()[3 + FUSED_MAX + q]; }
+    __device__ u32 head(int q, int half) const { return (u32)meta()[3 + 2 * FUSED_MAX + 2 * q + half]; }
 };
 
 __device__ __forceinline__ u32 fine_index(u32 key) {
@@ -406,34 +442,57 @@ __device__ __forceinline__ bool tail_equal(const u8* s, int i, const u8* p, int 
     return true;
 }
 
-// The patterns flagged in `bits` that start at tile offset i (text position `position`):
-// head0, head1: the text's bytes i .. i + 3 and i + 4 .. i + 7.
-template <class Emit>
-__device__ __forceinline__ void fused_verify(const u8* s, int i, i64 position, i64 n, u32 head0, u32 head1, u32 bits, const Fused& f, Emit& emit) {
-    for (u32 rest = bits; rest != 0u; rest &= rest - 1u) {
+// The patterns that start at tile offset i (text position `position`), as a bit mask:
+// the fine filter's entry for the key there, each flagged pattern checked in full.
+__device__ __forceinline__ u32 fused_matches(const u8* s, int i, i64 position, i64 n, const Fused& f) {
+    const u32 head0 = lds4_any(s, i), head1 = lds4_any(s, i + 4);
+    u32 matched = 0u;
+    for (u32 rest = f.filter[fine_index(head0 & f.prefix_mask)]; rest != 0u; rest &= rest - 1u) {
         const int q = __ffs((int)rest) - 1;
-        const int m = f.lengths[q];
+        const int m = f.length(q);
         if (position + m > n) continue;
-        const u32 differ = ((head0 ^ f.heads[2 * q]) & low_bytes_mask(m)) | ((head1 ^ f.heads[2 * q + 1]) & low_bytes_mask(m - 4));
+        const u32 differ = ((head0 ^ f.head(q, 0)) & low_bytes_mask(m)) | ((head1 ^ f.head(q, 1)) & low_bytes_mask(m - 4));
         if (differ != 0u) continue;
-        if (m > 8 && !tail_equal(s, i, f.patterns + f.offsets[q], m)) continue;
-        emit(q, (u32)i);
+        if (m > 8 && !tail_equal(s, i, f.patterns + f.offset(q), m)) continue;
+        matched |= 1u << q;
     }
+    return matched;
 }
 
-// The scan proper keeps to a short branch-free loop: 16 start positions per step, their
-// coarse bits folded into a mask of candidates; the rare candidates are then verified
-// one by one (their 8 bytes and fine filter entry read again), outside the unrolled loop,
-// so that the hot code stays small and no lane waits on another's verification per
-// position. The coarse lookups are warp shuffles, so every lane of the warp takes the
-// same g / 16 steps (g: the granularity, a multiple of 16); positions at or past `hi`
-// (a lane of the block's last, partial chunk) are masked off. The tile is readable there.
-// FULL_KEY: k = 4, the key is the 4 bytes as they are (no mask).
-template <bool FULL_KEY, class Emit>
-__device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, i64 n, const Fused& f, Emit& emit) {
-    for (int i = lo; i < lo + g; i += 16) {
-        const uint4 a = lds16(s, i), b = lds16(s, i + 16);
-        const u32 w[5] = {a.x, a.y, a.z, a.w, b.x};
+// Verifies the first min(32, queued) candidates of the warp's queue (tile offsets, in
+// position order), one per lane, hands the warp's matches to emit.round, and moves the
+// rest of the queue to its front. Every lane of the warp calls it; returns the new length.
+template <class WarpEmit>
+__device__ int fused_verify_round(const u8* s, int queued, i64 block_start, i64 n, const Fused& f, u32* queue, WarpEmit& emit) {
+    const int lane = threadIdx.x & 31, taken = min(queued, 32), left = queued - taken;
+    u32 rel = 0u, matched = 0u;
+    if (lane < taken) {
+        rel = queue[lane];
+        matched = fused_matches(s, (int)rel, block_start + rel, n, f);
+    }
+    const u32 moved = lane < left ? queue[taken + lane] : 0u;
+    __syncwarp();
+    if (lane < left) queue[lane] = moved;
+    __syncwarp();
+    emit.round(rel, matched);
+    return left;
+}
+
+// The warp's scan of its 32 g start positions of the block (tile offsets warp * 32 g ..,
+// those at or past `span` masked off). Each step: 16 positions per lane in a short
+// branch-free loop, their coarse bits folded into a mask of candidates, which are
+// appended to the queue (QUEUE_CAP entries) in position order; every 32 queued are
+// verified. The tile is readable past `span`. FULL_KEY: k = 4, the key is the 4 bytes as
+// they are (no mask).
+template <bool FULL_KEY, class WarpEmit>
+__device__ void fused_scan(const u8* s, int span, int g, i64 block_start, i64 n, const Fused& f, u32* queue, WarpEmit& emit) {
+    const int lane = threadIdx.x & 31;
+    const int first = (threadIdx.x >> 5) * 32 * g, last = min(first + 32 * g, span);
+    int queued = 0;  // the same in every lane
+    for (int step = first; step < last; step += 512) {
+        const int i = step + 16 * lane;
+        const uint4 a = lds16(s, i);
+        const u32 w[5] = {a.x, a.y, a.z, a.w, *reinterpret_cast<const u32*>(s + i + 16)};
         u32 hits = 0u;  // position t's coarse bit lands in bit 16 + t
 #pragma unroll
         for (int t = 0; t < 16; ++t) {
@@ -443,17 +502,110 @@ __device__ void fused_scan(const u8* s, int lo, int hi, int g, i64 block_start, 
             const u32 b = __umulhi(key, BIT_MUL);
             hits = __funnelshift_r(hits, __funnelshift_r(word, word, b), 1u);  // bit b mod 32 of the word, into bit 31
         }
-        const int valid = hi - i;
-        u32 candidates = (hits >> 16) & (valid >= 16 ? 0xffffu : valid <= 0 ? 0u : (1u << valid) - 1u);
-        while (candidates != 0u) {
-            const int t = __ffs((int)candidates) - 1;
-            candidates &= candidates - 1u;
-            const u32 head0 = lds4_any(s, i + t), head1 = lds4_any(s, i + t + 4);
-            const u32 bits = f.filter[fine_index(head0 & f.prefix_mask)];
-            fused_verify(s, i + t, block_start + i + t, n, head0, head1, bits, f, emit);
+        const int valid = last - i;
+        const u32 candidates = (hits >> 16) & (valid >= 16 ? 0xffffu : valid <= 0 ? 0u : (1u << valid) - 1u);
+        if (!__any_sync(FULL_MASK, candidates != 0u)) continue;
+        // This lane's candidates are numbered before .. before + mine - 1 among the step's.
+        const u32 mine = (u32)__popc(candidates);
+        u32 upto = mine;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const u32 y = __shfl_up_sync(FULL_MASK, upto, d);
+            if (lane >= d) upto += y;
+        }
+        const u32 total = __shfl_sync(FULL_MASK, upto, 31), before = upto - mine;
+        for (u32 done = 0; done < total;) {  // once, unless the step has more than the queue holds
+            const u32 room = (u32)(QUEUE_CAP - queued), put = min(room, total - done);
+            u32 k = before;
+            for (u32 rest = candidates; rest != 0u; rest &= rest - 1u, ++k)
+                if (k - done < put) queue[queued + (k - done)] = (u32)(i + __ffs((int)rest) - 1);
+            queued += (int)put;
+            done += put;
+            __syncwarp();
+            while (queued >= 32) queued = fused_verify_round(s, queued, block_start, n, f, queue, emit);
         }
     }
+    while (queued > 0) queued = fused_verify_round(s, queued, block_start, n, f, queue, emit);
 }
+
+// ------------------------------------------------------------ warp emitters --
+// The fused scan calls emit.round(rel, matched) in every lane of a warp: lane by lane in
+// position order, the block-relative offset of a candidate and the patterns found there
+// (a bit mask, 0 for a lane without a candidate or a match).
+
+// The exclusive prefix sum over the lanes of `value`; *total gets the warp's sum.
+__device__ __forceinline__ u32 warp_exclusive_scan(u32 value, u32* total) {
+    const int lane = threadIdx.x & 31;
+    u32 x = value;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
+        if (lane >= d) x += y;
+    }
+    *total = __shfl_sync(FULL_MASK, x, 31);
+    return x - value;
+}
+
+struct WarpTallyEmit {  // per-pattern counts of the warp: lane q holds pattern q's
+    u32 pattern_count;
+    __device__ void round(u32, u32 matched) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int q = 0; q < FUSED_MAX; ++q) {
+            const u32 c = (u32)__popc(__ballot_sync(FULL_MASK, (matched >> q) & 1u));
+            if (lane == q) pattern_count += c;
+        }
+    }
+};
+
+struct WarpCountEmit : WarpTallyEmit {  // count pass: also keep the first SLOTS_MAX as (q << 24 | rel)
+    u32 count;  // the warp's matches (the same in every lane)
+    u32* pool;  // the block's pool of kept matches, then the count of its chunks taken
+    u32* warp;  // the warp's region: queue, per-pattern counts, then its chunks in order (u8; POOL_CHUNKS or more: none)
+    __device__ u8* chunks() const { return reinterpret_cast<u8*>(warp + QUEUE_CAP + FUSED_MAX); }
+    __device__ u32* slot(u32 k) const {  // where the warp's k-th record goes (null: nowhere)
+        const u32 chunk = k < (u32)SLOTS_MAX ? chunks()[k / POOL_CHUNK] : (u32)POOL_CHUNKS;
+        return chunk < (u32)POOL_CHUNKS ? pool + chunk * POOL_CHUNK + k % POOL_CHUNK : nullptr;
+    }
+    __device__ u32 record(u32 k) const { return *slot(k); }
+    __device__ void round(u32 rel, u32 matched) {
+        WarpTallyEmit::round(rel, matched);
+        const int lane = threadIdx.x & 31;
+        u32 total;
+        u32 k = count + warp_exclusive_scan((u32)__popc(matched), &total);
+        const u32 have = (min(count, (u32)SLOTS_MAX) + POOL_CHUNK - 1) / POOL_CHUNK;
+        const u32 need = (min(count + total, (u32)SLOTS_MAX) + POOL_CHUNK - 1) / POOL_CHUNK;
+        if (need > have) {  // more chunks, numbered from the pool's count (lane `have` .. `need` - 1 each lists one)
+            u32 first = 0u;
+            if (lane == 0) first = atomicAdd(pool + POOL_CHUNKS * POOL_CHUNK, need - have);
+            first = __shfl_sync(FULL_MASK, first, 0);
+            if ((u32)lane >= have && (u32)lane < need) chunks()[lane] = (u8)min(first + (u32)lane - have, 255u);
+            __syncwarp();
+        }
+        for (u32 rest = matched; rest != 0u; rest &= rest - 1u, ++k) {
+            u32* const place = slot(k);
+            if (place != nullptr) *place = ((u32)(__ffs((int)rest) - 1) << REL_BITS) | rel;
+        }
+        count += total;
+    }
+};
+
+struct WarpWriteEmit {  // write pass, second scan: positions to their places
+    i64* const* outs;
+    i64 next;  // lane q: where pattern q's next position goes
+    i64 base;
+    __device__ void round(u32 rel, u32 matched) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int q = 0; q < FUSED_MAX; ++q) {
+            const u32 ballot = __ballot_sync(FULL_MASK, (matched >> q) & 1u);
+            if (ballot == 0u) continue;
+            const i64 first = __shfl_sync(FULL_MASK, next, q);
+            if ((matched >> q) & 1u) outs[q][first + __popc(ballot & ((1u << lane) - 1u))] = base + (i64)rel;
+            if (lane == q) next += __popc(ballot);
+        }
+    }
+};
 
 // ------------------------------------------------------------- block plumbing --
 
@@ -463,7 +615,8 @@ struct Block {
     const u8* p;        // pattern(s)
     const short* table; // single-pattern tables
     Fused fused;
-    u32* records;
+    u32* records;       // this thread's (single pattern) or the block's pool (fused)
+    u32* queue;         // fused: the warp's candidate queue, then its per-pattern counts and chunk list
     u32* scratch;
     i64 start;          // first start position of the block
     int span;           // start positions in the block
@@ -482,8 +635,15 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
     // The fused pass reads its patterns only to verify filter hits: from global memory
     // (cached), not staged, so that 8 long patterns do not cost every block 32 KB.
     const int staged_pattern = ALGO == FUSED ? 0 : pattern_bytes;
-    const Layout l = layout(T, records_of(ALGO), g, staged_pattern, table_bytes, m_max, OPT);
-    blk.records = reinterpret_cast<u32*>(sm + l.records);
+    const Layout l = layout(T, record_words(ALGO, T), g, staged_pattern, table_bytes, m_max, OPT);
+    if (ALGO == FUSED) {
+        blk.records = reinterpret_cast<u32*>(sm + l.records);
+        blk.queue = blk.records + POOL_WORDS + (t >> 5) * WARP_WORDS;
+        if (t == 0) blk.records[POOL_CHUNKS * POOL_CHUNK] = 0u;  // no chunk taken
+    } else {
+        blk.records = reinterpret_cast<u32*>(sm + l.records) + t * RECORDS_PER_THREAD;
+        blk.queue = nullptr;
+    }
     blk.scratch = reinterpret_cast<u32*>(sm + l.scratch);
     blk.start = (i64)b * T * g;
     const i64 remaining = end - blk.start;
@@ -495,21 +655,23 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         // Pattern and table in 16-byte copies (the host pads both to a multiple of 16).
         u8* p_sh = sm + l.pattern;
         const uint4* pat4 = reinterpret_cast<const uint4*>(pat);
-        for (int k = t; k < (staged_pattern + 15) >> 4; k += T) reinterpret_cast<uint4*>(p_sh)[k] = pat4[k];
+        for (int k = t; k < (staged_pattern + 15) >> 4; k += T) copy16_async(reinterpret_cast<uint4*>(p_sh) + k, pat4 + k);
         const uint4* tab4 = reinterpret_cast<const uint4*>(table_global);
         u8* tab_sh = sm + l.table;
-        for (int k = t; k < (table_bytes + 15) >> 4; k += T) reinterpret_cast<uint4*>(tab_sh)[k] = tab4[k];
+        for (int k = t; k < (table_bytes + 15) >> 4; k += T) copy16_async(reinterpret_cast<uint4*>(tab_sh) + k, tab4 + k);
         // The text: start positions of the block + m_max - 1 bytes (never past n), in
-        // 16-byte loads; the rest of the tile is zeroed (read, never matched).
+        // 16-byte copies all in flight at once; the rest of the tile is zeroed (read,
+        // never matched).
         const i64 want = blk.span > 0 ? (i64)blk.span + m_max - 1 : 0;
         const i64 have = n - blk.start;
         const int bytes = (int)(want < have ? want : (have > 0 ? have : 0));
         const int groups = (bytes + 15) >> 4;
         const uint4* src = reinterpret_cast<const uint4*>(text + blk.start);
         uint4* tile4 = reinterpret_cast<uint4*>(sm + l.tile);
-        for (int k = t; k < groups; k += T) tile4[k] = src[k];
+        for (int k = t; k < groups; k += T) copy16_async(tile4 + k, src + k);
         const int tile_groups = (int)(l.tile_bytes >> 4);
         for (int k = groups + t; k < tile_groups; k += T) tile4[k] = make_uint4(0u, 0u, 0u, 0u);
+        copies_wait();
         blk.s = sm + l.tile;
         blk.p = ALGO == FUSED ? pat : p_sh;
         blk.table = reinterpret_cast<const short*>(tab_sh);
@@ -522,19 +684,11 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
         const u8* tab = OPT ? sm + l.table : reinterpret_cast<const u8*>(table_global);
         blk.fused.filter = tab;
         blk.fused.patterns = blk.p;
-        // meta is read after the __syncthreads below
-        const int* meta = reinterpret_cast<const int*>(tab + FILTER_SIZE + COARSE_BYTES);
-        blk.fused.lengths = meta + 3;
-        blk.fused.offsets = meta + 3 + FUSED_MAX;
-        blk.fused.heads = reinterpret_cast<const u32*>(meta + 3 + 2 * FUSED_MAX);
     }
     __syncthreads();
     if (ALGO == FUSED) {
-        const int* meta = blk.fused.lengths - 3;
-        blk.fused.P = meta[0];
-        blk.fused.k = meta[1];
-        blk.fused.m_max = meta[2];
-        blk.fused.prefix_mask = blk.fused.k >= 4 ? 0xffffffffu : ((1u << (8 * blk.fused.k)) - 1u);
+        const int k = blk.fused.k();
+        blk.fused.prefix_mask = k >= 4 ? 0xffffffffu : ((1u << (8 * k)) - 1u);
         blk.fused.coarse = reinterpret_cast<const u32*>(blk.fused.filter + FILTER_SIZE)[t & 31];
     }
     return blk;
@@ -542,9 +696,9 @@ __device__ Block<ALGO, OPT> setup(int b, const u8* text, i64 n, i64 end, int g, 
 
 template <int ALGO, bool OPT, class Emit>
 __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, u32 target, u32 power, Emit& emit) {
-    if constexpr (ALGO == FUSED) {  // every thread: the scan shuffles within warps
-        if (blk.fused.k >= 4) fused_scan<true>(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
-        else fused_scan<false>(blk.s, blk.lo, blk.hi, blk.g, blk.start, n, blk.fused, emit);
+    if constexpr (ALGO == FUSED) {  // every thread: the scan works by warps (emit: a warp emitter)
+        if (blk.fused.k() >= 4) fused_scan<true>(blk.s, blk.span, blk.g, blk.start, n, blk.fused, blk.queue, emit);
+        else fused_scan<false>(blk.s, blk.span, blk.g, blk.start, n, blk.fused, blk.queue, emit);
         return;
     }
     if (blk.lo >= blk.hi) return;
@@ -566,26 +720,43 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
                            u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {
     Block<ALGO, OPT> blk = setup<ALGO, OPT>(blockIdx.x, text, n, end, g, pat, pattern_bytes, m_max, table);
     const int t = threadIdx.x;
-    u32* pattern_counts = blk.scratch + 40;
-    if (ALGO == FUSED) {
-        if (t < FUSED_MAX) pattern_counts[t] = 0u;
-        __syncthreads();
-    }
-    constexpr u32 cap = (u32)records_of(ALGO);
-    CountEmit emit{0u, cap, blk.records + t * cap, ALGO == FUSED ? pattern_counts : nullptr};
-    scan(blk, n, m, target, power, emit);
-    u32 total;
-    const u32 before = block_exclusive_scan(emit.count, blk.scratch, &total);
-    const bool overflow = __syncthreads_or(emit.count > cap) || total > (u32)K;
-    if (!overflow) {
-        for (u32 k = 0; k < emit.count; ++k) slots[(i64)blockIdx.x * K + before + k] = emit.records[k];
-    }
-    if (t == 0) flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
-    if (ALGO == FUSED) {
-        const int P = blk.fused.P;
-        if (t < P) counts[(i64)t * blocks + blockIdx.x] = (int)pattern_counts[t];
-    } else if (t == 0) {
-        counts[blockIdx.x] = (int)total;
+    u32* const block_slots = slots + (i64)blockIdx.x * K;
+    if constexpr (ALGO == FUSED) {
+        const int lane = t & 31;
+        WarpCountEmit emit;
+        emit.pattern_count = 0u;
+        emit.count = 0u;
+        emit.pool = blk.records;
+        emit.warp = blk.queue;
+        scan(blk, n, m, target, power, emit);
+        u32* const warp_counts = blk.queue + QUEUE_CAP;  // read by warp 0 after the block scan's barriers
+        if (lane < FUSED_MAX) warp_counts[lane] = emit.pattern_count;
+        u32 total;
+        const u32 before = __shfl_sync(FULL_MASK, block_exclusive_scan(lane == 0 ? emit.count : 0u, blk.scratch, &total), 0);
+        // total <= K <= SLOTS_MAX: the pool held every record (see POOL_CHUNKS)
+        const bool overflow = total > (u32)K;
+        if (!overflow) {
+            for (u32 k = lane; k < emit.count; k += 32) block_slots[before + k] = emit.record(k);
+        }
+        if (t == 0) flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+        if (t < blk.fused.P()) {  // warp 0: the block's count of pattern t
+            u32 sum = 0u;
+            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) sum += warp_counts[w * WARP_WORDS + t];
+            counts[(i64)t * blocks + blockIdx.x] = (int)sum;
+        }
+    } else {
+        CountEmit emit{0u, RECORDS_PER_THREAD, blk.records};
+        scan(blk, n, m, target, power, emit);
+        u32 total;
+        const u32 before = block_exclusive_scan(emit.count, blk.scratch, &total);
+        const bool overflow = __syncthreads_or(emit.count > RECORDS_PER_THREAD) || total > (u32)K;
+        if (!overflow) {
+            for (u32 k = 0; k < emit.count; ++k) block_slots[before + k] = emit.records[k];
+        }
+        if (t == 0) {
+            flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+            counts[blockIdx.x] = (int)total;
+        }
     }
 }
 
@@ -627,25 +798,36 @@ __device__ void write_kept(int b, int g, const int* counts, int blocks, const u3
     }
 }
 
-// Write pass of a flagged logical block b: scan its text again, count per thread, place,
-// scan once more writing. Every thread of the block calls it with the same b.
+// Write pass of a flagged logical block b: scan its text again, count per thread (fused:
+// per warp and pattern), place, scan once more writing. Every thread of the block calls
+// it with the same b.
 template <int ALGO, bool OPT>
 __device__ void write_rescan(int b, const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
                              u32 target, u32 power, const int* counts, int blocks, const i64* offsets, i64* const* outs, int P) {
     Block<ALGO, OPT> blk = setup<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m_max, table);
-    TallyEmit tally;
-#pragma unroll
-    for (int q = 0; q < FUSED_MAX; ++q) tally.count[q] = 0u;
-    scan(blk, n, m, target, power, tally);
-    WriteEmit write;
-    write.outs = outs;
-    write.base = blk.start;
-    for (int q = 0; q < P; ++q) {
+    if constexpr (ALGO == FUSED) {
+        const int lane = threadIdx.x & 31;
+        WarpTallyEmit tally{0u};
+        scan(blk, n, m, target, power, tally);
+        WarpWriteEmit write;
+        write.outs = outs;
+        write.next = 0;
+        write.base = blk.start;
+        for (int q = 0; q < P; ++q) {  // the warps' counts of pattern q, in order
+            const u32 mine = __shfl_sync(FULL_MASK, tally.pattern_count, q);
+            u32 sum;
+            const u32 before = __shfl_sync(FULL_MASK, block_exclusive_scan(lane == 0 ? mine : 0u, blk.scratch, &sum), 0);
+            if (lane == q) write.next = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b] + before;
+        }
+        scan(blk, n, m, target, power, write);
+    } else {
+        TallyEmit tally{0u};
+        scan(blk, n, m, target, power, tally);
         u32 sum;
-        const u32 before = block_exclusive_scan(tally.count[q], blk.scratch, &sum);
-        write.next[q] = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b] + before;
+        const u32 before = block_exclusive_scan(tally.count, blk.scratch, &sum);
+        WriteEmit write{outs[0], offsets[b] - counts[b] + before, blk.start};
+        scan(blk, n, m, target, power, write);
     }
-    scan(blk, n, m, target, power, write);
     __syncthreads();  // the next logical block may stage over this one's shared memory
 }
 
@@ -683,26 +865,32 @@ __device__ void write_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
 
 // Inclusive prefix sums of each pattern's per-block counts (the fused pass; one pattern
 // uses CUB): offsets[q][b] = counts[q][0] + .. + counts[q][b] (int64), totals[q] = the
-// last. One CUDA block per pattern: each thread sums a contiguous run of blocks, the
-// block scans the run sums, each thread writes its run.
-extern "C" __global__ void block_offsets(const int* counts, int blocks, i64* offsets, i64* totals) {
+// last. `segments` CUDA blocks per pattern, so that the work spreads over the SMs: each
+// sums the counts before its segment itself (coalesced reads of at most the whole row,
+// which is small: 4 bytes per logical block), then scans its segment a block-width of
+// counts at a time.
+extern "C" __global__ void block_offsets(const int* counts, int blocks, int segments, i64* offsets, i64* totals) {
     __shared__ i64 scratch[33];
     const int t = threadIdx.x, T = blockDim.x;
-    const int* row = counts + (i64)blockIdx.x * blocks;
-    i64* out = offsets + (i64)blockIdx.x * blocks;
-    const int per = (blocks + T - 1) / T;
-    const int lo = min(t * per, blocks), hi = min(lo + per, blocks);
+    const int pattern = blockIdx.x / segments, segment = blockIdx.x % segments;
+    const int* row = counts + (i64)pattern * blocks;
+    i64* out = offsets + (i64)pattern * blocks;
+    const int per = (blocks + segments - 1) / segments;
+    const int lo = min(segment * per, blocks), hi = min(lo + per, blocks);
     i64 sum = 0;
-#pragma unroll 8
-    for (int b = lo; b < hi; ++b) sum += row[b];
-    i64 total;
-    i64 run = block_exclusive_scan(sum, scratch, &total);
-#pragma unroll 8
-    for (int b = lo; b < hi; ++b) {
-        run += row[b];
-        out[b] = run;
+#pragma unroll 4
+    for (int b = t; b < lo; b += T) sum += row[b];
+    i64 run;
+    block_exclusive_scan(sum, scratch, &run);  // run: the counts before the segment
+    for (int base = lo; base < hi; base += T) {
+        const int b = base + t;
+        const i64 count = b < hi ? row[b] : 0;
+        i64 tile;
+        const i64 before = block_exclusive_scan(count, scratch, &tile);
+        if (b < hi) out[b] = run + before + count;
+        run += tile;
     }
-    if (t == 0) totals[blockIdx.x] = total;
+    if (segment == segments - 1 && t == 0) totals[pattern] = run;
 }
 
 // ------------------------------------------------------------------ entry points --
@@ -733,9 +921,20 @@ extern "C" __global__ void count_fused(const u8* text, i64 n, i64 end, int g, co
     count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K);
 }
 
+// out: every pattern's positions, pattern after pattern (pattern q's totals[q] of them
+// after those of patterns 0 .. q - 1).
 extern "C" __global__ void write_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
                                        const u8* table, const int* counts, int blocks, const u8* flags, const u32* slots, int K,
-                                       const i64* offsets, i64* const* outs, int P) {
+                                       const i64* offsets, const i64* totals, i64* out, int P) {
+    __shared__ i64* outs[FUSED_MAX];  // shared, not a local array: indexed by pattern at run time
+    if (threadIdx.x == 0) {
+        i64 start = 0;
+        for (int q = 0; q < P; ++q) {
+            outs[q] = out + start;
+            start += totals[q];
+        }
+    }
+    __syncthreads();
     write_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K, offsets, outs, P);
 }
 

@@ -131,6 +131,8 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
     w.bar.arrive_and_wait();
     return r;
 }
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0u; }
+inline void __syncwarp() { emu_block->warps[threadIdx.x >> 5]->bar.arrive_and_wait(); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) { return (unsigned)(((((uint64_t)hi) << 32) | lo) >> (shift & 31)); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz((unsigned)x) + 1; }

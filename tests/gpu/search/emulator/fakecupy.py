@@ -58,6 +58,8 @@ class Event:
 
 
 class Device:
+    attributes = {"MultiProcessorCount": 16}  # the fused prefix sums split each pattern's row over 16 // P blocks
+
     def __init__(self, device=0):
         self.id = device
 
