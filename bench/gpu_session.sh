@@ -48,8 +48,8 @@ for step in $steps; do
     cs256-bench) python3 bench/cs256.py 2>&1 | tee "$out/cs256-bench.log" ;;
     search-tests) python3 -m pytest -q -m gpu tests/gpu/search tests/app/jobs/test_search.py tests/app/test_corpora.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/search-tests.log" | tail -40 ;;
     search-sanitize)
-      compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/search/test_cuda.py -p no:cacheprovider -k "auto_runs or newline" 2>&1 | tee "$out/search-sanitize-memcheck.log" | tail -6
-      compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/search/test_cuda.py -p no:cacheprovider -k "fused_pass_matches_the_reference and runs" 2>&1 | tee "$out/search-sanitize-racecheck.log" | tail -6 ;;
+      compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -m gpu tests/gpu/search/test_cuda.py -p no:cacheprovider -k "auto_runs or newline or fused" 2>&1 | tee "$out/search-sanitize-memcheck.log" | tail -6
+      compute-sanitizer --tool racecheck --print-limit 20 python3 bench/sanitize_search.py 2>&1 | tee "$out/search-sanitize-racecheck.log" | tail -6 ;;
     search-bench)
       if [ -x .rg/rg ]; then rg_flag=(--rg "$PWD/.rg/rg"); export LD_LIBRARY_PATH=$PWD/.rg:${LD_LIBRARY_PATH:-}; else rg_flag=(); fi
       python3 bench/search.py "${rg_flag[@]}" 2>&1 | tee "$out/search-bench.log" ;;
