@@ -11,7 +11,11 @@ time the GPU, not Python), of
 - CS256, the group kernel with its default plan, and split4 (the paper's appendix layout;
   one vector only),
 - dense cuBLAS (cupy.matmul) on the same pruned matrix in the same dtype,
-- cuSPARSE CSR (int32 indices) in the matrix's dtype when cuSPARSE takes it, else float32.
+- cuSPARSE CSR (int32 indices) in the matrix's dtype when cuSPARSE takes it, else float32,
+- the read floor (anchors.ReadFloor): the matrix's values, indices and tile counts read as
+  one contiguous span per block, nothing computed: what no CS256 kernel can beat; CS256 /
+  floor says what its access pattern and arithmetic cost, dense / floor the best speed-up
+  any kernel reading these bytes once could show.
 
 Bytes moved: every array of the format once plus x and y. Bandwidth: bytes / time, and its
 fraction of the device-to-device copy bandwidth measured first (bytes read + written per
@@ -69,8 +73,8 @@ def main() -> None:
     print(f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
           f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), read-only kernel {read_bw / 1e9:.0f} GB/s; "
           f"{dtype}, vec {args.vec}, {k} vector(s); medians of {args.repeats} cold-L2 runs")
-    print("shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | CS256 GB/s (% copy) | dense GB/s (% copy) | "
-          "dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan")
+    print("shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
+          "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan")
     rng = cupy.random.default_rng(args.seed)
     summary = []
     for shape in args.shapes.split(","):
@@ -98,12 +102,13 @@ def main() -> None:
             dense_ms = timer.median_ms(lambda dense=dense, x=x: anchors.dense_matmul(dense, x, dtype), args.repeats)
             csr = anchors.CsrAnchor(dense, dtype)
             csr_ms = timer.median_ms(lambda csr=csr, x=x: csr(x), args.repeats)
+            floor_ms = timer.median_ms(anchors.ReadFloor(cs), args.repeats)
             vectors_bytes = (m + n) * k * item
             cs_bytes = cuda.bytes_moved(cs, k)
             dense_bytes = m * n * item + vectors_bytes
             cs_bw, dense_bw = cs_bytes / (cs_ms * 1e-3), dense_bytes / (dense_ms * 1e-3)
             print(f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
-                  f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
+                  f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, {dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
                   f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | {', '.join(f'{e:.1e}' for e in errors)} | "
                   f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s", flush=True)
             summary.append((shape, sparsity, dense_ms / cs_ms, cs_bw / copy_bw, cs.nbytes / (m * n * item)))

@@ -208,6 +208,30 @@ def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
     return 2 * nbytes / seconds
 
 
+class ReadFloor:
+    """The read floor of a product with `cs` (CuPy arrays): one launch of cs256_read_rows,
+    in which each block reads the values, indices and tile counts of a run of rows as
+    contiguous spans and computes nothing. A CS256 kernel reads the same bytes (and x, the
+    row pointers and y, which are small), so its time over this one says what its own
+    access pattern and arithmetic cost. Calling it returns the XOR of the 32-bit words
+    read (uint32 [1]: see cs256.cu xor_span), for a test that every byte was read once."""
+
+    def __init__(self, cs, blocks_per_sm: int = 4):
+        self.cs = cs
+        blocks = max(1, blocks_per_sm * kernels.device_attribute("MultiProcessorCount"))
+        self.rows_per_block = -(-cs.m // blocks)
+        self.grid = -(-cs.m // self.rows_per_block)
+        self.kernel = kernels.kernel(SOURCE, "cs256_read_rows")
+        self.sink = cupy.zeros(1, cupy.uint32)
+
+    def __call__(self) -> cupy.ndarray:
+        cs = self.cs
+        self.sink.fill(0)
+        self.kernel((self.grid,), (512,), (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.padded_tiles),
+                                           np.int32(cs.itemsize), np.int32(self.rows_per_block), self.sink))
+        return self.sink
+
+
 def read_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
     """Bandwidth of a read-only streaming kernel (cs256_read_flush over nbytes) in bytes/s."""
     data = cupy.ones(nbytes // 16 * 16, cupy.uint8)

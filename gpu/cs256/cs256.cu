@@ -529,12 +529,50 @@ SPLIT4_ENTRY(cs256_split4_f32_v16, F32, 16)
 // Used by gpu/cs256/anchors.py to time one launch at a time with CUDA events: cs256_spin
 // keeps the stream busy while the host queues the events and the launch (so the events
 // time the GPU, not the host), cs256_read_flush reads a buffer larger than L2 (clean
-// lines: the next kernel evicts them for free, unlike a memset's dirty ones).
+// lines: the next kernel evicts them for free, unlike a memset's dirty ones);
+// cs256_read_rows is the read floor the benchmark sets the kernels against.
 
 extern "C" __global__ void cs256_spin(long long cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) {
     }
+}
+
+// The XOR of the little-endian 32-bit words of bytes [p, p + bytes) (a byte at address a
+// counts as byte a mod 4 of a word), this thread's share of it: the block reads the span
+// once, 16-byte units as the group kernel loads its streams, the unaligned ends bytewise.
+__device__ u32 xor_span(const u8* p, long long bytes) {
+    const long long head = min(bytes, (long long)((16 - (reinterpret_cast<unsigned long long>(p) & 15)) & 15));
+    const long long units = (bytes - head) >> 4, tail = head + (units << 4);
+    u32 acc = 0;
+    for (long long i = threadIdx.x; i < head; i += blockDim.x) acc ^= (u32)p[i] << (8 * ((reinterpret_cast<unsigned long long>(p) + i) & 3));
+    const u8* aligned = p + head;
+    for (long long u = threadIdx.x; u < units; u += 4 * (long long)blockDim.x) {
+        u32 w[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (u + k * blockDim.x < units) stream_words<4>(aligned + ((u + k * blockDim.x) << 4), w[k]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (u + k * blockDim.x < units) acc ^= w[k][0] ^ w[k][1] ^ w[k][2] ^ w[k][3];
+    }
+    for (long long i = tail + threadIdx.x; i < bytes; i += blockDim.x) acc ^= (u32)p[i] << (8 * ((reinterpret_cast<unsigned long long>(p) + i) & 3));
+    return acc;
+}
+
+// The read floor of a CS256 product (gpu/cs256/anchors.py ReadFloor): block b reads rows
+// [b * rows_per_block, ..) of the matrix, their values (item bytes each), indices and tile
+// counts, each as one contiguous span, computing nothing but an XOR of what it read
+// (into *sink, so that a test can check that every byte was read once). The time any
+// kernel that reads these bytes from DRAM once needs, in the most streaming-friendly order.
+extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,
+                                           const u8* __restrict__ increments, int m, int padded_tiles, int item, int rows_per_block,
+                                           u32* sink) {
+    const int r0 = min((int)blockIdx.x * rows_per_block, m), r1 = min(r0 + rows_per_block, m);
+    const long long e0 = row_ptr[r0], e1 = row_ptr[r1];
+    const u32 acc = xor_span(values + e0 * item, (e1 - e0) * item) ^ xor_span(indices + e0, e1 - e0) ^
+                    xor_span(increments + (long long)r0 * padded_tiles, (long long)(r1 - r0) * padded_tiles);
+    atomicXor(sink, acc);
 }
 
 extern "C" __global__ void cs256_read_flush(const uint4* __restrict__ data, long long units, u32* __restrict__ sink) {

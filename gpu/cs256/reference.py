@@ -73,3 +73,15 @@ def relative_error(y, reference, dtype: str) -> float:
     if scale == 0.0:
         return 0.0 if worst == 0.0 else float("inf")
     return worst / scale
+
+
+def read_checksum(cs: CS256) -> int:
+    """What cs256_read_rows (the benchmark's read floor) reports having read of `cs` (host
+    arrays): the XOR of the little-endian 32-bit words of its values, indices and tile
+    counts, each array zero-padded to a multiple of 4 bytes."""
+    checksum = 0
+    for array in (cs.values, cs.indices, cs.block_increments):
+        data = np.ascontiguousarray(array).view(np.uint8).ravel()
+        padded = np.concatenate([data, np.zeros(-data.size % 4, np.uint8)])
+        checksum ^= int(np.bitwise_xor.reduce(padded.view(np.uint32))) if padded.size else 0
+    return checksum

@@ -212,6 +212,20 @@ def test_anchors_compute_the_same_product(cupy, rng, dtype):
     assert anchors.copy_bandwidth(1 << 26, 2) > 1e10 and anchors.read_bandwidth(1 << 26, 2) > 1e10
 
 
+@pytest.mark.parametrize("dtype, vec", [("float16", 4), ("float32", 16), ("bfloat16", 8)])
+def test_read_floor_reads_every_byte_once(cupy, rng, dtype, vec):
+    """The benchmark's read floor (cs256_read_rows) covers the values, indices and tile
+    counts exactly: the XOR of what it read equals the host's, with spans that start and end
+    off 16-byte boundaries (vec 4, uint8 indices) and blocks of one and of several rows."""
+    from gpu.cs256 import anchors
+
+    for shape in [(1000, 1000), (7, 4099), (1, 300)]:
+        host = fmt.from_dense(sparse_matrix(rng, shape, 0.3, dtype), vec)
+        cs, expected = host.to_device(), ref.read_checksum(host)
+        for blocks_per_sm in (1, 8):
+            assert int(anchors.ReadFloor(cs, blocks_per_sm)().get()[0]) == expected, f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
+
+
 def test_plans_refuse_what_the_kernels_cannot_do(cuda, cupy):
     cs = fmt.from_dense(np.ones((4, 300), np.float16), vec=4).to_device()
     for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}):

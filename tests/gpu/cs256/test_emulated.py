@@ -149,3 +149,17 @@ def test_split4_kernel_every_vec(library, rng, dtype):
         args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(m), np.int32(n), np.int32(cs.padded_tiles), x, y)
         emulator.launch(library, f"cs256_split4_{TAGS[dtype]}_v{vec}", grid, SPLIT4_BLOCK, 0, args)
         check(y, dense, x, dtype, f"split4 vec {vec} grid {grid}")
+
+
+def test_read_floor_reads_every_byte_once(library, rng):
+    """cs256_read_rows (the benchmark's read floor): the XOR of what the blocks read equals
+    the reference's checksum of the values, indices and tile counts, with spans that start
+    and end off 16-byte boundaries (vec 4, uint8 indices) and blocks of one or several rows."""
+    for (m, n), vec, dtype in itertools.product([(45, 1300), (1, 300), (9, 257)], (4, 16), ("float16", "float32")):
+        cs = fmt.from_dense(sparse_matrix(rng, (m, n), 0.3, dtype), vec, dtype)
+        for rows_per_block in (1, 4):
+            sink = np.zeros(1, np.uint32)
+            args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(m), np.int32(cs.padded_tiles), np.int32(cs.itemsize),
+                    np.int32(rows_per_block), sink)
+            emulator.launch(library, "cs256_read_rows", -(-m // rows_per_block), 64, 0, args)
+            assert int(sink[0]) == ref.read_checksum(cs), f"{m}x{n} vec {vec} {dtype}, {rows_per_block} rows per block"
