@@ -210,13 +210,14 @@ def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
 
 class ReadFloor:
     """The read floor of a product with `cs` (CuPy arrays): one launch of cs256_read_rows,
-    in which each block reads the values, indices and tile counts of a run of rows as
-    contiguous spans and computes nothing. A CS256 kernel reads the same bytes (and x, the
+    in which each block (blocks_per_sm per SM, as the group kernel's grid) reads the
+    values, indices and tile counts of a run of rows as contiguous spans and computes
+    nothing. A CS256 kernel reads the same bytes (and x, the
     row pointers and y, which are small), so its time over this one says what its own
     access pattern and arithmetic cost. Calling it returns the XOR of the 32-bit words
     read (uint32 [1]: see cs256.cu xor_span), for a test that every byte was read once."""
 
-    def __init__(self, cs, blocks_per_sm: int = 4):
+    def __init__(self, cs, blocks_per_sm: int = 2):
         self.cs = cs
         blocks = max(1, blocks_per_sm * kernels.device_attribute("MultiProcessorCount"))
         self.rows_per_block = -(-cs.m // blocks)

@@ -538,40 +538,63 @@ extern "C" __global__ void cs256_spin(long long cycles) {
     }
 }
 
-// The XOR of the little-endian 32-bit words of bytes [p, p + bytes) (a byte at address a
-// counts as byte a mod 4 of a word), this thread's share of it: the block reads the span
-// once, 16-byte units as the group kernel loads its streams, the unaligned ends bytewise.
-__device__ u32 xor_span(const u8* p, long long bytes) {
+// A span of bytes [p, p + bytes) as the read floor reads it: `head` bytes up to the first
+// 16-byte boundary and the bytes after the last whole unit one at a time, `units` 16-byte
+// units in between as the group kernel loads its streams.
+struct Span {
+    const u8* p;
+    long long bytes, head, units;
+};
+
+__device__ __forceinline__ Span span_of(const u8* p, long long bytes) {
     const long long head = min(bytes, (long long)((16 - (reinterpret_cast<unsigned long long>(p) & 15)) & 15));
-    const long long units = (bytes - head) >> 4, tail = head + (units << 4);
+    return {p, bytes, head, (bytes - head) >> 4};
+}
+
+// The XOR of the span's bytes outside its units, each as byte (address mod 4) of a word:
+// this thread's share.
+__device__ u32 xor_ends(const Span& s) {
     u32 acc = 0;
-    for (long long i = threadIdx.x; i < head; i += blockDim.x) acc ^= (u32)p[i] << (8 * ((reinterpret_cast<unsigned long long>(p) + i) & 3));
-    const u8* aligned = p + head;
-    for (long long u = threadIdx.x; u < units; u += 4 * (long long)blockDim.x) {
-        u32 w[4][4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            if (u + k * blockDim.x < units) stream_words<4>(aligned + ((u + k * blockDim.x) << 4), w[k]);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            if (u + k * blockDim.x < units) acc ^= w[k][0] ^ w[k][1] ^ w[k][2] ^ w[k][3];
+    const long long tail = s.head + (s.units << 4), ends = s.head + (s.bytes - tail);
+    for (long long j = threadIdx.x; j < ends; j += blockDim.x) {
+        const long long i = j < s.head ? j : tail + (j - s.head);
+        acc ^= (u32)s.p[i] << (8 * ((reinterpret_cast<unsigned long long>(s.p) + i) & 3));
     }
-    for (long long i = tail + threadIdx.x; i < bytes; i += blockDim.x) acc ^= (u32)p[i] << (8 * ((reinterpret_cast<unsigned long long>(p) + i) & 3));
     return acc;
 }
 
 // The read floor of a CS256 product (gpu/cs256/anchors.py ReadFloor): block b reads rows
 // [b * rows_per_block, ..) of the matrix, their values (item bytes each), indices and tile
-// counts, each as one contiguous span, computing nothing but an XOR of what it read
-// (into *sink, so that a test can check that every byte was read once). The time any
-// kernel that reads these bytes from DRAM once needs, in the most streaming-friendly order.
+// counts, three contiguous spans whose 16-byte units the block's threads take in turn as
+// one sequence (READ_FLOOR_DEPTH loads in flight per thread, whichever span they fall in),
+// computing nothing but the XOR of the little-endian words read (into *sink: a test checks
+// that every byte was read once). The time a kernel that reads these bytes from DRAM once
+// needs, in the most streaming-friendly order.
+#define READ_FLOOR_DEPTH 4
 extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,
                                            const u8* __restrict__ increments, int m, int padded_tiles, int item, int rows_per_block,
                                            u32* sink) {
     const int r0 = min((int)blockIdx.x * rows_per_block, m), r1 = min(r0 + rows_per_block, m);
     const long long e0 = row_ptr[r0], e1 = row_ptr[r1];
-    const u32 acc = xor_span(values + e0 * item, (e1 - e0) * item) ^ xor_span(indices + e0, e1 - e0) ^
-                    xor_span(increments + (long long)r0 * padded_tiles, (long long)(r1 - r0) * padded_tiles);
+    const Span spans[3] = {span_of(values + e0 * item, (e1 - e0) * item), span_of(indices + e0, e1 - e0),
+                           span_of(increments + (long long)r0 * padded_tiles, (long long)(r1 - r0) * padded_tiles)};
+    u32 acc = xor_ends(spans[0]) ^ xor_ends(spans[1]) ^ xor_ends(spans[2]);
+    const long long first = spans[0].units, second = first + spans[1].units, total = second + spans[2].units;
+    for (long long u = threadIdx.x; u < total; u += READ_FLOOR_DEPTH * (long long)blockDim.x) {
+        u32 w[READ_FLOOR_DEPTH][4];
+#pragma unroll
+        for (int k = 0; k < READ_FLOOR_DEPTH; ++k) {
+            const long long v = u + k * (long long)blockDim.x;
+            if (v < total) {
+                const Span& s = v < first ? spans[0] : v < second ? spans[1] : spans[2];
+                const long long unit = v < first ? v : v < second ? v - first : v - second;
+                stream_words<4>(s.p + s.head + (unit << 4), w[k]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < READ_FLOOR_DEPTH; ++k)
+            if (u + k * (long long)blockDim.x < total) acc ^= w[k][0] ^ w[k][1] ^ w[k][2] ^ w[k][3];
+    }
     atomicXor(sink, acc);
 }
 

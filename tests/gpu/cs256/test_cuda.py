@@ -220,7 +220,7 @@ def test_read_floor_reads_every_byte_once(cupy, rng, dtype, vec):
     from gpu.cs256 import anchors
 
     for shape in [(1000, 1000), (7, 4099), (1, 300)]:
-        host = fmt.from_dense(sparse_matrix(rng, shape, 0.3, dtype), vec)
+        host = fmt.from_dense(sparse_matrix(rng, shape, 0.3, dtype), vec, dtype)
         cs, expected = host.to_device(), ref.read_checksum(host)
         for blocks_per_sm in (1, 8):
             assert int(anchors.ReadFloor(cs, blocks_per_sm)().get()[0]) == expected, f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
