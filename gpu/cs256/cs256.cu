@@ -569,7 +569,7 @@ __device__ u32 xor_ends(const Span& s) {
 // one sequence (READ_FLOOR_DEPTH loads in flight per thread, whichever span they fall in),
 // computing nothing but the XOR of the little-endian words read (into *sink: a test checks
 // that every byte was read once). The time a kernel that reads these bytes from DRAM once
-// needs, in the most streaming-friendly order.
+// needs, in the most streaming-friendly order. Blocks of whole warps.
 #define READ_FLOOR_DEPTH 4
 extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,
                                            const u8* __restrict__ increments, int m, int padded_tiles, int item, int rows_per_block,
@@ -595,7 +595,8 @@ extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const 
         for (int k = 0; k < READ_FLOOR_DEPTH; ++k)
             if (u + k * (long long)blockDim.x < total) acc ^= w[k][0] ^ w[k][1] ^ w[k][2] ^ w[k][3];
     }
-    atomicXor(sink, acc);
+    for (int offset = 16; offset > 0; offset >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, offset);
+    if ((threadIdx.x & 31) == 0) atomicXor(sink, acc);  // one atomic per warp, not per thread
 }
 
 extern "C" __global__ void cs256_read_flush(const uint4* __restrict__ data, long long units, u32* __restrict__ sink) {
