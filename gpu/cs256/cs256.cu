@@ -551,34 +551,35 @@ __device__ __forceinline__ Span span_of(const u8* p, long long bytes) {
     return {p, bytes, head, (bytes - head) >> 4};
 }
 
-// The XOR of the span's bytes outside its units, each as byte (address mod 4) of a word:
-// this thread's share.
-__device__ u32 xor_ends(const Span& s) {
-    u32 acc = 0;
-    const long long tail = s.head + (s.units << 4), ends = s.head + (s.bytes - tail);
-    for (long long j = threadIdx.x; j < ends; j += blockDim.x) {
-        const long long i = j < s.head ? j : tail + (j - s.head);
-        acc ^= (u32)s.p[i] << (8 * ((reinterpret_cast<unsigned long long>(s.p) + i) & 3));
-    }
-    return acc;
+// The span's bytes outside its units (at most 30) are read one per thread, each as byte
+// (address mod 4) of a word: this thread's, or 0. Called before the units' loop and its
+// result used after, so that these loads are in flight with the first units', not
+// before them.
+__device__ __forceinline__ u32 end_byte(const Span& s) {
+    const long long tail = s.head + (s.units << 4), ends = s.head + (s.bytes - tail), j = threadIdx.x;
+    if (j >= ends) return 0u;
+    const long long i = j < s.head ? j : tail + (j - s.head);
+    return (u32)s.p[i] << (8 * ((reinterpret_cast<unsigned long long>(s.p) + i) & 3));
 }
 
 // The read floor of a CS256 product (gpu/cs256/anchors.py ReadFloor): block b reads rows
 // [b * rows_per_block, ..) of the matrix, their values (item bytes each), indices and tile
 // counts, three contiguous spans whose 16-byte units the block's threads take in turn as
 // one sequence (READ_FLOOR_DEPTH loads in flight per thread, whichever span they fall in),
-// computing nothing but the XOR of the little-endian words read (into *sink: a test checks
-// that every byte was read once). The time a kernel that reads these bytes from DRAM once
-// needs, in the most streaming-friendly order. Blocks of whole warps.
+// computing nothing but the XOR of the little-endian words read, one per warp into
+// partials[block][warp] (a test checks that every byte was read once). The time a kernel
+// that reads these bytes from DRAM once needs, in the most streaming-friendly order.
+// Blocks of whole warps (at least 32 threads).
 #define READ_FLOOR_DEPTH 4
 extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,
                                            const u8* __restrict__ increments, int m, int padded_tiles, int item, int rows_per_block,
-                                           u32* sink) {
+                                           u32* partials) {
     const int r0 = min((int)blockIdx.x * rows_per_block, m), r1 = min(r0 + rows_per_block, m);
     const long long e0 = row_ptr[r0], e1 = row_ptr[r1];
     const Span spans[3] = {span_of(values + e0 * item, (e1 - e0) * item), span_of(indices + e0, e1 - e0),
                            span_of(increments + (long long)r0 * padded_tiles, (long long)(r1 - r0) * padded_tiles)};
-    u32 acc = xor_ends(spans[0]) ^ xor_ends(spans[1]) ^ xor_ends(spans[2]);
+    const u32 ends = end_byte(spans[0]) ^ end_byte(spans[1]) ^ end_byte(spans[2]);
+    u32 acc = 0;
     const long long first = spans[0].units, second = first + spans[1].units, total = second + spans[2].units;
     for (long long u = threadIdx.x; u < total; u += READ_FLOOR_DEPTH * (long long)blockDim.x) {
         u32 w[READ_FLOOR_DEPTH][4];
@@ -595,8 +596,9 @@ extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const 
         for (int k = 0; k < READ_FLOOR_DEPTH; ++k)
             if (u + k * (long long)blockDim.x < total) acc ^= w[k][0] ^ w[k][1] ^ w[k][2] ^ w[k][3];
     }
+    acc ^= ends;
     for (int offset = 16; offset > 0; offset >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, offset);
-    if ((threadIdx.x & 31) == 0) atomicXor(sink, acc);  // one atomic per warp, not per thread
+    if ((threadIdx.x & 31) == 0) partials[blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)] = acc;  // no atomics: they queue on one word
 }
 
 extern "C" __global__ void cs256_read_flush(const uint4* __restrict__ data, long long units, u32* __restrict__ sink) {

@@ -223,7 +223,7 @@ def test_read_floor_reads_every_byte_once(cupy, rng, dtype, vec):
         host = fmt.from_dense(sparse_matrix(rng, shape, 0.3, dtype), vec, dtype)
         cs, expected = host.to_device(), ref.read_checksum(host)
         for blocks_per_sm in (1, 8):
-            assert int(anchors.ReadFloor(cs, blocks_per_sm)().get()[0]) == expected, f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
+            assert anchors.ReadFloor(cs, blocks_per_sm).checksum() == expected, f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
 
 
 def test_plans_refuse_what_the_kernels_cannot_do(cuda, cupy):
