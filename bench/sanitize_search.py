@@ -29,17 +29,21 @@ from gpu.search.params import SearchParams  # noqa: E402
 
 
 def main() -> int:
-    rng = np.random.default_rng()
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"seed {seed}")
+    all_cases = cases(np.random.default_rng(seed), 20_000)
     lease = DevicePool([0], streams_per_device=2).acquire()
     mismatches = 0
     for name in ("runs", "english", "dna"):
-        text, patterns, _ = cases(rng, 20_000)[name]
+        text, patterns, _ = all_cases[name]
         device_text, _ = cuda.text_from_host(text, lease)
         for granularity in (None, 16):
             params = SearchParams(tuple(patterns[:8]), fused=True, granularity=granularity)
             output = cuda.search_device(device_text, params, lease)
             for pattern, result in zip(params.patterns, output.patterns, strict=True):
-                mismatches += not np.array_equal(result.positions, ref.find_all(text, pattern))
+                if not np.array_equal(result.positions, ref.find_all(text, pattern)):
+                    mismatches += 1
+                    print(f"MISMATCH {name} g={granularity} pattern {pattern[:24]!r}")
     print(f"mismatches {mismatches}")
     return 1 if mismatches else 0
 

@@ -543,7 +543,7 @@ extern "C" __global__ void cs256_spin(long long cycles) {
 // units in between as the group kernel loads its streams.
 struct Span {
     const u8* p;
-    long long bytes, head, units;
+    long long bytes, head, units;  // bytes in all, bytes before the first unit, 16-byte units
 };
 
 __device__ __forceinline__ Span span_of(const u8* p, long long bytes) {

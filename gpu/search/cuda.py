@@ -33,7 +33,7 @@ import numpy as np
 
 from gpu import kernels
 from gpu.search import reference
-from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, SLOTS_MAX, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
+from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, SLOTS_MAX, THREADS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
 from gpu.search.residency import RESIDENT
 
 SOURCE = Path(__file__).with_name("search.cu")
@@ -44,7 +44,8 @@ SCRATCH_BYTES = 512
 TILE_PAD = 64
 FUSED_MAX = 8
 POOL_CHUNK = 8  # fused: records per chunk of the block's pool of kept matches
-POOL_WORDS = (SLOTS_MAX // POOL_CHUNK + 8) * POOL_CHUNK + 4  # fused: the pool and its count of chunks taken (uint32)
+FUSED_WARPS_MAX = THREADS // 32  # fused: warps of a block the pool is sized for
+POOL_WORDS = (SLOTS_MAX // POOL_CHUNK + FUSED_WARPS_MAX) * POOL_CHUNK + 4  # fused: the pool and its count of chunks taken (uint32)
 QUEUE_CAP = 64  # fused: candidates a warp queues for verification
 WARP_WORDS = QUEUE_CAP + FUSED_MAX + SLOTS_MAX // POOL_CHUNK // 4  # fused, per warp: queue, per-pattern counts, chunk list (uint32)
 FILTER_BITS = 12

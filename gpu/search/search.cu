@@ -6,15 +6,15 @@
 // Two passes per search, so that matches are compacted on the device:
 //   count_*  each block counts its matches (counts[block]) and keeps up to `slots` of
 //            them (block-relative offsets, in order); flags[block] says which:
-//            BLOCK_EMPTY (no match), BLOCK_KEPT, or BLOCK_RESCAN (some thread found more
-//            than it keeps, or the block more than `slots`);
+//            BLOCK_EMPTY (no match), BLOCK_KEPT, or BLOCK_RESCAN (the block found more
+//            than `slots`, or, single pattern, a thread more than it keeps);
 //   offsets  inclusive prefix sums of counts (CUB through CuPy for one pattern,
 //            `block_offsets` for several), total = offsets[last];
 //   write_*  a grid of a few waves, each CUDA block over a range of the count pass's
 //            blocks: it reads their flags in one coalesced load and visits only the busy
 //            ones; a kept block's matches are copied to out[offsets[b] - counts[b] ...],
-//            a flagged one is scanned again: count per thread, block prefix sum, scan once
-//            more writing positions.
+//            a flagged one is scanned again: count per thread (fused: per warp and
+//            pattern), block prefix sum, scan once more writing positions.
 // Positions are int64 everywhere: texts may exceed 2^31 bytes.
 //
 // Variants:
@@ -42,21 +42,23 @@ typedef long long i64;
 
 #define RK_BASE 16777619u
 #define RECORDS_PER_THREAD 4  // single pattern: at most one match per start position
+#define SCRATCH_BYTES 512
+#define TILE_PAD 64
+#define FUSED_MAX 8
 #define SLOTS_MAX 256  // matches a block keeps for the write pass (params.SLOTS_MAX)
 // The fused pass's warps keep their matches in a pool shared by the block, taking chunks
 // of POOL_CHUNK records as they need them (a warp's k-th record lies in its k / POOL_CHUNK-th
 // chunk), so that one warp may keep up to SLOTS_MAX while the block keeps SLOTS_MAX in all.
-// POOL_CHUNKS covers SLOTS_MAX records whatever their split over 8 warps (a partly filled
-// chunk per warp).
+// POOL_CHUNKS covers SLOTS_MAX records whatever their split over FUSED_WARPS_MAX warps (a
+// partly filled chunk per warp); a block that takes more (only possible with more warps)
+// is rescanned.
+#define FUSED_WARPS_MAX 8  // warps of a fused block the pool is sized for (params.THREADS / 32)
 #define POOL_CHUNK 8
 #define WARP_CHUNKS (SLOTS_MAX / POOL_CHUNK)
-#define POOL_CHUNKS (WARP_CHUNKS + 8)
+#define POOL_CHUNKS (WARP_CHUNKS + FUSED_WARPS_MAX)
 #define POOL_WORDS (POOL_CHUNKS * POOL_CHUNK + 4)  // the chunks, then the count of chunks taken (and padding)
 #define QUEUE_CAP 64  // fused: candidates a warp queues for verification
 #define WARP_WORDS (QUEUE_CAP + FUSED_MAX + WARP_CHUNKS / 4)  // fused: queue, per-pattern counts, u8 chunk list
-#define SCRATCH_BYTES 512
-#define TILE_PAD 64
-#define FUSED_MAX 8
 #define FILTER_BITS 12
 #define FILTER_SIZE (1 << FILTER_BITS)
 #define LANE_MUL 2654435761u  // the filters' two hashes of a prefix key: the high words of
@@ -119,16 +121,17 @@ __device__ __forceinline__ int table_bytes_of(int algo, int m) {
 
 // A 16-byte copy from global to shared memory that does not wait for the load (cp.async);
 // copies_wait() waits for all of the thread's. Both addresses 16-byte aligned.
+// Before sm_80 (and in the CPU emulation) a plain copy.
 __device__ __forceinline__ void copy16_async(void* shared_dst, const void* global_src) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(shared_dst)), "l"(global_src));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(shared_dst)), "l"(global_src) : "memory");
 #else
     *reinterpret_cast<uint4*>(shared_dst) = *reinterpret_cast<const uint4*>(global_src);
 #endif
 }
 
 __device__ __forceinline__ void copies_wait() {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
@@ -203,6 +206,12 @@ __device__ V block_exclusive_scan(V value, V* scratch, V* total) {
     *total = scratch[32];
     __syncthreads();  // scratch may be reused at once
     return before;
+}
+
+// Exclusive prefix sum over the block's warps of one value per warp (the same in every
+// lane); *total gets the block's sum. Every thread of the block must call it.
+__device__ __forceinline__ u32 warps_exclusive_scan(u32 value, u32* scratch, u32* total) {
+    return __shfl_sync(FULL_MASK, block_exclusive_scan((threadIdx.x & 31) == 0 ? value : 0u, scratch, total), 0);
 }
 
 // ---------------------------------------------------------------------- emitters --
@@ -459,6 +468,19 @@ __device__ __forceinline__ u32 fused_matches(const u8* s, int i, i64 position, i
     return matched;
 }
 
+// The exclusive prefix sum over the lanes of `value`; *total gets the warp's sum.
+__device__ __forceinline__ u32 warp_exclusive_scan(u32 value, u32* total) {
+    const int lane = threadIdx.x & 31;
+    u32 x = value;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
+        if (lane >= d) x += y;
+    }
+    *total = __shfl_sync(FULL_MASK, x, 31);
+    return x - value;
+}
+
 // Verifies the first min(32, queued) candidates of the warp's queue (tile offsets, in
 // position order), one per lane, hands the warp's matches to emit.round, and moves the
 // rest of the queue to its front. Every lane of the warp calls it; returns the new length.
@@ -505,20 +527,14 @@ __device__ void fused_scan(const u8* s, int span, int g, i64 block_start, i64 n,
         const int valid = last - i;
         const u32 candidates = (hits >> 16) & (valid >= 16 ? 0xffffu : valid <= 0 ? 0u : (1u << valid) - 1u);
         if (!__any_sync(FULL_MASK, candidates != 0u)) continue;
-        // This lane's candidates are numbered before .. before + mine - 1 among the step's.
-        const u32 mine = (u32)__popc(candidates);
-        u32 upto = mine;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const u32 y = __shfl_up_sync(FULL_MASK, upto, d);
-            if (lane >= d) upto += y;
-        }
-        const u32 total = __shfl_sync(FULL_MASK, upto, 31), before = upto - mine;
+        // This lane's candidates are numbered before .. before + popc - 1 among the step's.
+        u32 total;
+        const u32 before = warp_exclusive_scan((u32)__popc(candidates), &total);
         for (u32 done = 0; done < total;) {  // once, unless the step has more than the queue holds
             const u32 room = (u32)(QUEUE_CAP - queued), put = min(room, total - done);
             u32 k = before;
             for (u32 rest = candidates; rest != 0u; rest &= rest - 1u, ++k)
-                if (k - done < put) queue[queued + (k - done)] = (u32)(i + __ffs((int)rest) - 1);
+                if (k - done < put) queue[queued + (k - done)] = (u32)(i + __ffs((int)rest) - 1);  // k < done wraps: skipped
             queued += (int)put;
             done += put;
             __syncwarp();
@@ -532,19 +548,6 @@ __device__ void fused_scan(const u8* s, int span, int g, i64 block_start, i64 n,
 // The fused scan calls emit.round(rel, matched) in every lane of a warp: lane by lane in
 // position order, the block-relative offset of a candidate and the patterns found there
 // (a bit mask, 0 for a lane without a candidate or a match).
-
-// The exclusive prefix sum over the lanes of `value`; *total gets the warp's sum.
-__device__ __forceinline__ u32 warp_exclusive_scan(u32 value, u32* total) {
-    const int lane = threadIdx.x & 31;
-    u32 x = value;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
-        if (lane >= d) x += y;
-    }
-    *total = __shfl_sync(FULL_MASK, x, 31);
-    return x - value;
-}
 
 struct WarpTallyEmit {  // per-pattern counts of the warp: lane q holds pattern q's
     u32 pattern_count;
@@ -562,7 +565,9 @@ struct WarpCountEmit : WarpTallyEmit {  // count pass: also keep the first SLOTS
     u32 count;  // the warp's matches (the same in every lane)
     u32* pool;  // the block's pool of kept matches, then the count of its chunks taken
     u32* warp;  // the warp's region: queue, per-pattern counts, then its chunks in order (u8; POOL_CHUNKS or more: none)
-    __device__ u8* chunks() const { return reinterpret_cast<u8*>(warp + QUEUE_CAP + FUSED_MAX); }
+    __device__ u8* chunks() const {  // chunk numbers past 254 are stored as 255: none, like any >= POOL_CHUNKS
+        return reinterpret_cast<u8*>(warp + QUEUE_CAP + FUSED_MAX);
+    }
     __device__ u32* slot(u32 k) const {  // where the warp's k-th record goes (null: nowhere)
         const u32 chunk = k < (u32)SLOTS_MAX ? chunks()[k / POOL_CHUNK] : (u32)POOL_CHUNKS;
         return chunk < (u32)POOL_CHUNKS ? pool + chunk * POOL_CHUNK + k % POOL_CHUNK : nullptr;
@@ -620,8 +625,8 @@ struct Block {
     u32* scratch;
     i64 start;          // first start position of the block
     int span;           // start positions in the block
-    int g;              // start positions per thread
-    int lo, hi;         // this thread's
+    int g;              // start positions per thread (fused: 32 g per warp)
+    int lo, hi;         // this thread's (single pattern; the fused scan works by warps)
 };
 
 // Sets up the block: shared layout, staging of pattern, tables and text (optimized),
@@ -732,9 +737,10 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
         u32* const warp_counts = blk.queue + QUEUE_CAP;  // read by warp 0 after the block scan's barriers
         if (lane < FUSED_MAX) warp_counts[lane] = emit.pattern_count;
         u32 total;
-        const u32 before = __shfl_sync(FULL_MASK, block_exclusive_scan(lane == 0 ? emit.count : 0u, blk.scratch, &total), 0);
-        // total <= K <= SLOTS_MAX: the pool held every record (see POOL_CHUNKS)
-        const bool overflow = total > (u32)K;
+        const u32 before = warps_exclusive_scan(emit.count, blk.scratch, &total);
+        // total <= K <= SLOTS_MAX: the pool held every record (see POOL_CHUNKS), with at
+        // most FUSED_WARPS_MAX warps; the second test covers more
+        const bool overflow = total > (u32)K || blk.records[POOL_CHUNKS * POOL_CHUNK] > (u32)POOL_CHUNKS;
         if (!overflow) {
             for (u32 k = lane; k < emit.count; k += 32) block_slots[before + k] = emit.record(k);
         }
@@ -816,7 +822,7 @@ __device__ void write_rescan(int b, const u8* text, i64 n, i64 end, int g, const
         for (int q = 0; q < P; ++q) {  // the warps' counts of pattern q, in order
             const u32 mine = __shfl_sync(FULL_MASK, tally.pattern_count, q);
             u32 sum;
-            const u32 before = __shfl_sync(FULL_MASK, block_exclusive_scan(lane == 0 ? mine : 0u, blk.scratch, &sum), 0);
+            const u32 before = warps_exclusive_scan(mine, blk.scratch, &sum);
             if (lane == q) write.next = offsets[(i64)q * blocks + b] - counts[(i64)q * blocks + b] + before;
         }
         scan(blk, n, m, target, power, write);

@@ -158,9 +158,9 @@ def test_read_floor_reads_every_byte_once(library, rng):
     for (m, n), vec, dtype in itertools.product([(45, 1300), (1, 300), (9, 257)], (4, 16), ("float16", "float32")):
         cs = fmt.from_dense(sparse_matrix(rng, (m, n), 0.3, dtype), vec, dtype)
         for rows_per_block in (1, 4):
-            grid = -(-m // rows_per_block)
-            partials = np.zeros(grid * 2, np.uint32)  # one per warp of 64 threads
+            grid, block = -(-m // rows_per_block), 64
+            partials = np.zeros(grid * (block // 32), np.uint32)  # one per warp
             args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(m), np.int32(cs.padded_tiles), np.int32(cs.itemsize),
                     np.int32(rows_per_block), partials)
-            emulator.launch(library, "cs256_read_rows", grid, 64, 0, args)
+            emulator.launch(library, "cs256_read_rows", grid, block, 0, args)
             assert int(np.bitwise_xor.reduce(partials)) == ref.read_checksum(cs), f"{m}x{n} vec {vec} {dtype}, {rows_per_block} rows per block"
