@@ -85,5 +85,5 @@ def read_checksum(cs: CS256) -> int:
     for array in (cs.values, cs.indices, cs.block_increments):
         data = np.ascontiguousarray(array).view(np.uint8).ravel()
         padded = np.concatenate([data, np.zeros(-data.size % 4, np.uint8)])
-        checksum ^= int(np.bitwise_xor.reduce(padded.view(np.uint32))) if padded.size else 0
+        checksum ^= int(np.bitwise_xor.reduce(padded.view(np.uint32)))  # 0 for an empty array
     return checksum

@@ -179,18 +179,29 @@ __device__ __forceinline__ u32 equal_mask16(const uint4& v, u32 rep) {
     return pack4(zero_bytes(v.x ^ rep)) | (pack4(zero_bytes(v.y ^ rep)) << 4) | (pack4(zero_bytes(v.z ^ rep)) << 8) | (pack4(zero_bytes(v.w ^ rep)) << 12);
 }
 
-// Exclusive prefix sum over the block of one value per thread; *total gets the sum.
-// Every thread of the block must call it. Uses scratch[0..32].
+// The exclusive prefix sum over the lanes of `value`; *total gets the warp's sum.
+// Every lane of the warp must call it.
 template <class V>
-__device__ V block_exclusive_scan(V value, V* scratch, V* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+__device__ __forceinline__ V warp_exclusive_scan(V value, V* total) {
+    const int lane = threadIdx.x & 31;
     V x = value;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
         const V y = __shfl_up_sync(FULL_MASK, x, d);
         if (lane >= d) x += y;
     }
-    if (lane == 31) scratch[warp] = x;
+    *total = __shfl_sync(FULL_MASK, x, 31);
+    return x - value;
+}
+
+// Exclusive prefix sum over the block of one value per thread; *total gets the sum.
+// Every thread of the block must call it. Uses scratch[0..32].
+template <class V>
+__device__ V block_exclusive_scan(V value, V* scratch, V* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    V warp_total;
+    const V within = warp_exclusive_scan(value, &warp_total);
+    if (lane == 0) scratch[warp] = warp_total;
     __syncthreads();
     if (threadIdx.x == 0) {
         V run = 0;
@@ -202,7 +213,7 @@ __device__ V block_exclusive_scan(V value, V* scratch, V* total) {
         scratch[32] = run;
     }
     __syncthreads();
-    const V before = scratch[warp] + x - value;
+    const V before = scratch[warp] + within;
     *total = scratch[32];
     __syncthreads();  // scratch may be reused at once
     return before;
@@ -468,19 +479,6 @@ __device__ __forceinline__ u32 fused_matches(const u8* s, int i, i64 position, i
     return matched;
 }
 
-// The exclusive prefix sum over the lanes of `value`; *total gets the warp's sum.
-__device__ __forceinline__ u32 warp_exclusive_scan(u32 value, u32* total) {
-    const int lane = threadIdx.x & 31;
-    u32 x = value;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const u32 y = __shfl_up_sync(FULL_MASK, x, d);
-        if (lane >= d) x += y;
-    }
-    *total = __shfl_sync(FULL_MASK, x, 31);
-    return x - value;
-}
-
 // Verifies the first min(32, queued) candidates of the warp's queue (tile offsets, in
 // position order), one per lane, hands the warp's matches to emit.round, and moves the
 // rest of the queue to its front. Every lane of the warp calls it; returns the new length.
@@ -595,7 +593,7 @@ struct WarpCountEmit : WarpTallyEmit {  // count pass: also keep the first SLOTS
     }
 };
 
-struct WarpWriteEmit {  // write pass, second scan: positions to their places
+struct WarpWriteEmit {  // write pass (a rescan's second scan, a kept block's records): positions to their places
     i64* const* outs;
     i64 next;  // lane q: where pattern q's next position goes
     i64 base;
@@ -768,8 +766,8 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
 
 // Write pass of a kept logical block b (its matches are in slots, in position order): by
 // one warp. offsets: inclusive prefix sums of counts, per pattern; outs: per pattern.
-// Fused: the records mix patterns, so each is ranked among those of its pattern: per
-// round of 32, a ballot per pattern, carried over the rounds in registers.
+// Fused: the records mix patterns; 32 at a time go through the rescan's WarpWriteEmit,
+// which ranks each among those of its pattern.
 template <int ALGO>
 __device__ void write_kept(int b, int g, const int* counts, int blocks, const u32* slots, int K, const i64* offsets, i64* const* outs, int P) {
     const int lane = threadIdx.x & 31;
@@ -781,26 +779,17 @@ __device__ void write_kept(int b, int g, const int* counts, int blocks, const u3
         for (int k = lane; k < total; k += 32) outs[0][first + k] = block_start + (i64)(records[k] & REL_MASK);
         return;
     }
+    WarpWriteEmit write{outs, 0, block_start};
     int total = 0;
-    i64 next[FUSED_MAX];  // where pattern q's next record goes (the same in every lane)
-#pragma unroll
-    for (int q = 0; q < FUSED_MAX; ++q) {
-        const int c = q < P ? counts[(i64)q * blocks + b] : 0;
-        next[q] = q < P ? offsets[(i64)q * blocks + b] - c : 0;
+    for (int q = 0; q < P; ++q) {
+        const int c = counts[(i64)q * blocks + b];
+        if (lane == q) write.next = offsets[(i64)q * blocks + b] - c;
         total += c;
     }
     for (int base = 0; base < total; base += 32) {
         const int k = base + lane;
         const u32 record = k < total ? records[k] : 0u;
-        const int mine = k < total ? (int)(record >> REL_BITS) : -1;
-        i64 place = 0;
-#pragma unroll
-        for (int q = 0; q < FUSED_MAX; ++q) {
-            const u32 ballot = __ballot_sync(FULL_MASK, mine == q);
-            if (mine == q) place = next[q] + __popc(ballot & ((1u << lane) - 1u));
-            next[q] += __popc(ballot);
-        }
-        if (mine >= 0) outs[mine][place] = block_start + (i64)(record & REL_MASK);
+        write.round(record & REL_MASK, k < total ? 1u << (record >> REL_BITS) : 0u);
     }
 }
 
