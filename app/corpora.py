@@ -102,7 +102,7 @@ class CorpusStore:
                 path.unlink(missing_ok=True)
 
     def text_path(self, corpus_id: str) -> Path:
-        return self.root / f"{corpus_id}.bin"
+        return _text_file(self.root, corpus_id)
 
     def get(self, corpus_id: str) -> Corpus | None:
         if not CORPUS_ID.match(corpus_id):
@@ -208,9 +208,13 @@ def corpora_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "corpora"
 
 
+def _text_file(root: Path, corpus_id: str) -> Path:
+    return Path(root) / f"{corpus_id}.bin"
+
+
 def corpus_text(data_dir: Path, corpus_id: str) -> Path:
     """The text file of a corpus in the data directory (for jobs, which run without the app)."""
-    return corpora_dir(data_dir) / f"{corpus_id}.bin"
+    return _text_file(corpora_dir(data_dir), corpus_id)
 
 
 # --------------------------------------------------------------------- routes --
@@ -312,7 +316,7 @@ def install(app: FastAPI) -> None:
     async def get_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
         return _found(request, corpus_id).body()
 
-    @router.delete("/{corpus_id}", summary="Delete a corpus (not while a queued or running search uses it)", responses={409: {"description": "a search job uses it", "content": {"application/json": {"schema": ERROR_SCHEMA}}}})
+    @router.delete("/{corpus_id}", summary="Delete a corpus (not while a queued or running search uses it)", responses=error_responses({409: "a search job uses it"}))
     async def delete_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
         corpus = _found(request, corpus_id)
         using = _jobs_using(request, corpus_id)

@@ -200,9 +200,10 @@ def _check_fits(params: StencilParams, settings: Settings, request: Request) -> 
         raise ApiError(413, "run_too_long", f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} ({variable}): fewer steps or a smaller grid")
     if state.backend.name == "cuda" and state.pool is not None:
         cap = min(device["memory_cap_bytes"] for device in state.pool.snapshot())
-        if params.gpu_bytes() > cap:
-            raise ApiError(413, "too_large_for_device", f"the grid {shape} with its record and snapshots needs {params.gpu_bytes() / 2**30:.2f} GiB of GPU memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)")
-    if state.backend.name == "cpu" and params.variant != "auto":
+        needed = params.gpu_bytes()
+        if needed > cap:
+            raise ApiError(413, "too_large_for_device", f"the grid {shape} with its record and snapshots needs {needed / 2**30:.2f} GiB of GPU memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)")
+    if on_cpu and params.variant != "auto":
         raise ApiError(422, "invalid_parameter", f"variant: {params.variant} is a CUDA kernel and this server runs on the CPU backend; use auto (the NumPy reference)")
 
 

@@ -166,7 +166,7 @@ class JobStore:
     def succeed(self, job_id: str, result: Mapping[str, Any]) -> None:
         """Store a job's result: JSON, with NaN and infinities written as null (JSON has none,
         and a result the API could not send would turn every GET of it into a 500)."""
-        self._finish(job_id, "succeeded", result=json.dumps(_json_safe(dict(result)), allow_nan=False), progress=1.0)
+        self._finish(job_id, "succeeded", result=json.dumps(_json_safe(result), allow_nan=False), progress=1.0)
 
     def fail(self, job_id: str, error: str) -> None:
         self._finish(job_id, "failed", error=error)
