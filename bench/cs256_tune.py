@@ -1,5 +1,4 @@
-"""Times the CS256 product's default kernel (fp16, one vector: the tensor-core variant,
-cs256_mma_f16_w8) built with other values of its tuning knobs (cs256.cu:
+"""Times the CS256 group kernel built with other values of its tuning knobs (cs256.cu:
 CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS) against the build cuda.py runs, on the
 issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
 
@@ -19,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-KERNEL = "cs256_mma_f16_w8"
-ENTRY = "GROUP_ENTRY(cs256_mma_f16_w8, F16, 8, 1, true)"
+KERNEL = "cs256_group_f16_w8_k1"
+ENTRY = "GROUP_ENTRY(cs256_group_f16_w8_k1, F16, 8, 1)"
 
 
 def variant_function(ring: int, l2: int, min_blocks: int):
@@ -77,16 +76,15 @@ def main() -> None:
         print(f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00", flush=True)
         lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
         for config, function in functions.items():
+            resident = kernels.blocks_per_sm(function, cuda.GROUP_BLOCK, base.shared_bytes)
             for lanes in lanes_options:
-                plan = cuda.make_plan(cs, 1, lanes=lanes)  # its shared memory (the maps grow with the row groups)
-                resident = kernels.blocks_per_sm(function, cuda.GROUP_BLOCK, plan.shared_bytes)
                 grid = max(1, min(-(-m // (cuda.GROUP_BLOCK // lanes)), resident * sms))
                 y = cupy.full(m, 0xFFFF, cupy.uint16)
 
-                launch = cuda.group_args(cs, x, y, plan)
+                launch = cuda.group_args(cs, x, y, base.chunk, lanes, base.slice_tiles)
 
-                def run(function=function, grid=grid, launch=launch, plan=plan):
-                    function((grid,), (cuda.GROUP_BLOCK,), launch, shared_mem=plan.shared_bytes)
+                def run(function=function, grid=grid, launch=launch, base=base):
+                    function((grid,), (cuda.GROUP_BLOCK,), launch, shared_mem=base.shared_bytes)
 
                 run()
                 got = y.get().view(np.float16)

@@ -30,7 +30,7 @@ from app.jobs.npy import load_npy
 from gpu.cs256 import reference
 from gpu.cs256.files import SafetensorsError, read_safetensors_header, save_npz, save_safetensors
 from gpu.cs256.format import DTYPES, STORAGE, TILE, VECS, CS256Error, as_storage, from_dense, prune, storage_report, to_float32
-from gpu.cs256.params import KERNEL_VARIANTS, MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
+from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
 
 # Max relative error of the product against the float64 dense product: float32 sums, then
 # the output rounded to the matrix's dtype (bfloat16 keeps 8 bits).
@@ -49,7 +49,7 @@ class Cs256Options(BaseModel):
     vectors: int | None = Field(None, ge=1, le=MAX_VECTORS, description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)")
     repeats: int = Field(20, ge=1, le=REPEATS_MAX, description="timed runs of each product; the median is reported (each starts with a cold L2)")
     save: Literal[SAVE_CHOICES] = Field("npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none")  # type: ignore[valid-type]
-    variant: Literal[KERNEL_VARIANTS] = Field("auto", description="CUDA kernel: auto (mma where it applies, else group), group (coalesced, float FMAs, any number of vectors), mma (group on the tensor cores: one vector of float16 or bfloat16) or split4 (the paper's appendix layout, one vector)")  # type: ignore[valid-type]
+    variant: Literal["group", "split4"] = Field("group", description="CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)")
     dtype: Literal[DTYPES] | None = Field(None, description="uploads: the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's")  # type: ignore[valid-type]
 
     @field_validator("vec")
@@ -94,7 +94,7 @@ OPENAPI = {
                         "vectors": {"type": "integer", "minimum": 1, "maximum": MAX_VECTORS, "default": 1},
                         "repeats": {"type": "integer", "minimum": 1, "maximum": REPEATS_MAX, "default": 20},
                         "save": {"type": "string", "enum": list(SAVE_CHOICES), "default": "npz"},
-                        "variant": {"type": "string", "enum": list(KERNEL_VARIANTS), "default": "auto"},
+                        "variant": {"type": "string", "enum": ["group", "split4"], "default": "group"},
                         "dtype": {"type": "string", "enum": list(DTYPES), "description": "round the upload to this dtype (default: the upload's own)"},
                         "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "seed of the random x"},
                     },
@@ -122,15 +122,13 @@ def _check_size(m: int, n: int, settings: Settings) -> None:
         raise ApiError(413, "too_many_elements", f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)")
 
 
-def _options_checked(options: Cs256Options, k: int | None, dtype: str) -> int:
-    """The number of vectors, after the checks that involve x and the values' dtype."""
+def _options_checked(options: Cs256Options, k: int | None) -> int:
+    """The number of vectors, after the checks that involve x."""
     if k is not None and options.vectors is not None and options.vectors != k:
         raise ApiError(422, "invalid_parameter", f"vectors: {options.vectors} asked for, but x holds {k}")
     vectors = k or options.vectors or 1
-    if options.variant in ("split4", "mma") and vectors != 1:
-        raise ApiError(422, "invalid_parameter", f"variant: {options.variant} multiplies one vector; use group (or auto) for several")
-    if options.variant == "mma" and dtype == "float32":
-        raise ApiError(422, "invalid_parameter", "variant: mma multiplies float16 or bfloat16 values; use group (or auto) for float32")
+    if options.variant == "split4" and vectors != 1:
+        raise ApiError(422, "invalid_parameter", "variant: split4 multiplies one vector; use group for several")
     return vectors
 
 
@@ -186,7 +184,7 @@ async def _parse_json(request: Request, settings: Settings) -> Submission:
         stored = _vectors_of(x, spec.n, spec.dtype, "x")
         k = 1 if stored.ndim == 1 else stored.shape[1]
         inputs["x.npy"] = _npy_bytes(stored)
-    vectors = _options_checked(req, k, spec.dtype)
+    vectors = _options_checked(req, k)
     params = {"source": "spec", "spec": spec.model_dump(), "m": spec.m, "n": spec.n, "dtype": spec.dtype, "seed": spec.seed, "x": "given" if inputs else "random", "vectors": vectors,
               **req.model_dump(include={"sparsity", "vec", "repeats", "save", "variant"})}
     return Submission(params, inputs)
@@ -231,7 +229,7 @@ async def _parse_form(request: Request, settings: Settings) -> Submission:
         x_stored = _vectors_of(x, n, dtype, "x")
         k = 1 if x_stored.ndim == 1 else x_stored.shape[1]
         inputs["x.npy"] = _npy_bytes(x_stored)
-    vectors = _options_checked(options, k, dtype)
+    vectors = _options_checked(options, k)
     params = {"source": "upload", "file": source["file"], "tensor": source.get("tensor"), "m": m, "n": n, "dtype": dtype, "seed": seed, "x": "given" if "x.npy" in inputs else "random", "vectors": vectors,
               **options.model_dump(include={"sparsity", "vec", "repeats", "save", "variant"})}
     return Submission(params, inputs)
@@ -465,7 +463,7 @@ def _run_cuda(ctx: JobContext, job: Cs256Params, a: np.ndarray, x: np.ndarray, t
         times["convert"] = (time.perf_counter() - start) * 1000
         ctx.progress(0.3)
         k = 1 if x.ndim == 1 else x.shape[1]
-        plan = cuda.make_plan(cs, k, variant=None if params["variant"] == "auto" else params["variant"])
+        plan = cuda.make_plan(cs, k, variant=params["variant"])
         y = cuda.spmm(cs, d_x, plan)
         dense = cs.to_dense()
         exact = cupy.concatenate([to_float32(dense[r : r + 4096], dtype).astype(cupy.float64) @ to_float32(d_x, dtype).astype(cupy.float64) for r in range(0, cs.m, 4096)])

@@ -80,7 +80,6 @@ struct F32 {
 
 struct F16 {
     typedef u16 S;
-    static constexpr bool BRAIN = false;  // bfloat16 (the tensor cores' operand type)
 #if defined(__CUDA_ARCH__)
     static __device__ __forceinline__ float to_float(u16 h) {
         float f;
@@ -110,7 +109,6 @@ struct F16 {
 
 struct BF16 {
     typedef u16 S;
-    static constexpr bool BRAIN = true;
     static __device__ __forceinline__ float to_float(u16 h) { return __uint_as_float((u32)h << 16); }
     static __device__ __forceinline__ u16 from_float(float f) {
         const u32 u = __float_as_uint(f);
@@ -250,206 +248,94 @@ __device__ __forceinline__ void stage_x(typename D::S* xs, const typename D::S* 
     }
 }
 
-// ------------------------------------------------------------------ the group kernels --
+// ------------------------------------------------------------------ the group kernel --
 
-#define FULL_MASK 0xffffffffu
-#define ZERO_TILE_BYTES 512  // 256 columns of 16-bit zeros: what a lane past its chunks multiplies
-
-// The group's map of one row's slice of tiles s0 .. s1 - 1: map[c] = t - s0 for each chunk
-// c of the slice (numbered from the slice's first) that lies in tile t. The G lanes of the
-// group build it together, G tiles at a time: a lane takes one tile, the group's inclusive
-// scan of the tiles' chunk counts places it, and the lane writes its entries. Returns the
-// slice's chunks (the same in every lane of the group). counts: the row's tile counts (in
-// units of vec, 1 << unit_shift chunks); inactive: the group has no row (counts unread).
-// All lanes of the warp take part (shuffles); the caller __syncwarp()s before reading map.
-__device__ __forceinline__ int build_map(u8* map, const u8* __restrict__ counts, int s0, int s1, int unit_shift, int lanes_log2, bool active) {
-    const int G = 1 << lanes_log2;
-    const int lane = threadIdx.x & (G - 1);
-    const int last = (threadIdx.x & 31) | (G - 1);  // the group's last lane, within the warp
-    int total = 0;
-    for (int t0 = s0; t0 < s1; t0 += G) {  // uniform in the warp
-        const int t = t0 + lane;
-        const int count = (active && t < s1) ? (int)counts[t] << unit_shift : 0;
-        int end = count;  // inclusive scan over the group's lanes
-        for (int d = 1; d < G; d <<= 1) {
-            const int below = __shfl_up_sync(FULL_MASK, end, d);
-            if (lane >= d) end += below;
-        }
-        for (int q = total + end - count; q < total + end; ++q) map[q] = (u8)(t - s0);
-        total += __shfl_sync(FULL_MASK, end, last);
-    }
-    return total;
-}
-
-// One m16n8k16 tensor-core product, C += A B, in float: A 16 x 16 and B 16 x 8 in 16-bit
-// floats (D: F16 or BF16), C 16 x 8 float, held by the warp's 32 lanes as PTX lays them out
-// (lane l = 4 g + q; a0 holds A[g][2q, 2q + 1], a1 A[g + 8][2q, 2q + 1], a2 A[g][2q + 8,
-// 2q + 9], a3 A[g + 8][2q + 8, 2q + 9]; b0 B[2q, 2q + 1][g], b1 B[2q + 8, 2q + 9][g]; c0, c1
-// C[g][2q, 2q + 1], c2, c3 C[g + 8][2q, 2q + 1]). Products of 16-bit floats are exact in
-// float. Without the instruction (the CPU emulation, GPUs before sm_80) the same product
-// from the lanes' fragments gathered by shuffles, in float FMAs.
-template <class D>
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if constexpr (D::BRAIN)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    for (int src = 0; src < 4; ++src) {  // the k pairs 2 src, 2 src + 1 and 2 src + 8, 2 src + 9
-        const u32 row_lo[2] = {__shfl_sync(FULL_MASK, a0, 4 * g + src), __shfl_sync(FULL_MASK, a2, 4 * g + src)};  // A[g][..]
-        const u32 row_hi[2] = {__shfl_sync(FULL_MASK, a1, 4 * g + src), __shfl_sync(FULL_MASK, a3, 4 * g + src)};  // A[g + 8][..]
-        for (int j = 0; j < 2; ++j) {
-            const int col = 2 * q + j;
-            const u32 b[2] = {__shfl_sync(FULL_MASK, b0, 4 * col + src), __shfl_sync(FULL_MASK, b1, 4 * col + src)};
-            for (int h = 0; h < 2; ++h)
-                for (int e = 0; e < 2; ++e) {
-                    const float bk = D::from_words(b, 2 * h + e);
-                    c[j] = fmaf(D::from_words(row_lo, 2 * h + e), bk, c[j]);
-                    c[2 + j] = fmaf(D::from_words(row_hi, 2 * h + e), bk, c[2 + j]);
-                }
-        }
-    }
-#endif
-}
-
-// x at the columns in bytes k and k + 1 of `word`, two 16-bit floats of the tile xt (256
-// columns, 512-byte aligned in shared memory), packed low then high: an operand of the
-// tensor cores. On the device the column goes into the tile's address by an OR (shift and
-// mask) instead of a byte extraction and an add.
-template <int k>
-__device__ __forceinline__ u32 x_pair(const u16* xt, u32 word) {
-#if defined(__CUDA_ARCH__)
-    const u32 tile = (u32)__cvta_generic_to_shared(xt);
-    u16 lo, hi;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(lo) : "r"(tile | ((k == 0 ? word << 1 : word >> (8 * k - 1)) & 0x1feu)));
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(hi) : "r"(tile | ((word >> (8 * k + 7)) & 0x1feu)));
-    return (u32)lo | ((u32)hi << 16);
-#else
-    return (u32)xt[byte_of(word, k)] | ((u32)xt[byte_of(word, k + 1)] << 16);
-#endif
-}
-
-// The lane's chunks of one row's slice, chunks c, c + G, ... (nj of them, G = 1 <<
-// lanes_log2), streamed through a ring of R register slots: start() issues the first R
-// loads; run() multiplies them, reloading each slot with the chunk R steps ahead as soon
-// as its own chunk is used, so R - 1 .. R chunks are always in flight while the lane
-// computes. vp, ip: the values and indices of the next chunk to load.
-//
-// MMA (one vector, 16-bit values): the products run on the tensor cores. The warp is 8
-// pieces of 4 lanes (lane l in piece p = l / 4, always of one row as G >= 4); a piece's
-// dot product is the diagonal entry p of mma_16x8x16's C: row p of A (the lanes' values)
-// times column p of B (x at their columns). A chunk of 8 goes in as it was loaded, its 4
-// words as a0..a3: entries 0, 1, 4, 5 fall in row p of A, entries 2, 3, 6, 7 in row p + 8;
-// so two products with B = x at entries 0, 1, 4, 5, then at 2, 3, 6, 7, into two
-// fragments: C[p][p] of the first and C[p + 8][p] of the second are the piece's sums, the
-// rest of C is never read. All lanes of the warp take every step (the mma is warp-wide): a
-// lane past its last chunks multiplies what its slot still holds (zeros, or values of the
-// same row) by zeros, x read from a tile of zeros. (So a row with an infinite weight may
-// come out NaN where the dense product has an infinity; pruning rejects such matrices.)
-template <class D, int W, int R, bool MMA>
-struct Ring {
-    typedef typename D::S S;
-    static constexpr int VW = W * (int)sizeof(S) / 4;  // words of values per chunk
-    static constexpr int IW = W / 4;                   // words of indices per chunk
-    u32 vw[R][VW];
-    u32 iw[R][IW];
-    const S* vp;
-    const u8* ip;
-
-    // Slot s gets the next chunk. step: G W.
-    __device__ __forceinline__ void refill(int s, int step) {
-        stream_words<VW>(vp, vw[s]);
-        stream_words<IW>(ip, iw[s]);
-        vp += step;
-        ip += step;
-    }
-
-    // values, indices: the lane's first chunk; nj: its chunks in the slice. MMA: the slots
-    // without a chunk are zeroed (a lane past its chunks multiplies what its slot holds).
-    __device__ __forceinline__ void start(const S* values, const u8* indices, int nj, int lanes_log2) {
-        vp = values;
-        ip = indices;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (s < nj) {
-                refill(s, W << lanes_log2);
-            } else if constexpr (MMA) {
-#pragma unroll
-                for (int i = 0; i < VW; ++i) vw[s][i] = 0u;
-            }
-        }
-    }
-
-    // acc (FMA) or frag (MMA: the two C fragments) += the nj chunks. map: the group's chunk
-    // -> tile map of the slice, mc the map position of the lane's first chunk; xs: x's
-    // slice of tiles in shared memory (K values per column); zero: a tile of zeros there.
-    template <int K>
-    __device__ __forceinline__ void run(float (&acc)[K], float (&frag)[8], int nj, int lanes_log2, const u8* map, int mc, const S* xs, const S* zero) {
-        const int G = 1 << lanes_log2, step = W << lanes_log2;
-        int steps = nj;  // loop passes: the lane's chunks, or the warp's most (MMA)
-        if constexpr (MMA)
-            for (int offset = 16; offset > 0; offset >>= 1) steps = max(steps, __shfl_xor_sync(FULL_MASK, steps, offset));
-        for (int j = 0; j < steps; j += R) {
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                if (j + s < steps) {
-                    const bool live = !MMA || j + s < nj;
-                    const int tile = map[live ? mc : 0];  // past the lane's chunks: a position inside the map, unused
-                    const S* xt = live ? xs + (size_t)(tile << 8) * K : zero;
-                    mc += G;
-                    if constexpr (MMA) {
-                        float (&first)[4] = *reinterpret_cast<float (*)[4]>(&frag[0]);
-                        float (&second)[4] = *reinterpret_cast<float (*)[4]>(&frag[4]);
-                        if constexpr (W == 8) {
-                            mma_16x8x16<D>(first, vw[s][0], vw[s][1], vw[s][2], vw[s][3], x_pair<0>(xt, iw[s][0]), x_pair<0>(xt, iw[s][1]));
-                            mma_16x8x16<D>(second, vw[s][0], vw[s][1], vw[s][2], vw[s][3], x_pair<2>(xt, iw[s][0]), x_pair<2>(xt, iw[s][1]));
-                        } else {  // a chunk of 4: entries 0, 1 and 2, 3 in row p of A, row p + 8 zero
-                            mma_16x8x16<D>(first, vw[s][0], 0u, vw[s][1], 0u, x_pair<0>(xt, iw[s][0]), x_pair<2>(xt, iw[s][0]));
-                        }
-                    } else {
-#pragma unroll
-                        for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[s], k), xt + byte_of(iw[s][k >> 2], k & 3) * K);
-                    }
-                    if (j + s + R < nj) refill(s, step);
-                }
-            }
-        }
-    }
+// A lane's walk over its row's tiles: t the tile of the last chunk looked up (-1 before
+// the first), tile_end the chunks of tiles 0..t, word the four tile counts holding t.
+struct Walk {
+    int t, tile_end;
+    u32 word;
 };
 
-// lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32; MMA: G >= 4); W: entries per
-// chunk (4 or 8); unit_shift: log2(vec / W), tile counts are in units of vec; slice_tiles:
-// tiles of x held in shared memory at once (>= T: all of x, staged once per block,
-// asynchronously, while the first row's first chunks load; else a multiple of 4, and the
-// block's rows step through the slices together, the ring restarting per slice). Dynamic
-// shared memory (cuda.group_shared_bytes): up to 512 bytes to align what follows, x's
-// slice (min(slice_tiles, T) * 256 * K elements), a tile of zeros (ZERO_TILE_BYTES), then
-// each group's chunk -> tile map, map_chunks bytes (the most chunks a row has in a slice;
-// tile numbers within the slice, so min(slice_tiles, T) <= 256).
-template <class D, int W, int K, bool MMA>
+// Moves the walk forward to the tile of the row's chunk cu (tile counts are in units of
+// vec, 1 << unit_shift chunks). Stops at the last padded tile (only malformed counts get there).
+__device__ __forceinline__ void walk_to(Walk& walk, int cu, const u32* __restrict__ incw, int unit_shift, int padded_tiles) {
+    while (cu >= walk.tile_end && walk.t + 1 < padded_tiles) {
+        ++walk.t;
+        if ((walk.t & 3) == 0) walk.word = incw[walk.t >> 2];
+        walk.tile_end += byte_of(walk.word, walk.t & 3) << unit_shift;
+    }
+}
+
+// acc += the lane's chunks c, c + G, ..., (nj of them; G = 1 << lanes_log2) of one row
+// (vrow, irow: the row's first value and index), x's tiles s0.. in xs. A ring of R chunks
+// in registers: R loads are issued first; each slot is reloaded with the chunk R steps
+// ahead as soon as its own chunk is multiplied, so R - 1 .. R chunks are always in flight
+// while the lane computes. wait_x (uniform in the block): x's asynchronous staging is
+// waited for (and the block synchronized) once the first loads are in flight.
+template <class D, int W, int K, int R>
+__device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int c, int nj,
+                                     int lanes_log2, Walk& walk, const u32* __restrict__ incw, int unit_shift, int padded_tiles,
+                                     const typename D::S* xs, int s0, bool wait_x) {
+    typedef typename D::S S;
+    constexpr int VW = W * (int)sizeof(S) / 4;  // words of values per chunk
+    constexpr int IW = W / 4;                   // words of indices per chunk
+    const int ahead = R << lanes_log2;          // chunks from a slot's chunk to its next one
+    u32 vw[R][VW];
+    u32 iw[R][IW];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        if (s < nj) {
+            const int cs = c + (s << lanes_log2);
+            stream_words<VW>(vrow + cs * W, vw[s]);
+            stream_words<IW>(irow + cs * W, iw[s]);
+        }
+    }
+    if (wait_x) {
+        wait_copies();
+        __syncthreads();
+    }
+    for (int j = 0; j < nj; j += R) {
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (j + s < nj) {
+                const int cu = c + ((j + s) << lanes_log2);
+                walk_to(walk, cu, incw, unit_shift, padded_tiles);
+                const S* xt = xs + (size_t)((walk.t - s0) << 8) * K;
+#pragma unroll
+                for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[s], k), xt + byte_of(iw[s][k >> 2], k & 3) * K);
+                if (j + s + R < nj) {
+                    stream_words<VW>(vrow + (cu + ahead) * W, vw[s]);
+                    stream_words<IW>(irow + (cu + ahead) * W, iw[s]);
+                }
+            }
+        }
+    }
+}
+
+// lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32); W: entries per chunk (4 or 8);
+// unit_shift: log2(vec / W), tile counts are in units of vec; slice_tiles: tiles of x held
+// in shared memory at once (>= T: all of x, staged once per block, asynchronously, while
+// the first row's first chunks load; else a multiple of 4, and the block's rows step
+// through the slices together, the ring restarting per slice). Dynamic shared memory:
+// min(slice_tiles, T) * 256 * K * sizeof(S) bytes.
+template <class D, int W, int K>
 __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
                                              const int* __restrict__ row_ptr, const u8* __restrict__ increments,
                                              int m, int n, int padded_tiles, int unit_shift,
                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
-                                             int lanes_log2, int slice_tiles, int map_chunks) {
+                                             int lanes_log2, int slice_tiles) {
     typedef typename D::S S;
     // The ring: chunks in flight per lane. 2 measured faster than 4 (and than 8 with fewer
     // blocks per SM) on every issue shape, fp16, one vector (bench/cs256_tune.py).
     constexpr int R = CS256_RING > 0 ? CS256_RING : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
-    static_assert(!MMA || (K == 1 && sizeof(S) == 2), "the tensor-core kernel multiplies one vector of 16-bit floats");
 #ifndef CUDA_EMULATION
     extern __shared__ uint4 shared_units[];
-    u8* shared = reinterpret_cast<u8*>(shared_units);
+    S* xs = reinterpret_cast<S*>(shared_units);
 #else
-    u8* shared = shared_base();
+    S* xs = reinterpret_cast<S*>(shared_base());
 #endif
 
     const int G = 1 << lanes_log2;
@@ -458,27 +344,14 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     const int group = threadIdx.x >> lanes_log2;
     const int tiles = (n + 255) >> 8;
     const bool one_slice = slice_tiles >= tiles;
-    const int held = min(slice_tiles, tiles);  // tiles of x in shared memory
-    // x's tiles start 512-byte aligned (x_pair ORs the column into the address).
-#if defined(__CUDA_ARCH__)
-    shared += (512u - ((u32)__cvta_generic_to_shared(shared) & 511u)) & 511u;
-#else
-    shared += (512u - ((unsigned long long)shared & 511u)) & 511u;
-#endif
-    const int x_bytes = held * 256 * K * (int)sizeof(S);
-    S* xs = reinterpret_cast<S*>(shared);
-    S* zero = reinterpret_cast<S*>(shared + x_bytes);
-    u8* map = shared + x_bytes + ZERO_TILE_BYTES + group * map_chunks;
     const int stride = gridDim.x * groups;
     const int first = blockIdx.x * groups;
 
-    if (threadIdx.x < ZERO_TILE_BYTES / 4) reinterpret_cast<u32*>(zero)[threadIdx.x] = 0u;  // read after the first __syncthreads
-    // row_ptr of the group's next row, and its tile counts into L1, one row ahead.
+    // row_ptr of the group's next row, loaded one row ahead.
     int next_begin = 0, next_end = 0;
     if (first + group < m) {
         next_begin = row_ptr[first + group];
         next_end = row_ptr[first + group + 1];
-        prefetch_l1(increments + (size_t)(first + group) * padded_tiles, padded_tiles, lane, G);
     }
     if (one_slice) stage_x<D, K>(xs, x, 0, tiles * 256, n);  // waited for in the first ring, after its loads
 
@@ -490,51 +363,42 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
         if (row + stride < m) {
             next_begin = row_ptr[row + stride];
             next_end = row_ptr[row + stride + 1];
-            prefetch_l1(increments + (size_t)(row + stride) * padded_tiles, padded_tiles, lane, G);
         }
         const u8* counts = increments + (size_t)(active ? row : 0) * padded_tiles;
+        // The row's tile counts into L1 now, in parallel with its first chunks: the walk's
+        // loads of them then hit L1 instead of each waiting for DRAM.
+        if (active) prefetch_l1(counts, padded_tiles, lane, G);
+        const u32* incw = reinterpret_cast<const u32*>(counts);
         float acc[K];
 #pragma unroll
         for (int j = 0; j < K; ++j) acc[j] = 0.f;
-        float frag[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // MMA: the warp's two C fragments
+        Walk walk = {-1, 0, 0u};
         int c_lo = 0;  // the row's chunks before slice s0
-        __syncwarp();  // the group's last map is no longer read
         for (int s0 = 0; s0 < tiles; s0 += slice_tiles) {
-            const int s1 = min(s0 + slice_tiles, tiles);
+            int c_hi = chunks;
             if (!one_slice) {
+                const int s1 = min(s0 + slice_tiles, tiles);
                 __syncthreads();  // the previous slice is no longer read
                 stage_x<D, K>(xs, x, s0 * 256, (s1 - s0) * 256, n);
                 wait_copies();
                 __syncthreads();
+                if (active) {
+                    int units = 0;
+                    for (int q = s0 >> 2; q < (s1 + 3) >> 2; ++q) units += byte_sum(incw[q]);  // counts past T are 0
+                    c_hi = c_lo + (units << unit_shift);
+                }
             }
-            const int c_hi = one_slice ? chunks : c_lo + build_map(map, counts, s0, s1, unit_shift, lanes_log2, active);
             // Chunk c of the row belongs to lane c mod G: the lane's first one in [c_lo, c_hi).
             const int c = c_lo + ((lane - c_lo) & (G - 1));
             const int nj = (active && c < c_hi) ? ((c_hi - c + G - 1) >> lanes_log2) : 0;
-            Ring<D, W, R, MMA> ring;
-            ring.start(values + start + (size_t)c * W, indices + start + (size_t)c * W, nj, lanes_log2);
-            if (one_slice) {  // the map and x's first staging while the first loads are in flight
-                build_map(map, counts, 0, tiles, unit_shift, lanes_log2, active);
-                if (base == first) {
-                    wait_copies();
-                    __syncthreads();
-                }
-            }
-            __syncwarp();  // the map is written
-            ring.template run<K>(acc, frag, nj, lanes_log2, map, c - c_lo, xs, zero);
+            ring<D, W, K, R>(acc, values + start, indices + start, c, nj, lanes_log2, walk, incw, unit_shift, padded_tiles, xs, s0,
+                             one_slice && base == first);
             c_lo = c_hi;
-        }
-        if constexpr (MMA) {
-            // Piece p's sum: C[p][p] of the first fragment plus C[p + 8][p] of the second,
-            // both in lane 4 p + p / 2 (c0 or c1, c2 or c3). The other lanes add 0.
-            const int warp_lane = threadIdx.x & 31, piece = warp_lane >> 2;
-            const float mine = (piece & 1) ? frag[1] + frag[7] : frag[0] + frag[6];
-            acc[0] = (warp_lane & 3) == (piece >> 1) ? mine : 0.f;
         }
         // Sum the G lanes' parts of each row (every lane of the warp takes part).
         for (int offset = G >> 1; offset > 0; offset >>= 1) {
 #pragma unroll
-            for (int j = 0; j < K; ++j) acc[j] += __shfl_xor_sync(FULL_MASK, acc[j], offset);
+            for (int j = 0; j < K; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
         }
         if (active) {
 #pragma unroll
@@ -620,21 +484,21 @@ __device__ __forceinline__ void split4_kernel(const typename D::S* __restrict__ 
 // ------------------------------------------------------------------ entry points --
 // cs256_group_<f16|bf16|f32>_w<W>_k<K> and cs256_split4_<f16|bf16|f32>_v<VEC>.
 
-#define GROUP_ENTRY(NAME, D, W, K, MMA)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(GROUP_BLOCK, CS256_MIN_BLOCKS) NAME(                                   \
+#define GROUP_ENTRY(NAME, D, W, K)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(GROUP_BLOCK, CS256_MIN_BLOCKS) NAME(                                                     \
         const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
         const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
-        const D::S* __restrict__ x, D::S* __restrict__ y, int lanes_log2, int slice_tiles, int map_chunks) {             \
-        group_kernel<D, W, K, MMA>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y,          \
-                                   lanes_log2, slice_tiles, map_chunks);                                                \
+        const D::S* __restrict__ x, D::S* __restrict__ y, int lanes_log2, int slice_tiles) {                             \
+        group_kernel<D, W, K>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y, lanes_log2,   \
+                              slice_tiles);                                                                             \
     }
 
-#define GROUP_ENTRIES(TAG, D, W)                                 \
-    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k1, D, W, 1, false)   \
-    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k2, D, W, 2, false)   \
-    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k4, D, W, 4, false)   \
-    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k8, D, W, 8, false)   \
-    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k16, D, W, 16, false)
+#define GROUP_ENTRIES(TAG, D, W)              \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k1, D, W, 1)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k2, D, W, 2)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k4, D, W, 4)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k8, D, W, 8)   \
+    GROUP_ENTRY(cs256_group_##TAG##_w##W##_k16, D, W, 16)
 
 GROUP_ENTRIES(f16, F16, 4)
 GROUP_ENTRIES(f16, F16, 8)
@@ -642,12 +506,6 @@ GROUP_ENTRIES(bf16, BF16, 4)
 GROUP_ENTRIES(bf16, BF16, 8)
 GROUP_ENTRIES(f32, F32, 4)
 GROUP_ENTRIES(f32, F32, 8)
-
-// The tensor-core variant: one vector, 16-bit values, G >= 4.
-GROUP_ENTRY(cs256_mma_f16_w4, F16, 4, 1, true)
-GROUP_ENTRY(cs256_mma_f16_w8, F16, 8, 1, true)
-GROUP_ENTRY(cs256_mma_bf16_w4, BF16, 4, 1, true)
-GROUP_ENTRY(cs256_mma_bf16_w8, BF16, 8, 1, true)
 
 #define SPLIT4_ENTRY(NAME, D, VEC)                                                                                      \
     extern "C" __global__ void __launch_bounds__(SPLIT4_BLOCK) NAME(                                                    \

@@ -7,14 +7,10 @@ current device and stream (a job runs them inside its lease's device and stream)
 shape (n,) or (n, k) with k <= 16; y comes back in that dtype, (m,) or (m, k).
 
 Variants:
-- "group": G lanes per row split the row's W-entry chunks round-robin, each lane streaming
-  its chunks through a ring of registers (loads always in flight while it computes), x (or
-  slices of it) in shared memory, a chunk -> tile map per row built by the row's lanes,
-  512-thread blocks striding over the rows; K = 1, 2, 4, 8 or 16 vectors per launch (other
-  k are padded with zero vectors); float FMAs.
-- "mma": the group kernel with its products on the tensor cores (mma.sync m16n8k16, float
-  accumulation; each 4 lanes' dot product on the diagonal of C): one vector of float16 or
-  bfloat16 values, G >= 4, sm_80 or newer. The default where it applies.
+- "group" (default): G lanes per row split the row's W-entry chunks round-robin, each lane
+  streaming its chunks through a ring of registers (loads always in flight while it
+  computes), x (or slices of it) in shared memory, 512-thread blocks striding over the rows;
+  K = 1, 2, 4, 8 or 16 vectors per launch (other k are padded with zero vectors).
 - "split4": the appendix kernel as written (4 threads per row, one tile of each group of
   four each), one vector only.
 
@@ -33,16 +29,16 @@ import numpy as np
 
 from gpu import kernels
 from gpu.cs256.format import CS256, STORAGE, CS256Error
-from gpu.cs256.layout import GROUP_BLOCK, group_shared_bytes, map_chunks_for
 from gpu.cs256.reference import MAX_VECTORS
 
 SOURCE = Path(__file__).with_name("cs256.cu")
+GROUP_BLOCK = 512  # mirrored from cs256.cu
 SPLIT4_BLOCK, SPLIT4_ROWS = 256, 64
 K_SIZES = (1, 2, 4, 8, 16)  # vectors per launch the kernels are built for
 CHUNKS = (4, 8)  # entries per vector load of the group kernel
 LANES = (1, 2, 4, 8, 16, 32)
-VARIANTS = ("group", "mma", "split4")
-SHARED_BUDGET = 64 * 1024  # x and the maps held in shared memory per block before x is cut into slices
+VARIANTS = ("group", "split4")
+SHARED_BUDGET = 64 * 1024  # x held in shared memory per block before it is cut into slices
 RING = 2  # chunks each lane keeps in flight (cs256.cu's R, but for 16 float32 vectors)
 FILL = 1.6  # default lanes: the rows' groups should cover this multiple of the resident threads
 TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -55,9 +51,8 @@ POISON_OUTPUTS = False
 @dataclass(frozen=True)
 class Plan:
     """A kernel and its launch. chunk: entries per vector load (W); lanes: threads per row
-    (G); slice_tiles: tiles of x in shared memory at once (>= T: all of x); map_chunks:
-    bytes of each row group's chunk -> tile map; k: vectors asked for, k_padded: vectors the
-    kernel computes."""
+    (G); slice_tiles: tiles of x in shared memory at once (>= T: all of x); k: vectors asked
+    for, k_padded: vectors the kernel computes."""
 
     variant: str
     kernel: str
@@ -67,18 +62,12 @@ class Plan:
     chunk: int
     lanes: int
     slice_tiles: int
-    map_chunks: int
     k: int
     k_padded: int
     blocks_per_sm: int
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def mma_supported() -> bool:
-    """Whether the current device has the tensor-core instruction the mma kernel uses (sm_80+)."""
-    return int(cupy.cuda.Device().compute_capability) >= 80  # e.g. "90"
 
 
 def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
@@ -95,13 +84,12 @@ def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     return min(lanes, cap)
 
 
-def make_plan(cs: CS256, k: int = 1, variant: str | None = None, lanes: int | None = None, chunk: int | None = None,
+def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None = None, chunk: int | None = None,
               slice_tiles: int | None = None, blocks_per_sm: int | None = None) -> Plan:
-    """The launch of `variant` for `cs` times k vectors, on the current device. variant None:
-    "mma" where it applies (one vector, 16-bit values, sm_80+, G >= 4), else "group".
-    Overrides (for tests and tuning): lanes (1..32, power of two; mma: 4..32), chunk (4 or
-    8, dividing vec), slice_tiles (>= T, or a multiple of 4), blocks_per_sm."""
-    if variant is not None and variant not in VARIANTS:
+    """The launch of `variant` for `cs` times k vectors, on the current device. Overrides
+    (for tests and tuning): lanes (1..32, power of two), chunk (4 or 8, dividing vec),
+    slice_tiles (>= T, or a multiple of 4), blocks_per_sm."""
+    if variant not in VARIANTS:
         raise CS256Error(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
     if not 1 <= k <= MAX_VECTORS:
         raise CS256Error(f"k must be 1 to {MAX_VECTORS}; got {k}")
@@ -116,52 +104,28 @@ def make_plan(cs: CS256, k: int = 1, variant: str | None = None, lanes: int | No
         function = kernels.kernel(SOURCE, name)
         resident = blocks_per_sm or kernels.blocks_per_sm(function, SPLIT4_BLOCK)
         grid = max(1, min(-(-cs.m // SPLIT4_ROWS), resident * sms))
-        return Plan(variant, name, SPLIT4_BLOCK, grid, 0, cs.vec, 4, 4, 0, 1, 1, resident)
-    mma_fits = k == 1 and itemsize == 2 and mma_supported()
-    if variant == "mma" and not mma_fits:
-        raise CS256Error("the mma kernel multiplies one vector of float16 or bfloat16 values on an sm_80 or newer GPU")
+        return Plan(variant, name, SPLIT4_BLOCK, grid, 0, cs.vec, 4, 4, 1, 1, resident)
     chunk = chunk or (4 if cs.vec == 4 else 8)
     if chunk not in CHUNKS or cs.vec % chunk:
         raise CS256Error(f"chunk must be 4 or 8 and divide vec={cs.vec}; got {chunk}")
     if lanes is not None and lanes not in LANES:
         raise CS256Error(f"lanes must be one of {LANES}; got {lanes}")
-    if variant == "mma" and lanes is not None and lanes < 4:
-        raise CS256Error(f"the mma kernel needs 4 or more lanes per row; got {lanes}")
     k_padded = next(size for size in K_SIZES if size >= k)
     tile_bytes = 256 * k_padded * itemsize
-    # Lanes from the occupancy with x alone in shared memory; then the maps join it.
-    probe = kernels.kernel(SOURCE, f"cs256_group_{tag}_w{chunk}_k{k_padded}")
-    guess = blocks_per_sm or kernels.blocks_per_sm(probe, GROUP_BLOCK, min(t, SHARED_BUDGET // tile_bytes) * tile_bytes)
-    lanes = lanes or default_lanes(cs, chunk, guess * sms * GROUP_BLOCK)
-    if variant == "mma":
-        lanes = max(lanes, 4)
-    if variant is None:
-        variant = "mma" if mma_fits and lanes >= 4 else "group"
-
-    def shared_for(held: int) -> int:
-        return group_shared_bytes(held, tile_bytes, lanes, map_chunks_for(cs, chunk, held))
-
     if slice_tiles is None:
-        slice_tiles = t
-        if shared_for(t) > SHARED_BUDGET:
-            slice_tiles = 4
-            while slice_tiles + 4 < t and shared_for(slice_tiles + 4) <= SHARED_BUDGET:
-                slice_tiles += 4
+        slice_tiles = t if t * tile_bytes <= SHARED_BUDGET else max(4, SHARED_BUDGET // tile_bytes // 4 * 4)
     elif slice_tiles < t and (slice_tiles < 4 or slice_tiles % 4):
         raise CS256Error(f"slice_tiles must be >= {t} (all of x) or a multiple of 4; got {slice_tiles}")
-    held = min(slice_tiles, t)
-    if held > 256:
-        raise CS256Error(f"at most 256 tiles of x fit a slice (the map numbers them in a byte); got {held}")
-    map_chunks = map_chunks_for(cs, chunk, held)
-    shared = shared_for(held)
+    shared = min(slice_tiles, t) * tile_bytes
     if shared > kernels.max_shared_bytes():
-        raise CS256Error(f"{shared} bytes of x and maps per block exceed the device's {kernels.max_shared_bytes()}")
-    name = f"cs256_mma_{tag}_w{chunk}" if variant == "mma" else f"cs256_group_{tag}_w{chunk}_k{k_padded}"
+        raise CS256Error(f"{shared} bytes of x per block exceed the device's {kernels.max_shared_bytes()}")
+    name = f"cs256_group_{tag}_w{chunk}_k{k_padded}"
     function = kernels.kernel(SOURCE, name)
     resident = blocks_per_sm or kernels.blocks_per_sm(function, GROUP_BLOCK, shared)
+    lanes = lanes or default_lanes(cs, chunk, resident * sms * GROUP_BLOCK)
     rows_per_block = GROUP_BLOCK // lanes
     grid = max(1, min(-(-cs.m // rows_per_block), resident * sms))
-    return Plan(variant, name, GROUP_BLOCK, grid, shared, chunk, lanes, slice_tiles, map_chunks, k, k_padded, resident)
+    return Plan("group", name, GROUP_BLOCK, grid, shared, chunk, lanes, slice_tiles, k, k_padded, resident)
 
 
 def _aligned(array: cupy.ndarray) -> cupy.ndarray:
@@ -211,7 +175,7 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     if plan.variant == "split4":
         function((plan.grid,), (plan.block,), (*_matrix_args(cs), x_run, y))
     else:
-        function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan), shared_mem=plan.shared_bytes)
+        function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles), shared_mem=plan.shared_bytes)
     if plan.k_padded != k:
         y = y[:, :k]
     if out is None:
@@ -225,11 +189,10 @@ def _matrix_args(cs: CS256) -> tuple:
     return (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles))
 
 
-def group_args(cs: CS256, x: cupy.ndarray, y: cupy.ndarray, plan: Plan) -> tuple:
-    """The arguments of a cs256_group_* or cs256_mma_* kernel (x and y as the kernel takes them)."""
-    unit_shift = int(math.log2(cs.vec // plan.chunk))
-    return (*_matrix_args(cs), np.int32(unit_shift), x, y, np.int32(int(math.log2(plan.lanes))), np.int32(plan.slice_tiles),
-            np.int32(plan.map_chunks))
+def group_args(cs: CS256, x: cupy.ndarray, y: cupy.ndarray, chunk: int, lanes: int, slice_tiles: int) -> tuple:
+    """The arguments of a cs256_group_* kernel (x and y as the kernel takes them)."""
+    unit_shift = int(math.log2(cs.vec // chunk))
+    return (*_matrix_args(cs), np.int32(unit_shift), x, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles))
 
 
 def spmv(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options) -> cupy.ndarray:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -195,11 +194,6 @@ class CS256:
     def stored(self) -> int:
         """Entries stored, padding included."""
         return int(self.values.shape[0])
-
-    @cached_property
-    def longest_row(self) -> int:
-        """Entries stored in the longest row, padding included (computed once per matrix)."""
-        return int((self.row_ptr[1:] - self.row_ptr[:-1]).max()) if self.m else 0
 
     @property
     def nnz(self) -> int:

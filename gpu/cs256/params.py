@@ -18,7 +18,6 @@ from gpu.cs256.format import DEFAULT_VEC, DTYPES, VECS, check_dtype, from_float
 MAX_VECTORS = 16
 REPEATS_MAX = 1000
 SAVE_CHOICES = ("npz", "safetensors", "both", "none")
-KERNEL_VARIANTS = ("auto", "group", "mma", "split4")  # the job's choice of CUDA kernel (auto: gpu/cs256/cuda.py picks)
 
 
 class Cs256ParamError(ValueError):

@@ -10,11 +10,8 @@ rows past m), the shuffle reduction for every lane count and 1..16 vectors; the 
 kernel for every vec. Outputs are poisoned with NaN first. On the CPU the PTX paths
 (cp.async, L1 hints, streaming loads) take their plain fallbacks, and the arithmetic is
 the GPU's (float FMAs in the same order), so this is the device's result bit for bit
-except for what only the device can show (timing, memory ordering, the PTX itself). The
-mma kernel's tensor-core product is emulated from the fragments' layout in float FMAs, so
-its sums are rounded as the FMA path rounds them, not as the tensor cores do: its tests
-hold it to the same tolerance against the exact product. tests/gpu/cs256/test_cuda.py
-runs the same products on a GPU. Skipped without g++ 11+.
+except for what only the device can show (timing, memory ordering, the PTX itself):
+tests/gpu/cs256/test_cuda.py runs the same products on a GPU. Skipped without g++ 11+.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import numpy as np
 import pytest
 
 from gpu.cs256 import format as fmt
-from gpu.cs256 import layout
 from gpu.cs256 import reference as ref
 from tests.gpu.emulator import library as emulator
 
@@ -36,7 +32,7 @@ DRIVER = HERE / "emulator" / "cs256_emu.cpp"
 SOURCE = HERE.parents[2] / "gpu" / "cs256" / "cs256.cu"
 TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5}  # as tests/gpu/cs256/test_cuda.py
-SPLIT4_BLOCK = 256  # cs256.cu
+GROUP_BLOCK, SPLIT4_BLOCK = 512, 256  # cs256.cu
 K_SIZES = (1, 2, 4, 8, 16)
 
 
@@ -65,23 +61,19 @@ def sparse_matrix(rng, shape, density: float, dtype: str) -> np.ndarray:
     return fmt.from_float(a, dtype)
 
 
-def group_product(library, cs, x: np.ndarray, chunk: int, lanes: int, slice_tiles: int, grid: int, mma: bool = False) -> np.ndarray:
-    """cs256_group_* (or cs256_mma_*) on the emulator as cuda.spmm launches it: x (n,) or
-    (n, k) in the storage dtype, padded to K vectors; returns y (m,) or (m, k) in the
-    storage dtype."""
+def group_product(library, cs, x: np.ndarray, chunk: int, lanes: int, slice_tiles: int, grid: int) -> np.ndarray:
+    """cs256_group_* on the emulator as cuda.spmm launches it: x (n,) or (n, k) in the
+    storage dtype, padded to K vectors; returns y (m,) or (m, k) in the storage dtype."""
     k = 1 if x.ndim == 1 else x.shape[1]
     k_padded = next(size for size in K_SIZES if size >= k)
     storage = fmt.STORAGE[cs.dtype]
     x_run = np.zeros((cs.n, k_padded), storage)
     x_run[:, :k] = x.reshape(cs.n, k)
     y = np.full(cs.m * k_padded * storage.itemsize, 0xFF, np.uint8).view(storage).reshape(cs.m, k_padded)  # NaN in every dtype
-    held = min(slice_tiles, cs.tiles_per_row)
-    map_chunks = layout.map_chunks_for(cs, chunk, held)
-    shared = layout.group_shared_bytes(held, 256 * k_padded * storage.itemsize, lanes, map_chunks)
+    shared = min(slice_tiles, cs.tiles_per_row) * 256 * k_padded * storage.itemsize
     args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles),
-            np.int32(int(math.log2(cs.vec // chunk))), x_run, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles), np.int32(map_chunks))
-    name = f"cs256_mma_{TAGS[cs.dtype]}_w{chunk}" if mma else f"cs256_group_{TAGS[cs.dtype]}_w{chunk}_k{k_padded}"
-    emulator.launch(library, name, grid, layout.GROUP_BLOCK, shared, args)
+            np.int32(int(math.log2(cs.vec // chunk))), x_run, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles))
+    emulator.launch(library, f"cs256_group_{TAGS[cs.dtype]}_w{chunk}_k{k_padded}", grid, GROUP_BLOCK, shared, args)
     return y[:, :k].reshape((cs.m,) if x.ndim == 1 else (cs.m, k))
 
 
@@ -107,7 +99,7 @@ def test_group_kernel_every_lane_count_chunk_and_x_layout(library, rng, dtype):
         for chunk, lanes, slice_tiles in itertools.product((4, 8), (1, 4, 32), (cs.tiles_per_row, 4)):
             if vec % chunk:
                 continue
-            grid = int(rng.choice([1, 3, -(-m // (layout.GROUP_BLOCK // lanes))]))
+            grid = int(rng.choice([1, 3, -(-m // (GROUP_BLOCK // lanes))]))
             x = vectors(rng, n, 1, dtype)
             y = group_product(library, cs, x, chunk, lanes, slice_tiles, grid)
             check(y, dense, x, dtype, f"vec {vec} chunk {chunk} lanes {lanes} slice {slice_tiles} grid {grid}")
@@ -142,38 +134,6 @@ def test_pruned_matrix_at_llm_sparsity(library, rng):
     cs = fmt.prune(dense, 0.66, 8, "float16")
     x = vectors(rng, 1024, 1, "float16")
     check(group_product(library, cs, x, 8, 8, cs.tiles_per_row, 1), cs.to_dense(), x, "float16", "pruned 66 %")
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_mma_kernel_every_lane_count_chunk_and_x_layout(library, rng, dtype):
-    """The tensor-core variant (its mma_16x8x16 emulated from the fragments' layout): 4, 8
-    and 32 lanes per row (1, 2 and 8 pieces of 4 lanes), two rows of a warp of different
-    lengths (lanes past their chunks multiply zeros), chunks of 4 and 8, x whole or in
-    slices, grids of one block and more."""
-    m, n = 45, 1300
-    dense = sparse_matrix(rng, (m, n), 0.3, dtype)
-    for vec in (4, 8):
-        cs = fmt.from_dense(dense, vec, dtype)
-        for chunk, lanes, slice_tiles in itertools.product((4, 8), (4, 8, 32), (cs.tiles_per_row, 4)):
-            if vec % chunk:
-                continue
-            grid = int(rng.choice([1, 2, -(-m // (layout.GROUP_BLOCK // lanes))]))
-            x = vectors(rng, n, 1, dtype)
-            y = group_product(library, cs, x, chunk, lanes, slice_tiles, grid, mma=True)
-            check(y, dense, x, dtype, f"mma vec {vec} chunk {chunk} lanes {lanes} slice {slice_tiles} grid {grid}")
-
-
-def test_mma_kernel_tiny_shapes_and_llm_sparsity(library, rng):
-    """m = 1, n below a tile, exactly one tile, one column past it, rows shorter than a
-    ring; then a pruned matrix at 66 % as the job makes it."""
-    for (m, n), density in itertools.product([(1, 1), (1, 300), (3, 7), (5, 256), (9, 257)], (1.0, 0.05)):
-        dense = sparse_matrix(rng, (m, n), density, "float16")
-        cs = fmt.from_dense(dense, 8, "float16")
-        x = vectors(rng, n, 1, "float16")
-        check(group_product(library, cs, x, 8, 4, cs.tiles_per_row, 1, mma=True), dense, x, "float16", f"mma {m}x{n} density {density}")
-    cs = fmt.prune(rng.standard_normal((64, 1024)).astype(np.float16), 0.66, 8, "float16")
-    x = vectors(rng, 1024, 1, "float16")
-    check(group_product(library, cs, x, 8, 16, cs.tiles_per_row, 1, mma=True), cs.to_dense(), x, "float16", "mma pruned 66 %")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
