@@ -1,9 +1,10 @@
 """Runs the kernels worth profiling once each, for Nsight Compute to read on the GPU machine:
 
-    ncu -k regex:'cs256_group|_fused' --section SpeedOfLight --section WarpStateStats \
+    ncu -k regex:'cs256_(group|read_rows)|_fused' --section SpeedOfLight --section WarpStateStats \
         python3 bench/profile_kernels.py [--cs256 4096x14336@0.66,...] [--search-mib 256]
 
-CS256 SpMV (fp16, vec 8, the plan the job would choose) on each shape@sparsity, then the
+CS256 SpMV (fp16, vec 8, the plan the job would choose; then the read floor,
+cs256_read_rows, on the same matrix) on each shape@sparsity, then the
 fused 8-pattern search of bench/search.py on `--search-mib` MiB of its English text.
 Prints each launch's plan and its CUDA-event time, so the profile can be read against them.
 """
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def profile_cs256(specs: str) -> None:
     import cupy
 
-    from gpu.cs256 import cuda
+    from gpu.cs256 import anchors, cuda
     from gpu.cs256 import format as fmt
 
     rng = cupy.random.default_rng(1)
@@ -39,6 +40,7 @@ def profile_cs256(specs: str) -> None:
         stop.synchronize()
         print(f"cs256 {spec}: {cs.nbytes / 1e6:.1f} MB, lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}: "
               f"{cupy.cuda.get_elapsed_time(start, stop) * 1e3:.1f} us (warm L2)", flush=True)
+        anchors.ReadFloor(cs)()  # cs256_read_rows: the same bytes read in one span per block
 
 
 def profile_search(mib: int) -> None:
