@@ -39,7 +39,6 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 #define GROUP_BLOCK 512
-#define SPAN_BLOCK 512
 
 // Tuning knobs, set with -D by bench/cs256_tune.py (the defaults are what cuda.py runs):
 // CS256_RING: chunks in flight per lane (0: by element size and K, see group_kernel);
@@ -410,159 +409,6 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     wait_copies();  // no copy outlives its block (a block without rows: none with cuda.py's grid)
 }
 
-// ------------------------------------------------------------------ the span kernel --
-
-// The index of the first of a[0 .. count) (ascending) greater than v: count if none.
-__device__ __forceinline__ int upper_bound(const int* a, int count, int v) {
-    int lo = 0;
-    while (count > 0) {
-        const int half = count >> 1;
-        if (a[lo + half] <= v) {
-            lo += half + 1;
-            count -= half + 1;
-        } else {
-            count = half;
-        }
-    }
-    return lo;
-}
-
-// Block b multiplies rows [r0, r0 + rows_per_block) (fewer in the last block): their
-// entries are one contiguous span of values and indices, which the block reads as the
-// read floor does, as a whole: the span's chunks of W entries are cut into 16 equal runs,
-// one per warp, and a warp's 32 lanes take consecutive chunks (lane l: the run's chunks l,
-// l + 32, ...), streamed through a ring of R register slots as in the group kernel. A
-// lane finds each chunk's row and tile by walking forward through a table of the rows'
-// tile ends, adds its products for one row in a register, and adds that to the row's sum
-// in shared memory (a float atomic) when its chunks move on to the next row; the block
-// writes the rows' sums once all its lanes are done. Rows cross warps and blocks never
-// share rows, so no sum leaves the block unfinished. One vector.
-//
-// Dynamic shared memory (cuda.py, span_shared_bytes), each part 16-byte aligned: x
-// (T * 256 elements), the tile ends (rows_per_block * T ints: for row i, tile t of the
-// block, the chunk of the span after the tile's last one), the row starts
-// (rows_per_block + 1 ints, chunks from the span's start) and the row sums (rows_per_block
-// floats).
-template <class D, int W>
-__device__ __forceinline__ void span_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
-                                            const int* __restrict__ row_ptr, const u8* __restrict__ increments, int m, int n,
-                                            int padded_tiles, int unit_shift, const typename D::S* __restrict__ x,
-                                            typename D::S* __restrict__ y, int rows_per_block) {
-    typedef typename D::S S;
-    constexpr int R = CS256_RING > 0 ? CS256_RING : 2;
-    constexpr int W_LOG2 = W == 8 ? 3 : 2;
-    constexpr int VW = W * (int)sizeof(S) / 4;
-    constexpr int IW = W / 4;
-    static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
-#ifndef CUDA_EMULATION
-    extern __shared__ uint4 shared_units[];
-    u8* shared = reinterpret_cast<u8*>(shared_units);
-#else
-    u8* shared = shared_base();
-#endif
-    const int tiles = (n + 255) >> 8;
-    const int r0 = blockIdx.x * rows_per_block;
-    const int rows = min(rows_per_block, m - r0);
-    S* xs = reinterpret_cast<S*>(shared);
-    int* tile_end = reinterpret_cast<int*>(shared + tiles * 256 * (int)sizeof(S));
-    int* row_start = tile_end + ((rows_per_block * tiles + 3) & ~3);
-    float* row_sum = reinterpret_cast<float*>(row_start + ((rows_per_block + 1 + 3) & ~3));
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-
-    // The span, and this lane's chunks in it: the first loads go out at once.
-    const int e0 = row_ptr[r0];
-    const int span_chunks = (row_ptr[r0 + rows] - e0) >> W_LOG2;
-    const int run0 = (int)((long long)span_chunks * warp / warps), run1 = (int)((long long)span_chunks * (warp + 1) / warps);
-    const int c0 = run0 + lane;
-    const int nj = c0 < run1 ? (run1 - c0 + 31) >> 5 : 0;
-    const S* vp = values + e0 + (size_t)c0 * W;
-    const u8* ip = indices + e0 + (size_t)c0 * W;
-    u32 vw[R][VW];
-    u32 iw[R][IW];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        if (s < nj) {
-            stream_words<VW>(vp, vw[s]);
-            stream_words<IW>(ip, iw[s]);
-            vp += 32 * W;
-            ip += 32 * W;
-        }
-    }
-
-    // x, the row sums, and the tables of the block's rows (warp w: rows w, w + warps, ...;
-    // a row's tile ends by an inclusive scan of its tile counts, 4 tiles to a lane).
-    stage_x<D, 1>(xs, x, 0, tiles * 256, n);
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) row_sum[i] = 0.f;
-    if (threadIdx.x == 0) row_start[rows] = span_chunks;
-    const int words = padded_tiles >> 2;
-    for (int i = warp; i < rows; i += warps) {
-        const int start = (row_ptr[r0 + i] - e0) >> W_LOG2;
-        if (lane == 0) row_start[i] = start;
-        const u32* counts = reinterpret_cast<const u32*>(increments + (size_t)(r0 + i) * padded_tiles);
-        int before = start;  // chunks of the span before this pass's tiles
-        for (int q0 = 0; q0 < words; q0 += 32) {
-            const int q = q0 + lane;
-            const u32 word = q < words ? counts[q] : 0u;
-            const int own = byte_sum(word) << unit_shift;
-            int through = own;  // inclusive scan of the words' chunks over the lanes
-            for (int d = 1; d < 32; d <<= 1) {
-                const int below = __shfl_up_sync(0xffffffffu, through, d);
-                if (lane >= d) through += below;
-            }
-            int end = before + through - own;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                end += byte_of(word, k) << unit_shift;
-                if (4 * q + k < tiles) tile_end[i * tiles + 4 * q + k] = end;
-            }
-            before += __shfl_sync(0xffffffffu, through, 31);
-        }
-    }
-    wait_copies();
-    __syncthreads();
-
-    // The lane's walk: row i, tile t, whose chunks end at `end`; acc: the lane's products of row i.
-    int i = 0, t = 0, end = 0;
-    if (nj > 0) {
-        i = upper_bound(row_start, rows + 1, c0) - 1;
-        t = upper_bound(tile_end + i * tiles, tiles, c0);
-        end = tile_end[i * tiles + t];
-    }
-    float acc = 0.f;
-    int c = c0;
-    for (int j = 0; j < nj; j += R) {
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (j + s < nj) {
-                while (c >= end) {  // the chunk is past tile t: on to the next tile, or row
-                    if (++t == tiles) {
-                        atomicAdd(&row_sum[i], acc);
-                        acc = 0.f;
-                        t = 0;
-                        ++i;
-                    }
-                    end = tile_end[i * tiles + t];
-                }
-                const S* xt = xs + (t << 8);
-                float part[1] = {acc};
-#pragma unroll
-                for (int k = 0; k < W; ++k) fma_row<D, 1>(part, D::from_words(vw[s], k), xt + byte_of(iw[s][k >> 2], k & 3));
-                acc = part[0];
-                if (j + s + R < nj) {
-                    stream_words<VW>(vp, vw[s]);
-                    stream_words<IW>(ip, iw[s]);
-                    vp += 32 * W;
-                    ip += 32 * W;
-                }
-                c += 32;
-            }
-        }
-    }
-    if (nj > 0) atomicAdd(&row_sum[i], acc);
-    __syncthreads();
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) y[r0 + r] = D::from_float(row_sum[r]);
-}
-
 // ------------------------------------------------------------------ the appendix kernel --
 
 // Four consecutive elements of x from column col (zeros past n).
@@ -660,21 +506,6 @@ GROUP_ENTRIES(bf16, BF16, 4)
 GROUP_ENTRIES(bf16, BF16, 8)
 GROUP_ENTRIES(f32, F32, 4)
 GROUP_ENTRIES(f32, F32, 8)
-
-#define SPAN_ENTRY(NAME, D, W)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(SPAN_BLOCK, CS256_MIN_BLOCKS) NAME(                                    \
-        const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
-        const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
-        const D::S* __restrict__ x, D::S* __restrict__ y, int rows_per_block) {                                         \
-        span_kernel<D, W>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y, rows_per_block);  \
-    }
-
-SPAN_ENTRY(cs256_span_f16_w4, F16, 4)
-SPAN_ENTRY(cs256_span_f16_w8, F16, 8)
-SPAN_ENTRY(cs256_span_bf16_w4, BF16, 4)
-SPAN_ENTRY(cs256_span_bf16_w8, BF16, 8)
-SPAN_ENTRY(cs256_span_f32_w4, F32, 4)
-SPAN_ENTRY(cs256_span_f32_w8, F32, 8)
 
 #define SPLIT4_ENTRY(NAME, D, VEC)                                                                                      \
     extern "C" __global__ void __launch_bounds__(SPLIT4_BLOCK) NAME(                                                    \
