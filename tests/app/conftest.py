@@ -1,14 +1,12 @@
 """Fixtures of the HTTP service tests: an app per test (own metrics registry, own data
-directory, CPU backend) driven through Starlette's TestClient, and a freshly seeded RNG."""
+directory, CPU backend) driven through Starlette's TestClient (the fresh `rng` is tests/conftest.py's)."""
 
 from __future__ import annotations
 
-import secrets
 import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import pencil_testkit`
@@ -25,12 +23,6 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:Using `httpx` with `starlette.testclient` is deprecated")
 
 
-@pytest.fixture
-def rng(request) -> np.random.Generator:
-    """A generator with a fresh seed each run; the seed is printed (shown on failure)."""
-    seed = secrets.randbits(64)
-    print(f"{request.node.nodeid}: numpy seed {seed}")
-    return np.random.default_rng(seed)
 
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:

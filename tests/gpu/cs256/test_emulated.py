@@ -41,13 +41,6 @@ def library(request, tmp_path_factory):
     return emulator.load(emulator.build_in_pytest(request, tmp_path_factory, DRIVER, {"CS256_SOURCE": SOURCE}))
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def sparse_matrix(rng, shape, density: float, dtype: str) -> np.ndarray:
     """Random weights at `density`, with an empty row, a full row and a full tile."""
     m, n = shape

@@ -53,11 +53,6 @@ def lease(pool):
         held.stream.synchronize()
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def upload(image: np.ndarray):
     import cupy
 

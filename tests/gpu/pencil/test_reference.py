@@ -16,13 +16,6 @@ def _photo(size: int = 256) -> np.ndarray:
     return cv2.resize(skimage.data.astronaut(), (size, size), interpolation=cv2.INTER_AREA)
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    print(f"rng seed {seed}")  # shown on failure, to replay it
-    return np.random.default_rng(seed)
-
-
 # ------------------------------------------------------------------ stroke branch --
 
 

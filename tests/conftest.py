@@ -1,4 +1,5 @@
-"""Fixtures of the CS256 tests: a freshly seeded RNG (the seed is printed, shown on failure)."""
+"""Fixtures of every test: `rng`, a generator with a fresh seed each run (the seed is
+printed with the test's id, so pytest shows it on failure and the run can be replayed)."""
 
 from __future__ import annotations
 
