@@ -13,9 +13,10 @@ time the GPU, not Python), of
 - dense cuBLAS (cupy.matmul) on the same pruned matrix in the same dtype,
 - cuSPARSE CSR (int32 indices) in the matrix's dtype when cuSPARSE takes it, else float32,
 - the read floor (anchors.ReadFloor): the matrix's values, indices and tile counts read as
-  one contiguous span per block, nothing computed: what no CS256 kernel can beat; CS256 /
-  floor says what its access pattern and arithmetic cost, dense / floor the best speed-up
-  any kernel reading these bytes once could show.
+  one contiguous span per block, nothing computed: a plain streaming read of the same
+  bytes; CS256 / floor says what its access pattern and arithmetic cost, dense / floor
+  the speed-up such a read would show (on small shapes other orders of reading can be
+  faster still: BENCHMARKS.md, 2026-11-24).
 
 Bytes moved: every array of the format once plus x and y. Bandwidth: bytes / time, and its
 fraction of the device-to-device copy bandwidth measured first (bytes read + written per

@@ -567,8 +567,8 @@ __device__ __forceinline__ u32 end_byte(const Span& s) {
 // counts, three contiguous spans whose 16-byte units the block's threads take in turn as
 // one sequence (READ_FLOOR_DEPTH loads in flight per thread, whichever span they fall in),
 // computing nothing but the XOR of the little-endian words read, one per warp into
-// partials[block][warp] (a test checks that every byte was read once). The time a kernel
-// that reads these bytes from DRAM once needs, in the most streaming-friendly order.
+// partials[block][warp] (a test checks that every byte was read once). The time a plain
+// streaming read of these bytes from DRAM takes, to set the kernels against.
 // Blocks of whole warps (at least 32 threads).
 #define READ_FLOOR_DEPTH 4
 extern "C" __global__ void cs256_read_rows(const u8* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,
