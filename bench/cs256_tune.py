@@ -1,16 +1,14 @@
 """Times a CS256 kernel (the group kernel, or the span kernel with --kernel span) built with
-other values of its tuning knobs (cs256.cu: CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS,
-CS256_PIECE)
+other values of its tuning knobs (cs256.cu: CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS)
 against the build cuda.py runs, on the issue's shapes, fp16, one vector, cold L2 as in
 bench/cs256.py:
 
     python bench/cs256_tune.py [--kernel group|span] [--shapes 4096x14336,...] [--sparsity 0.66] \
-        [--configs ring:l2:min_blocks[:piece],...] [--lanes 8,16,32]
+        [--configs ring:l2:min_blocks,...] [--lanes 8,16,32]
 
 Every variant's y is checked against the default build's: bit for bit with the same lanes
-and pieces (the other knobs change how loads are issued, not the order of the arithmetic),
-to 1e-3 of its largest magnitude with other lanes or pieces (the row's sum is split
-differently). The span kernel
+(the knobs change how loads are issued, not the order of the arithmetic), to 1e-3 of its
+largest magnitude with other lanes (the row's sum is split differently). The span kernel
 has no lanes option, and its rows' sums take their parts in an order that varies from run
 to run (shared-memory atomics): it is checked to 1e-3.
 """
@@ -27,7 +25,7 @@ KERNELS = {"group": ("cs256_group_f16_w8_k1", "GROUP_ENTRY(cs256_group_f16_w8_k1
            "span": ("cs256_span_f16_w8", "SPAN_ENTRY(cs256_span_f16_w8, F16, 8)")}
 
 
-def variant_function(kernel: str, ring: int, l2: int, min_blocks: int, piece: int = 0):
+def variant_function(kernel: str, ring: int, l2: int, min_blocks: int):
     """The one kernel this tool times, built from cs256.cu with the knobs set (the other
     entry points left out: NVRTC then compiles one kernel, not forty)."""
     import cupy
@@ -39,7 +37,7 @@ def variant_function(kernel: str, ring: int, l2: int, min_blocks: int, piece: in
     source = cuda.SOURCE.read_text()
     head = source[:source.index("#define GROUP_ENTRIES(")]
     macro = source[source.index("#define SPAN_ENTRY("):source.index("SPAN_ENTRY(cs256_span_f16_w4")] if kernel == "span" else ""
-    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}", f"-DCS256_PIECE={piece}")
+    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}")
     module = cupy.RawModule(code=head + "\n" + macro + "\n" + entry + "\n", options=options)
     function = module.get_function(name)
     function.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - function.shared_size_bytes
@@ -69,10 +67,9 @@ def main() -> None:
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
     functions = {c: variant_function(args.kernel, *c) for c in configs}
     for c, f in functions.items():
-        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}, piece {c[3] if len(c) > 3 and c[3] else 'default'}: "
-              f"{f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
+        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
     rng = cupy.random.default_rng(7)
-    print("shape | lanes | ring:l2:min_blocks[:piece] | blocks/SM | us | % copy | vs default build")
+    print("shape | lanes | ring:l2:min_blocks | blocks/SM | us | % copy | vs default build")
     for shape in args.shapes.split(","):
         m, n = (int(v) for v in shape.split("x"))
         cs = fmt.prune(fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16")
@@ -101,8 +98,7 @@ def main() -> None:
                 run()
                 got = y.get().view(np.float16)
                 # the same lanes: the same order of arithmetic, the same bits; other lanes sum in another order
-                same_order = lanes == base.lanes and (len(config) < 4 or config[3] == 0)
-                same = np.array_equal(got.view(np.uint16), expected.view(np.uint16)) if same_order else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
+                same = np.array_equal(got.view(np.uint16), expected.view(np.uint16)) if lanes == base.lanes else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
                 if not same:
                     print(f"{shape} | {lanes} | {':'.join(map(str, config))} | WRONG RESULT", flush=True)
                     continue

@@ -42,8 +42,7 @@ typedef unsigned int u32;
 #define SPAN_BLOCK 512
 
 // Tuning knobs, set with -D by bench/cs256_tune.py (the defaults are what cuda.py runs):
-// CS256_RING: pieces in flight per lane (0: by element size and K, see group_kernel);
-// CS256_PIECE: chunks per piece of the group kernel (0: by element size and K);
+// CS256_RING: chunks in flight per lane (0: by element size and K, see group_kernel);
 // CS256_L2_FETCH: bytes L2 fetches from DRAM per miss of a values or indices load
 // (0: the default sector, else 64, 128 or 256: the PTX L2::<n>B hint);
 // CS256_MIN_BLOCKS: blocks per SM the group kernel's registers must allow.
@@ -52,9 +51,6 @@ typedef unsigned int u32;
 #endif
 #ifndef CS256_L2_FETCH
 #define CS256_L2_FETCH 0
-#endif
-#ifndef CS256_PIECE
-#define CS256_PIECE 0
 #endif
 #ifndef CS256_MIN_BLOCKS
 #define CS256_MIN_BLOCKS 2
@@ -272,71 +268,30 @@ __device__ __forceinline__ void walk_to(Walk& walk, int cu, const u32* __restric
     }
 }
 
-// A piece: P consecutive chunks of W entries, aligned to P chunks in the whole matrix (its
-// entries start at a multiple of P * W). A lane loads a piece's indices in one load where
-// all its chunks are in the lane's window (P * W = 16: 16 bytes, the widest load; P * W
-// entries of values in P loads of W) and chunk by chunk at the window's edges, where the
-// piece's other chunks belong to another row or slice of x.
-template <class D, int W, int P>
-struct Piece {
-    u32 v[P][W * sizeof(typename D::S) / 4];  // values, chunk by chunk
-    u32 i[P * W / 4];                         // indices
-};
-
-// Loads the chunks of piece `first` (the row's chunk of its first entry; negative or past
-// the row where the piece starts before the window or runs past it) that lie in the
-// window [c_lo, c_hi) of the row (vrow, irow: its first value and index).
-template <class D, int W, int P>
-__device__ __forceinline__ void load_piece(Piece<D, W, P>& piece, const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int first,
-                                           int c_lo, int c_hi) {
-    constexpr int VW = W * (int)sizeof(typename D::S) / 4, IW = W / 4;
-    const bool whole = first >= c_lo && first + P <= c_hi;
-    if (whole) stream_words<P * IW>(irow + first * W, piece.i);
+// acc += the lane's chunks c, c + G, ..., (nj of them; G = 1 << lanes_log2) of one row
+// (vrow, irow: the row's first value and index), x's tiles s0.. in xs. A ring of R chunks
+// in registers: R loads are issued first; each slot is reloaded with the chunk R steps
+// ahead as soon as its own chunk is multiplied, so R - 1 .. R chunks are always in flight
+// while the lane computes. wait_x (uniform in the block): x's asynchronous staging is
+// waited for (and the block synchronized) once the first loads are in flight.
+template <class D, int W, int K, int R>
+__device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int c, int nj,
+                                     int lanes_log2, Walk& walk, const u32* __restrict__ incw, int unit_shift, int padded_tiles,
+                                     const typename D::S* xs, int s0, bool wait_x) {
+    typedef typename D::S S;
+    constexpr int VW = W * (int)sizeof(S) / 4;  // words of values per chunk
+    constexpr int IW = W / 4;                   // words of indices per chunk
+    const int ahead = R << lanes_log2;          // chunks from a slot's chunk to its next one
+    u32 vw[R][VW];
+    u32 iw[R][IW];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-        const int c = first + p;
-        if (whole || (c >= c_lo && c < c_hi)) {
-            stream_words<VW>(vrow + c * W, piece.v[p]);
-            if (!whole) stream_words<IW>(irow + c * W, *reinterpret_cast<u32(*)[IW]>(&piece.i[p * IW]));
+    for (int s = 0; s < R; ++s) {
+        if (s < nj) {
+            const int cs = c + (s << lanes_log2);
+            stream_words<VW>(vrow + cs * W, vw[s]);
+            stream_words<IW>(irow + cs * W, iw[s]);
         }
     }
-}
-
-// acc += the products of the piece's chunks in the window [c_lo, c_hi), x's tiles s0.. in xs.
-template <class D, int W, int K, int P>
-__device__ __forceinline__ void multiply_piece(float (&acc)[K], const Piece<D, W, P>& piece, int first, int c_lo, int c_hi, Walk& walk,
-                                               const u32* __restrict__ incw, int unit_shift, int padded_tiles, const typename D::S* xs, int s0) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-        const int c = first + p;
-        if (c >= c_lo && c < c_hi) {
-            walk_to(walk, c, incw, unit_shift, padded_tiles);
-            const typename D::S* xt = xs + (size_t)((walk.t - s0) << 8) * K;
-#pragma unroll
-            for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(piece.v[p], k), xt + byte_of(piece.i[p * (W / 4) + (k >> 2)], k & 3) * K);
-        }
-    }
-}
-
-// acc += the lane's pieces of the row's window of chunks [c_lo, c_hi): the window's pieces
-// go round-robin to the G = 1 << lanes_log2 lanes (consecutive lanes, consecutive pieces:
-// coalesced), lane_first: the row's chunk of the first piece of lane 0 (the piece holding
-// c_lo), nj: the lane's pieces. A ring of R pieces in registers: R are loaded first; each
-// slot is reloaded with the piece R steps ahead as soon as its own piece is multiplied, so
-// R - 1 .. R pieces are in flight while the lane computes. A ring of one piece of several
-// chunks (the default for 2-byte values) is reloaded as soon as its piece has arrived, the
-// piece multiplied from a copy: one piece always in flight.
-// wait_x (uniform in the block): x's asynchronous staging is waited for (and the block
-// synchronized) once the first loads are in flight.
-template <class D, int W, int K, int R, int P>
-__device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int lane_first,
-                                     int nj, int c_lo, int c_hi, int lanes_log2, Walk& walk, const u32* __restrict__ incw, int unit_shift,
-                                     int padded_tiles, const typename D::S* xs, int s0, bool wait_x) {
-    const int step = P << lanes_log2;  // chunks from one of the lane's pieces to its next
-    Piece<D, W, P> slot[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s)
-        if (s < nj) load_piece(slot[s], vrow, irow, lane_first + s * step, c_lo, c_hi);
     if (wait_x) {
         wait_copies();
         __syncthreads();
@@ -345,15 +300,14 @@ __device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __res
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             if (j + s < nj) {
-                const int first = lane_first + (j + s) * step;
-                const bool reload = j + s + R < nj;
-                if constexpr (R == 1 && P > 1) {  // reload first, multiply a copy
-                    const Piece<D, W, P> piece = slot[s];
-                    if (reload) load_piece(slot[s], vrow, irow, first + R * step, c_lo, c_hi);
-                    multiply_piece<D, W, K, P>(acc, piece, first, c_lo, c_hi, walk, incw, unit_shift, padded_tiles, xs, s0);
-                } else {  // the other R - 1 slots are in flight meanwhile; no copy takes registers
-                    multiply_piece<D, W, K, P>(acc, slot[s], first, c_lo, c_hi, walk, incw, unit_shift, padded_tiles, xs, s0);
-                    if (reload) load_piece(slot[s], vrow, irow, first + R * step, c_lo, c_hi);
+                const int cu = c + ((j + s) << lanes_log2);
+                walk_to(walk, cu, incw, unit_shift, padded_tiles);
+                const S* xt = xs + (size_t)((walk.t - s0) << 8) * K;
+#pragma unroll
+                for (int k = 0; k < W; ++k) fma_row<D, K>(acc, D::from_words(vw[s], k), xt + byte_of(iw[s][k >> 2], k & 3) * K);
+                if (j + s + R < nj) {
+                    stream_words<VW>(vrow + (cu + ahead) * W, vw[s]);
+                    stream_words<IW>(irow + (cu + ahead) * W, iw[s]);
                 }
             }
         }
@@ -373,10 +327,9 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
                                              int lanes_log2, int slice_tiles) {
     typedef typename D::S S;
-    // P: chunks per piece, 16 entries (16 bytes of indices, one load) for 2-byte values and
-    // up to 2 vectors, else 1 (the ring's registers). R: pieces in flight per lane.
-    constexpr int P = CS256_PIECE > 0 ? CS256_PIECE : (sizeof(S) == 2 && K <= 2) ? 16 / W : 1;
-    constexpr int R = CS256_RING > 0 ? CS256_RING : P > 1 ? 1 : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
+    // The ring: chunks in flight per lane. 2 measured faster than 4 (and than 8 with fewer
+    // blocks per SM) on every issue shape, fp16, one vector (bench/cs256_tune.py).
+    constexpr int R = CS256_RING > 0 ? CS256_RING : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
 #ifndef CUDA_EMULATION
@@ -436,14 +389,11 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                     c_hi = c_lo + (units << unit_shift);
                 }
             }
-            // The window's pieces: the one holding c_lo (aligned in the matrix: the row starts
-            // `offset` chunks into a piece) to the one holding c_hi - 1; lane l takes the l-th, ...
-            const int offset = (start >> W_LOG2) & (P - 1);
-            const int pieces = c_hi > c_lo ? ((c_hi - 1 + offset) / P) - ((c_lo + offset) / P) + 1 : 0;
-            const int lane_first = ((c_lo + offset) / P + lane) * P - offset;
-            const int nj = (active && lane < pieces) ? ((pieces - lane + G - 1) >> lanes_log2) : 0;
-            ring<D, W, K, R, P>(acc, values + start, indices + start, lane_first, nj, c_lo, c_hi, lanes_log2, walk, incw, unit_shift,
-                                padded_tiles, xs, s0, one_slice && base == first);
+            // Chunk c of the row belongs to lane c mod G: the lane's first one in [c_lo, c_hi).
+            const int c = c_lo + ((lane - c_lo) & (G - 1));
+            const int nj = (active && c < c_hi) ? ((c_hi - c + G - 1) >> lanes_log2) : 0;
+            ring<D, W, K, R>(acc, values + start, indices + start, c, nj, lanes_log2, walk, incw, unit_shift, padded_tiles, xs, s0,
+                             one_slice && base == first);
             c_lo = c_hi;
         }
         // Sum the G lanes' parts of each row (every lane of the warp takes part).
