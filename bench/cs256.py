@@ -74,8 +74,8 @@ def main() -> None:
     print(f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
           f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), read-only kernel {read_bw / 1e9:.0f} GB/s; "
           f"{dtype}, vec {args.vec}, {k} vector(s); medians of {args.repeats} cold-L2 runs")
-    print("shape | sparsity | CS256 MB (vs dense) | CS256 us | span us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
-          "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, span, split4, dense) | plan")
+    print("shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
+          "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan")
     rng = cupy.random.default_rng(args.seed)
     summary = []
     for shape in args.shapes.split(","):
@@ -93,11 +93,8 @@ def main() -> None:
             y = cuda.spmm(cs, x, plan)
             errors = [reference.relative_error(y.get(), exact, dtype)]
             cs_ms = timer.median_ms(lambda cs=cs, x=x, plan=plan: cuda.spmm(cs, x, plan), args.repeats)
-            split_ms = span_ms = float("nan")
+            split_ms = float("nan")
             if k == 1:
-                span = cuda.make_plan(cs, 1, variant="span")
-                errors.append(reference.relative_error(cuda.spmm(cs, x, span).get(), exact, dtype))
-                span_ms = timer.median_ms(lambda cs=cs, x=x, span=span: cuda.spmm(cs, x, span), args.repeats)
                 split = cuda.make_plan(cs, 1, variant="split4")
                 errors.append(reference.relative_error(cuda.spmm(cs, x, split).get(), exact, dtype))
                 split_ms = timer.median_ms(lambda cs=cs, x=x, split=split: cuda.spmm(cs, x, split), args.repeats)
@@ -111,10 +108,10 @@ def main() -> None:
             cs_bytes = cuda.bytes_moved(cs, k)
             dense_bytes = m * n * item + vectors_bytes
             cs_bw, dense_bw = cs_bytes / (cs_ms * 1e-3), dense_bytes / (dense_ms * 1e-3)
-            print(f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {span_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
+            print(f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
                   f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, {dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
                   f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | {', '.join(f'{e:.1e}' for e in errors)} | "
-                  f"{plan.variant}, lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s", flush=True)
+                  f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s", flush=True)
             summary.append((shape, sparsity, dense_ms / cs_ms, cs_bw / copy_bw, cs.nbytes / (m * n * item)))
             if args.tune:
                 tune(cuda, timer, cs, x, k, cs_bytes, copy_bw, args.repeats)

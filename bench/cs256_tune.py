@@ -1,16 +1,13 @@
-"""Times a CS256 kernel (the group kernel, or the span kernel with --kernel span) built with
-other values of its tuning knobs (cs256.cu: CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS)
-against the build cuda.py runs, on the issue's shapes, fp16, one vector, cold L2 as in
-bench/cs256.py:
+"""Times the CS256 group kernel built with other values of its tuning knobs (cs256.cu:
+CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS) against the build cuda.py runs, on the
+issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
 
-    python bench/cs256_tune.py [--kernel group|span] [--shapes 4096x14336,...] [--sparsity 0.66] \
+    python bench/cs256_tune.py [--shapes 4096x14336,...] [--sparsity 0.66] \
         [--configs ring:l2:min_blocks,...] [--lanes 8,16,32]
 
-Every variant's y is checked against the default build's: bit for bit with the same lanes
+Every variant's y is checked against the default kernel's: bit for bit with the same lanes
 (the knobs change how loads are issued, not the order of the arithmetic), to 1e-3 of its
-largest magnitude with other lanes (the row's sum is split differently). The span kernel
-has no lanes option, and its rows' sums take their parts in an order that varies from run
-to run (shared-memory atomics): it is checked to 1e-3.
+largest magnitude with other lanes (the row's sum is split differently).
 """
 
 from __future__ import annotations
@@ -21,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-KERNELS = {"group": ("cs256_group_f16_w8_k1", "GROUP_ENTRY(cs256_group_f16_w8_k1, F16, 8, 1)"),
-           "span": ("cs256_span_f16_w8", "SPAN_ENTRY(cs256_span_f16_w8, F16, 8)")}
+KERNEL = "cs256_group_f16_w8_k1"
+ENTRY = "GROUP_ENTRY(cs256_group_f16_w8_k1, F16, 8, 1)"
 
 
-def variant_function(kernel: str, ring: int, l2: int, min_blocks: int):
+def variant_function(ring: int, l2: int, min_blocks: int):
     """The one kernel this tool times, built from cs256.cu with the knobs set (the other
     entry points left out: NVRTC then compiles one kernel, not forty)."""
     import cupy
@@ -33,20 +30,17 @@ def variant_function(kernel: str, ring: int, l2: int, min_blocks: int):
     from gpu import kernels
     from gpu.cs256 import cuda
 
-    name, entry = KERNELS[kernel]
     source = cuda.SOURCE.read_text()
     head = source[:source.index("#define GROUP_ENTRIES(")]
-    macro = source[source.index("#define SPAN_ENTRY("):source.index("SPAN_ENTRY(cs256_span_f16_w4")] if kernel == "span" else ""
     options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}")
-    module = cupy.RawModule(code=head + "\n" + macro + "\n" + entry + "\n", options=options)
-    function = module.get_function(name)
+    module = cupy.RawModule(code=head + "\n" + ENTRY + "\n", options=options)
+    function = module.get_function(KERNEL)
     function.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - function.shared_size_bytes
     return function
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", default="group", choices=sorted(KERNELS))
     parser.add_argument("--shapes", default="4096x14336,14336x4096,4096x4096")
     parser.add_argument("--sparsity", type=float, default=0.66)
     parser.add_argument("--configs", default="0:0:2,0:128:2,0:256:2,2:0:2,2:256:2,4:256:1,8:0:1,8:256:1")
@@ -65,7 +59,7 @@ def main() -> None:
     copy_bw = anchors.copy_bandwidth()
     timer = anchors.ColdTimer()
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
-    functions = {c: variant_function(args.kernel, *c) for c in configs}
+    functions = {c: variant_function(*c) for c in configs}
     for c, f in functions.items():
         print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
     rng = cupy.random.default_rng(7)
@@ -74,17 +68,14 @@ def main() -> None:
         m, n = (int(v) for v in shape.split("x"))
         cs = fmt.prune(fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16")
         x = fmt.from_float(rng.standard_normal(n, dtype=cupy.float32), "float16")
-        base = cuda.make_plan(cs, 1, variant=args.kernel)
+        base = cuda.make_plan(cs, 1)
         expected = cuda.spmm(cs, x, base).get()
         scale = float(np.abs(expected.astype(np.float32)).max())
         base_ms = timer.median_ms(lambda cs=cs, x=x, base=base: cuda.spmm(cs, x, base), args.repeats)
         moved = cuda.bytes_moved(cs, 1)
         print(f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00", flush=True)
-        lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)}) if args.kernel == "group" else [base.lanes]
+        lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
         for config, function in functions.items():
-            if args.kernel == "span":
-                span_variant(cuda, kernels, timer, function, config, cs, x, expected, scale, base_ms, moved, copy_bw, sms, shape, args.repeats)
-                continue
             resident = kernels.blocks_per_sm(function, cuda.GROUP_BLOCK, base.shared_bytes)
             for lanes in lanes_options:
                 grid = max(1, min(-(-m // (cuda.GROUP_BLOCK // lanes)), resident * sms))
@@ -104,32 +95,6 @@ def main() -> None:
                     continue
                 ms = timer.median_ms(run, args.repeats)
                 print(f"{shape} | {lanes} | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | {100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}", flush=True)
-
-
-def span_variant(cuda, kernels, timer, function, config, cs, x, expected, scale, base_ms, moved, copy_bw, sms, shape, repeats) -> None:
-    """Times one build of the span kernel with the rows spread over its own resident blocks."""
-    import cupy
-    import numpy as np
-
-    rows_probe = cuda.span_shared_bytes(cs.tiles_per_row, cs.padded_tiles, cs.itemsize, 64)
-    resident = kernels.blocks_per_sm(function, cuda.SPAN_BLOCK, rows_probe)
-    grid = -(-cs.m // -(-cs.m // (resident * sms)))
-    rows = cuda.span_rows_per_block(cs.m, grid)
-    shared = cuda.span_shared_bytes(cs.tiles_per_row, cs.padded_tiles, cs.itemsize, rows)
-    y = cupy.full(cs.m, 0xFFFF, cupy.uint16)
-    unit_shift = int(np.log2(cs.vec // 8))
-    launch = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles), np.int32(unit_shift), x, y, np.int32(rows))
-
-    def run():
-        function((grid,), (cuda.SPAN_BLOCK,), launch, shared_mem=shared)
-
-    run()
-    got = y.get().view(np.float16)
-    if not float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale:
-        print(f"{shape} | span | {':'.join(map(str, config))} | WRONG RESULT", flush=True)
-        return
-    ms = timer.median_ms(run, repeats)
-    print(f"{shape} | span | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | {100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 #define GROUP_BLOCK 512
-#define SPAN_BLOCK 512
 
 // Tuning knobs, set with -D by bench/cs256_tune.py (the defaults are what cuda.py runs):
 // CS256_RING: chunks in flight per lane (0: by element size and K, see group_kernel);
@@ -410,172 +409,6 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     wait_copies();  // no copy outlives its block (a block without rows: none with cuda.py's grid)
 }
 
-// ------------------------------------------------------------------ the span kernel --
-
-// The first index i of a[0 .. count) (ascending) with a[i] > v; count if none.
-__device__ __forceinline__ int upper_bound(const int* a, int count, int v) {
-    int lo = 0;
-    while (count > 0) {
-        const int half = count >> 1;
-        if (a[lo + half] <= v) {
-            lo += half + 1;
-            count -= half + 1;
-        } else {
-            count = half;
-        }
-    }
-    return lo;
-}
-
-// A lane's place in its block's tile counts, read as one list over the block's rows (row
-// 0's P tiles, then row 1's, ...): row (of the block) and tile t, end: the span chunk
-// after tile t's last one, word: the four counts holding tile t.
-struct SpanWalk {
-    int row, t, end;
-    u32 word;
-};
-
-// Moves the walk forward to the tile of span chunk c; counts: the block's tile counts
-// (rows x P bytes, in shared memory). A row's chunks are its tiles' counts summed, so the
-// walk passes from row to row without the row starts. Stops at the block's last tile
-// (only malformed counts get there).
-__device__ __forceinline__ void span_walk_to(SpanWalk& w, int c, const u32* counts, int padded_tiles, int unit_shift, int rows) {
-    while (c >= w.end && (w.row < rows - 1 || w.t < padded_tiles - 1)) {
-        if (++w.t == padded_tiles) {
-            w.t = 0;
-            ++w.row;
-        }
-        if ((w.t & 3) == 0) w.word = counts[(w.row * padded_tiles + w.t) >> 2];
-        w.end += byte_of(w.word, w.t & 3) << unit_shift;
-    }
-}
-
-// row_sum[key] += part, summed over the warp's lanes first (every lane calls; keys
-// ascending over the lanes, a lane with nothing to add passes 0): a segmented sum over the
-// lanes of each key by shuffles, then one shared-memory atomic per key. (A float atomic on
-// shared memory is a compare-and-swap loop on sm_90: 32 lanes on one row would take it in
-// turns.)
-__device__ __forceinline__ void add_to_rows(float* row_sum, int key, float part) {
-    const int lane = threadIdx.x & 31;
-    for (int d = 1; d < 32; d <<= 1) {
-        const float below = __shfl_up_sync(0xffffffffu, part, d);
-        const int below_key = __shfl_up_sync(0xffffffffu, key, d);
-        if (lane >= d && below_key == key) part += below;
-    }
-    const int next_key = __shfl_down_sync(0xffffffffu, key, 1);
-    if ((lane == 31 || next_key != key) && part != 0.f) atomicAdd(&row_sum[key], part);
-}
-
-// Block b multiplies rows [b * rows_per_block, ..) (fewer in the last block). Their entries
-// are one contiguous span of values and indices, which the block reads in the order the
-// read floor does: its chunks of W entries are cut into one equal run per warp, the warp's
-// lanes on consecutive chunks (lane l: chunks l, l + 32, ... of the run), streamed through
-// a ring of R register slots across row ends (no row drains the ring). A lane finds each
-// chunk's tile and row by walking forward through the block's tile counts, keeps its
-// products for one row in a register, and when it moves on to another row the warp adds
-// those of all its lanes to the rows' sums in shared memory (add_to_rows); the block
-// writes its rows once all its warps are done, so no row is summed across blocks. One
-// vector, x whole in shared memory.
-//
-// Dynamic shared memory (cuda.py, span_shared_bytes), each part a whole number of 16-byte
-// units: x (T * 256 elements), the tile counts (rows_per_block * P bytes), the row starts
-// (rows_per_block + 1 ints: chunks from the span's start) and the row sums
-// (rows_per_block floats).
-template <class D, int W>
-__device__ __forceinline__ void span_kernel(const typename D::S* __restrict__ values, const u8* __restrict__ indices,
-                                            const int* __restrict__ row_ptr, const u8* __restrict__ increments, int m, int n,
-                                            int padded_tiles, int unit_shift, const typename D::S* __restrict__ x,
-                                            typename D::S* __restrict__ y, int rows_per_block) {
-    typedef typename D::S S;
-    constexpr int R = CS256_RING > 0 ? CS256_RING : 2;
-    constexpr int W_LOG2 = W == 8 ? 3 : 2;
-    constexpr int VW = W * (int)sizeof(S) / 4;
-    constexpr int IW = W / 4;
-    static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
-#ifndef CUDA_EMULATION
-    extern __shared__ uint4 shared_units[];
-    u8* shared = reinterpret_cast<u8*>(shared_units);
-#else
-    u8* shared = shared_base();
-#endif
-    const int tiles = (n + 255) >> 8;
-    const int r0 = blockIdx.x * rows_per_block;
-    const int rows = min(rows_per_block, m - r0);
-    S* xs = reinterpret_cast<S*>(shared);
-    u32* counts = reinterpret_cast<u32*>(shared + tiles * 256 * (int)sizeof(S));
-    int* row_start = reinterpret_cast<int*>(reinterpret_cast<u8*>(counts) + ((rows_per_block * padded_tiles + 15) & ~15));
-    float* row_sum = reinterpret_cast<float*>(row_start + ((rows_per_block + 1 + 3) & ~3));
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-
-    // The span, the warp's run of its chunks and this lane's first ones: in flight at once.
-    const int e0 = row_ptr[r0];
-    const int span_chunks = (row_ptr[r0 + rows] - e0) >> W_LOG2;
-    const int run0 = (int)((long long)span_chunks * warp / warps), run1 = (int)((long long)span_chunks * (warp + 1) / warps);
-    const int steps = (run1 - run0 + 31) >> 5;  // uniform in the warp
-    const int c0 = run0 + lane;
-    const S* vp = values + e0 + (size_t)c0 * W;
-    const u8* ip = indices + e0 + (size_t)c0 * W;
-    u32 vw[R][VW];
-    u32 iw[R][IW];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        if (c0 + (s << 5) < run1) {
-            stream_words<VW>(vp + (size_t)(s << 5) * W, vw[s]);
-            stream_words<IW>(ip + (size_t)(s << 5) * W, iw[s]);
-        }
-    }
-
-    // Meanwhile x, the block's tile counts (P is a multiple of 4: whole words) and row
-    // starts into shared memory, the row sums zeroed.
-    stage_x<D, 1>(xs, x, 0, tiles * 256, n);
-    const u32* block_counts = reinterpret_cast<const u32*>(increments + (size_t)r0 * padded_tiles);
-    for (int i = threadIdx.x; i < (rows * padded_tiles) >> 2; i += blockDim.x) counts[i] = block_counts[i];
-    for (int i = threadIdx.x; i <= rows; i += blockDim.x) row_start[i] = (row_ptr[r0 + i] - e0) >> W_LOG2;
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) row_sum[i] = 0.f;
-    wait_copies();
-    __syncthreads();
-
-    SpanWalk walk = {0, -1, 0, 0u};
-    if (c0 < run1) {  // the lane's first chunk: its row by bisection, its tile by the walk
-        walk.row = upper_bound(row_start, rows + 1, c0) - 1;
-        walk.end = row_start[walk.row];
-        span_walk_to(walk, c0, counts, padded_tiles, unit_shift, rows);
-    }
-    float acc = 0.f;       // the lane's products of row `key` not yet added to row_sum
-    bool pending = false;  // acc holds products (the lane had a chunk the step before)
-    int key = 0x7fffffff;  // ascending over the lanes: their chunks are consecutive
-    for (int j = 0; j < steps; j += R) {
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            const int step = j + s;
-            if (step < steps) {
-                const int c = c0 + (step << 5);
-                const bool valid = c < run1;
-                if (valid) span_walk_to(walk, c, counts, padded_tiles, unit_shift, rows);
-                const bool leave = pending && (!valid || walk.row != key);
-                if (__any_sync(0xffffffffu, leave)) {
-                    add_to_rows(row_sum, key, leave ? acc : 0.f);
-                    if (leave) acc = 0.f;
-                }
-                pending = valid;
-                key = valid ? walk.row : 0x7fffffff;
-                if (valid) {
-                    const S* xt = xs + (walk.t << 8);
-#pragma unroll
-                    for (int k = 0; k < W; ++k) acc = fmaf(D::from_words(vw[s], k), D::to_float(xt[byte_of(iw[s][k >> 2], k & 3)]), acc);
-                    if (c + (R << 5) < run1) {
-                        stream_words<VW>(vp + (size_t)((step + R) << 5) * W, vw[s]);
-                        stream_words<IW>(ip + (size_t)((step + R) << 5) * W, iw[s]);
-                    }
-                }
-            }
-        }
-    }
-    add_to_rows(row_sum, key, pending ? acc : 0.f);
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) y[r0 + i] = D::from_float(row_sum[i]);
-}
-
 // ------------------------------------------------------------------ the appendix kernel --
 
 // Four consecutive elements of x from column col (zeros past n).
@@ -673,21 +506,6 @@ GROUP_ENTRIES(bf16, BF16, 4)
 GROUP_ENTRIES(bf16, BF16, 8)
 GROUP_ENTRIES(f32, F32, 4)
 GROUP_ENTRIES(f32, F32, 8)
-
-#define SPAN_ENTRY(NAME, D, W)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(SPAN_BLOCK, CS256_MIN_BLOCKS) NAME(                                     \
-        const D::S* __restrict__ values, const u8* __restrict__ indices, const int* __restrict__ row_ptr,               \
-        const u8* __restrict__ increments, int m, int n, int padded_tiles, int unit_shift,                              \
-        const D::S* __restrict__ x, D::S* __restrict__ y, int rows_per_block) {                                         \
-        span_kernel<D, W>(values, indices, row_ptr, increments, m, n, padded_tiles, unit_shift, x, y, rows_per_block);  \
-    }
-
-SPAN_ENTRY(cs256_span_f16_w4, F16, 4)
-SPAN_ENTRY(cs256_span_f16_w8, F16, 8)
-SPAN_ENTRY(cs256_span_bf16_w4, BF16, 4)
-SPAN_ENTRY(cs256_span_bf16_w8, BF16, 8)
-SPAN_ENTRY(cs256_span_f32_w4, F32, 4)
-SPAN_ENTRY(cs256_span_f32_w8, F32, 8)
 
 #define SPLIT4_ENTRY(NAME, D, VEC)                                                                                      \
     extern "C" __global__ void __launch_bounds__(SPLIT4_BLOCK) NAME(                                                    \

@@ -11,10 +11,6 @@ Variants:
   streaming its chunks through a ring of registers (loads always in flight while it
   computes), x (or slices of it) in shared memory, 512-thread blocks striding over the rows;
   K = 1, 2, 4, 8 or 16 vectors per launch (other k are padded with zero vectors).
-- "span": one vector; each block takes a run of whole rows, whose entries are one
-  contiguous span, and reads it as the read floor does (one equal run of the span per warp,
-  a warp's lanes on consecutive chunks, rings running on across row ends); lanes walk the
-  block's tile counts and add row sums in shared memory. x whole in shared memory.
 - "split4": the appendix kernel as written (4 threads per row, one tile of each group of
   four each), one vector only.
 
@@ -36,12 +32,12 @@ from gpu.cs256.format import CS256, STORAGE, CS256Error
 from gpu.cs256.reference import MAX_VECTORS
 
 SOURCE = Path(__file__).with_name("cs256.cu")
-GROUP_BLOCK = SPAN_BLOCK = 512  # mirrored from cs256.cu
+GROUP_BLOCK = 512  # mirrored from cs256.cu
 SPLIT4_BLOCK, SPLIT4_ROWS = 256, 64
 K_SIZES = (1, 2, 4, 8, 16)  # vectors per launch the kernels are built for
 CHUNKS = (4, 8)  # entries per vector load of the group kernel
 LANES = (1, 2, 4, 8, 16, 32)
-VARIANTS = ("group", "span", "split4")
+VARIANTS = ("group", "split4")
 SHARED_BUDGET = 64 * 1024  # x held in shared memory per block before it is cut into slices
 RING = 2  # chunks each lane keeps in flight (cs256.cu's R, but for 16 float32 vectors)
 FILL = 1.6  # default lanes: the rows' groups should cover this multiple of the resident threads
@@ -112,8 +108,6 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
     chunk = chunk or (4 if cs.vec == 4 else 8)
     if chunk not in CHUNKS or cs.vec % chunk:
         raise CS256Error(f"chunk must be 4 or 8 and divide vec={cs.vec}; got {chunk}")
-    if variant == "span":
-        return _span_plan(cs, k, chunk, tag, itemsize, sms, blocks_per_sm)
     if lanes is not None and lanes not in LANES:
         raise CS256Error(f"lanes must be one of {LANES}; got {lanes}")
     k_padded = next(size for size in K_SIZES if size >= k)
@@ -132,40 +126,6 @@ def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None =
     rows_per_block = GROUP_BLOCK // lanes
     grid = max(1, min(-(-cs.m // rows_per_block), resident * sms))
     return Plan("group", name, GROUP_BLOCK, grid, shared, chunk, lanes, slice_tiles, k, k_padded, resident)
-
-
-def span_shared_bytes(tiles: int, padded_tiles: int, itemsize: int, rows_per_block: int) -> int:
-    """Dynamic shared memory of a span block (cs256.cu, span_kernel): x, the rows' tile
-    counts, their starts and their sums, each part a whole number of 16-byte units."""
-    def units(nbytes: int) -> int:
-        return -(-nbytes // 16) * 16
-    return tiles * 256 * itemsize + units(rows_per_block * padded_tiles) + units(4 * (rows_per_block + 1)) + 4 * rows_per_block
-
-
-def _span_plan(cs: CS256, k: int, chunk: int, tag: str, itemsize: int, sms: int, blocks_per_sm: int | None) -> Plan:
-    """The span kernel's launch: the rows spread evenly over the resident blocks, fewer
-    rows per block (more blocks, in waves) where their tables would not fit SHARED_BUDGET."""
-    if k != 1:
-        raise CS256Error("the span kernel multiplies one vector; use the group kernel for several")
-    t, p = cs.tiles_per_row, cs.padded_tiles
-    name = f"cs256_span_{tag}_w{chunk}"
-    function = kernels.kernel(SOURCE, name)
-    budget = min(SHARED_BUDGET, kernels.max_shared_bytes())
-    per_row = p + 8  # its tile counts, start and sum (16-byte rounding aside)
-    room = budget - span_shared_bytes(t, p, itemsize, 0) - 32
-    if room < per_row:
-        raise CS256Error(f"x of {cs.n} columns ({t * 256 * itemsize} bytes) leaves no room for the span kernel's tables; use the group kernel")
-    resident = blocks_per_sm or kernels.blocks_per_sm(function, SPAN_BLOCK, span_shared_bytes(t, p, itemsize, 1))
-    rows_per_block = max(1, min(-(-cs.m // (resident * sms)), room // per_row))
-    grid = -(-cs.m // rows_per_block)
-    shared = span_shared_bytes(t, p, itemsize, span_rows_per_block(cs.m, grid))
-    resident = blocks_per_sm or kernels.blocks_per_sm(function, SPAN_BLOCK, shared)
-    return Plan("span", name, SPAN_BLOCK, grid, shared, chunk, 32, t, k, 1, resident)
-
-
-def span_rows_per_block(m: int, grid: int) -> int:
-    """Rows per block of a span launch of `grid` blocks (the last block takes the rest)."""
-    return -(-m // grid)
 
 
 def _aligned(array: cupy.ndarray) -> cupy.ndarray:
@@ -214,10 +174,6 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     function = kernels.kernel(SOURCE, plan.kernel)
     if plan.variant == "split4":
         function((plan.grid,), (plan.block,), (*_matrix_args(cs), x_run, y))
-    elif plan.variant == "span":
-        unit_shift = int(math.log2(cs.vec // plan.chunk))
-        function((plan.grid,), (plan.block,), (*_matrix_args(cs), np.int32(unit_shift), x_run, y, np.int32(span_rows_per_block(cs.m, plan.grid))),
-                 shared_mem=plan.shared_bytes)
     else:
         function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles), shared_mem=plan.shared_bytes)
     if plan.k_padded != k:

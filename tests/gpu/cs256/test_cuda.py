@@ -64,7 +64,7 @@ def check_product(cuda, cupy, dense: np.ndarray, cs_host, x: np.ndarray, context
     dtype = cs.dtype
     k = 1 if x.ndim == 1 else x.shape[1]
     out = poisoned(cupy, (cs.m,) if k == 1 else (cs.m, k), dtype)
-    plan = plan_options.pop("plan", None) or cuda.make_plan(cs, k, **plan_options)
+    plan = cuda.make_plan(cs, k, **plan_options)
     result = cuda.spmm(cs, cupy.asarray(x), plan, out=out)
     assert result is out
     y = out.get()
@@ -81,7 +81,7 @@ def test_spmv_equals_the_dense_product(cuda, cupy, rng, dtype, vec):
         dense = sparse_matrix(rng, shape, density, dtype)
         cs = fmt.from_dense(dense, vec, dtype)
         x = vectors(rng, shape[1], 1, dtype)
-        for variant in ("group", "span", "split4"):
+        for variant in ("group", "split4"):
             check_product(cuda, cupy, dense, cs, x, f"{shape} density {density} {variant}", variant=variant)
 
 
@@ -130,26 +130,6 @@ def test_a_grid_smaller_than_the_rows_strides_over_them(cuda, cupy, rng, dtype):
         assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{plan}: rows left unwritten"
 
 
-@pytest.mark.parametrize("dtype", fmt.DTYPES)
-def test_span_kernel_blocks_of_runs_of_rows(cuda, cupy, rng, dtype):
-    """The span kernel with blocks of 1 to all rows (several waves of blocks where the grid
-    exceeds the device), empty and full rows, chunks of 4 and 8, x up to 14336 columns."""
-    import dataclasses
-
-    for (m, n), vec in itertools.product([(1500, 1300), (300, 14336), (5, 4099)], (8, 16)):
-        dense = sparse_matrix(rng, (m, n), 0.2, dtype)
-        dense[rng.random(m) < 0.05] = 0  # empty rows
-        cs = fmt.from_dense(dense, vec, dtype)
-        for chunk in cuda.CHUNKS:
-            base = cuda.make_plan(cs.to_device(), 1, variant="span", chunk=chunk)
-            for grid in sorted({base.grid, 1, max(1, m // 3), m}):
-                shared = cuda.span_shared_bytes(cs.tiles_per_row, cs.padded_tiles, cs.itemsize, cuda.span_rows_per_block(m, grid))
-                if shared > cuda.kernels.max_shared_bytes():
-                    continue
-                plan = dataclasses.replace(base, grid=grid, shared_bytes=shared)
-                check_product(cuda, cupy, dense, cs, vectors(rng, n, 1, dtype), f"span {m}x{n} vec {vec} chunk {chunk} grid {grid}", plan=plan)
-
-
 def test_default_lanes_fill_the_device_and_keep_rings_full(cuda):
     """The default plan's lanes per row: one pass of the grid over many rows, 32 lanes for
     few long rows, fewer when an average row gives a lane fewer chunks than its ring holds."""
@@ -171,13 +151,13 @@ def test_pruned_llm_shapes(cuda, cupy, rng):
         dense = rng.standard_normal((m, n)).astype(np.float16)
         cs = fmt.prune(dense, sparsity, 8)
         x = vectors(rng, n, 1, "float16")
-        for variant in ("group", "span", "split4"):
+        for variant in ("group", "split4"):
             check_product(cuda, cupy, cs.to_dense(), cs, x, f"{m}x{n} at {sparsity} {variant}", variant=variant)
 
 
 def test_all_zero_matrix_gives_exact_zeros(cuda, cupy, rng):
     cs = fmt.from_dense(np.zeros((77, 600), np.float32)).to_device()
-    for variant in ("group", "span", "split4"):
+    for variant in ("group", "split4"):
         y = cuda.spmv(cs, cupy.asarray(vectors(rng, 600, 1, "float32")), variant=variant)
         assert (y.get() == 0).all()
 
@@ -248,7 +228,7 @@ def test_read_floor_reads_every_byte_once(cupy, rng, dtype, vec):
 
 def test_plans_refuse_what_the_kernels_cannot_do(cuda, cupy):
     cs = fmt.from_dense(np.ones((4, 300), np.float16), vec=4).to_device()
-    for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}, {"k": 2, "variant": "span"}):
+    for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}):
         with pytest.raises(fmt.CS256Error):
             cuda.make_plan(cs, **options)
     with pytest.raises(fmt.CS256Error, match="host"):

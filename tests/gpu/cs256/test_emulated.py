@@ -32,7 +32,7 @@ DRIVER = HERE / "emulator" / "cs256_emu.cpp"
 SOURCE = HERE.parents[2] / "gpu" / "cs256" / "cs256.cu"
 TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5}  # as tests/gpu/cs256/test_cuda.py
-GROUP_BLOCK, SPAN_BLOCK, SPLIT4_BLOCK = 512, 512, 256  # cs256.cu
+GROUP_BLOCK, SPLIT4_BLOCK = 512, 256  # cs256.cu
 K_SIZES = (1, 2, 4, 8, 16)
 
 
@@ -127,48 +127,6 @@ def test_pruned_matrix_at_llm_sparsity(library, rng):
     cs = fmt.prune(dense, 0.66, 8, "float16")
     x = vectors(rng, 1024, 1, "float16")
     check(group_product(library, cs, x, 8, 8, cs.tiles_per_row, 1), cs.to_dense(), x, "float16", "pruned 66 %")
-
-
-def span_shared_bytes(cs, rows_per_block: int) -> int:
-    """As gpu/cs256/cuda.py span_shared_bytes (which needs CuPy)."""
-    def units(nbytes: int) -> int:
-        return -(-nbytes // 16) * 16
-    return cs.tiles_per_row * 256 * cs.itemsize + units(rows_per_block * cs.padded_tiles) + units(4 * (rows_per_block + 1)) + 4 * rows_per_block
-
-
-def span_product(library, cs, x: np.ndarray, chunk: int, rows_per_block: int) -> np.ndarray:
-    """cs256_span_* on the emulator as cuda.spmm launches it (one vector)."""
-    storage = fmt.STORAGE[cs.dtype]
-    y = np.full(cs.m * storage.itemsize, 0xFF, np.uint8).view(storage)  # NaN in every dtype
-    grid = -(-cs.m // rows_per_block)
-    rows_per_block = -(-cs.m // grid)
-    args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles),
-            np.int32(int(math.log2(cs.vec // chunk))), x, y, np.int32(rows_per_block))
-    emulator.launch(library, f"cs256_span_{TAGS[cs.dtype]}_w{chunk}", grid, SPAN_BLOCK, span_shared_bytes(cs, rows_per_block), args)
-    return y
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_span_kernel_every_chunk_and_run_of_rows(library, rng, dtype):
-    """Blocks of 1, 7 and all rows (the warps' runs of chunks cross rows and lanes of one
-    step fall in several rows; empty rows, a full row and a full tile among them), chunks
-    of 4 and 8, every vec; then rows shorter than a warp's step (most lanes idle, rows
-    skipped between a lane's chunks), m = 1, n below and just past a tile."""
-    m, n = 45, 1300
-    dense = sparse_matrix(rng, (m, n), 0.3, dtype)
-    dense[[3, 4, 20]] = 0
-    for vec in (4, 8, 16):
-        cs = fmt.from_dense(dense, vec, dtype)
-        for chunk, rows_per_block in itertools.product((4, 8), (1, 7, m)):
-            if vec % chunk:
-                continue
-            x = vectors(rng, n, 1, dtype)
-            check(span_product(library, cs, x, chunk, rows_per_block), dense, x, dtype, f"span vec {vec} chunk {chunk} rows/block {rows_per_block}")
-    for (m, n), density, rows_per_block in itertools.product([(1, 1), (1, 300), (3, 7), (9, 257), (200, 300)], (1.0, 0.05), (2, 200)):
-        small = sparse_matrix(rng, (m, n), density, dtype)
-        cs = fmt.from_dense(small, 8, dtype)
-        x = vectors(rng, n, 1, dtype)
-        check(span_product(library, cs, x, 4, rows_per_block), small, x, dtype, f"span {m}x{n} density {density} rows/block {rows_per_block}")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])

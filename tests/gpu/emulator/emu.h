@@ -112,12 +112,6 @@ inline T __shfl_up_sync(unsigned mask, T v, int d) {
     return emu_exchange(v, lane >= d ? lane - d : lane);
 }
 template <class T>
-inline T __shfl_down_sync(unsigned mask, T v, int d) {
-    emu_check_mask(mask);
-    const int lane = threadIdx.x & 31;
-    return emu_exchange(v, lane + d < 32 ? lane + d : lane);
-}
-template <class T>
 inline T __shfl_sync(unsigned mask, T v, int src) {  // src: bits 0..4 name the lane
     emu_check_mask(mask);
     return emu_exchange(v, src & 31);
@@ -144,7 +138,6 @@ inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)
 inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz((unsigned)x) + 1; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
-inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 template <class T>
 inline T min(T a, T b) { return a < b ? a : b; }
 template <class T>

@@ -9,7 +9,6 @@
 #define SPLIT4_V(X, TAG) X(cs256_split4_##TAG##_v4) X(cs256_split4_##TAG##_v8) X(cs256_split4_##TAG##_v16)
 #define KERNELS(X)                                                                                              \
     GROUP_K(X, f16, 4) GROUP_K(X, f16, 8) GROUP_K(X, bf16, 4) GROUP_K(X, bf16, 8) GROUP_K(X, f32, 4) GROUP_K(X, f32, 8) \
-    X(cs256_span_f16_w4) X(cs256_span_f16_w8) X(cs256_span_bf16_w4) X(cs256_span_bf16_w8) X(cs256_span_f32_w4) X(cs256_span_f32_w8) \
     SPLIT4_V(X, f16) SPLIT4_V(X, bf16) SPLIT4_V(X, f32) X(cs256_read_rows)
 
 EMU_ENTRY_POINT(KERNELS)
