@@ -1,14 +1,13 @@
 """Times the CS256 group kernel built with other values of its tuning knobs (cs256.cu:
-CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS, CS256_PAIRED) against the build cuda.py runs,
-on the issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
+CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS) against the build cuda.py runs, on the
+issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
 
     python bench/cs256_tune.py [--shapes 4096x14336,...] [--sparsity 0.66] \
-        [--configs ring:l2:min_blocks[:paired],...] [--lanes 8,16,32]
+        [--configs ring:l2:min_blocks,...] [--lanes 8,16,32]
 
 Every variant's y is checked against the default kernel's: bit for bit with the same lanes
-and ring kind (the other knobs change how loads are issued, not the order of the
-arithmetic), to 1e-3 of its largest magnitude with other lanes or the other ring (the
-row's sum is split differently). The ring knob applies to the unpaired ring only.
+(the knobs change how loads are issued, not the order of the arithmetic), to 1e-3 of its
+largest magnitude with other lanes (the row's sum is split differently).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ KERNEL = "cs256_group_f16_w8_k1"
 ENTRY = "GROUP_ENTRY(cs256_group_f16_w8_k1, F16, 8, 1)"
 
 
-def variant_function(ring: int, l2: int, min_blocks: int, paired: int = 1):
+def variant_function(ring: int, l2: int, min_blocks: int):
     """The one kernel this tool times, built from cs256.cu with the knobs set (the other
     entry points left out: NVRTC then compiles one kernel, not forty)."""
     import cupy
@@ -33,7 +32,7 @@ def variant_function(ring: int, l2: int, min_blocks: int, paired: int = 1):
 
     source = cuda.SOURCE.read_text()
     head = source[:source.index("#define GROUP_ENTRIES(")]
-    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}", f"-DCS256_PAIRED={paired}")
+    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}")
     module = cupy.RawModule(code=head + "\n" + ENTRY + "\n", options=options)
     function = module.get_function(KERNEL)
     function.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - function.shared_size_bytes
@@ -62,10 +61,9 @@ def main() -> None:
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
     functions = {c: variant_function(*c) for c in configs}
     for c, f in functions.items():
-        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}, paired {c[3] if len(c) > 3 else 1}: "
-              f"{f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
+        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
     rng = cupy.random.default_rng(7)
-    print("shape | lanes | ring:l2:min_blocks[:paired] | blocks/SM | us | % copy | vs default build")
+    print("shape | lanes | ring:l2:min_blocks | blocks/SM | us | % copy | vs default build")
     for shape in args.shapes.split(","):
         m, n = (int(v) for v in shape.split("x"))
         cs = fmt.prune(fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16")
@@ -91,8 +89,7 @@ def main() -> None:
                 run()
                 got = y.get().view(np.float16)
                 # the same lanes: the same order of arithmetic, the same bits; other lanes sum in another order
-                same_order = lanes == base.lanes and (len(config) < 4 or config[3] == 1)
-                same = np.array_equal(got.view(np.uint16), expected.view(np.uint16)) if same_order else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
+                same = np.array_equal(got.view(np.uint16), expected.view(np.uint16)) if lanes == base.lanes else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
                 if not same:
                     print(f"{shape} | {lanes} | {':'.join(map(str, config))} | WRONG RESULT", flush=True)
                     continue

@@ -51,9 +51,6 @@ typedef unsigned int u32;
 #ifndef CS256_L2_FETCH
 #define CS256_L2_FETCH 0
 #endif
-#ifndef CS256_PAIRED
-#define CS256_PAIRED 1
-#endif
 #ifndef CS256_MIN_BLOCKS
 #define CS256_MIN_BLOCKS 2
 #endif
@@ -316,86 +313,6 @@ __device__ __forceinline__ void ring(float (&acc)[K], const typename D::S* __res
     }
 }
 
-// A step of the paired ring: 2G chunks of a row, the first one even in the matrix. Lane l
-// loads the values of chunks l and G + l of the step (each load contiguous across the
-// lanes) and the indices of chunks 2l and 2l + 1 (one 16-byte load), each only where the
-// chunk lies in the window [c_lo, c_hi).
-template <class D>
-struct PairedStep {
-    u32 v[2][4];  // values of chunks l, G + l (8 entries of 2 bytes each)
-    u32 i[4];     // indices of chunks 2l, 2l + 1
-};
-
-template <class D>
-__device__ __forceinline__ void load_paired(PairedStep<D>& step, const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int b,
-                                            int lane, int G, int c_lo, int c_hi) {
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        const int c = b + q * G + lane;
-        if (c >= c_lo && c < c_hi) stream_words<4>(vrow + c * 8, step.v[q]);
-    }
-    const int p = b + 2 * lane;
-    if (p >= c_lo && p + 1 < c_hi) {
-        stream_words<4>(irow + p * 8, step.i);
-    } else {
-        if (p >= c_lo && p < c_hi) stream_words<2>(irow + p * 8, *reinterpret_cast<u32(*)[2]>(&step.i[0]));
-        if (p + 1 >= c_lo && p + 1 < c_hi) stream_words<2>(irow + (p + 1) * 8, *reinterpret_cast<u32(*)[2]>(&step.i[2]));
-    }
-}
-
-// acc += the products of the lane's chunks of step b; every lane of the warp calls (the
-// index words travel by shuffles from the lane that loaded them: chunk c of the step's
-// lane-l-and-G+l pair sits with lane c / 2 of the group, words 2 (c & 1), 2 (c & 1) + 1).
-template <class D, int K>
-__device__ __forceinline__ void multiply_paired(float (&acc)[K], const PairedStep<D>& step, int b, int lane, int lanes_log2, int c_lo, int c_hi,
-                                                Walk& walk, const u32* __restrict__ incw, int unit_shift, int padded_tiles,
-                                                const typename D::S* xs, int s0) {
-    const int G = 1 << lanes_log2;
-    const int group_lane0 = (threadIdx.x & 31) - lane;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        const int k_in_step = q * G + lane;
-        const int src = group_lane0 + (k_in_step >> 1);
-        const u32 w0 = __shfl_sync(0xffffffffu, step.i[0], src), w1 = __shfl_sync(0xffffffffu, step.i[1], src);
-        const u32 w2 = __shfl_sync(0xffffffffu, step.i[2], src), w3 = __shfl_sync(0xffffffffu, step.i[3], src);
-        const bool odd = k_in_step & 1;
-        const u32 idx[2] = {odd ? w2 : w0, odd ? w3 : w1};
-        const int c = b + k_in_step;
-        if (c >= c_lo && c < c_hi) {
-            walk_to(walk, c, incw, unit_shift, padded_tiles);
-            const typename D::S* xt = xs + (size_t)((walk.t - s0) << 8) * K;
-#pragma unroll
-            for (int k = 0; k < 8; ++k) fma_row<D, K>(acc, D::from_words(step.v[q], k), xt + byte_of(idx[k >> 2], k & 3) * K);
-        }
-    }
-}
-
-// The ring of ring() for chunks of 8 entries of 2 bytes, steps of 2G chunks (see
-// PairedStep): one step in flight, reloaded as soon as it arrives, multiplied from a copy.
-// The steps are counted over the warp (its groups' rows differ), so all its lanes
-// shuffle together. even_offset: 1 where the row starts at an odd chunk of the matrix.
-template <class D, int K>
-__device__ __forceinline__ void paired_ring(float (&acc)[K], const typename D::S* __restrict__ vrow, const u8* __restrict__ irow, int even_offset,
-                                            bool active, int c_lo, int c_hi, int lane, int lanes_log2, Walk& walk, const u32* __restrict__ incw,
-                                            int unit_shift, int padded_tiles, const typename D::S* xs, int s0, bool wait_x) {
-    const int G = 1 << lanes_log2;
-    const int b0 = c_lo - ((c_lo + even_offset) & 1);
-    int steps = active && c_hi > c_lo ? (c_hi - b0 + 2 * G - 1) >> (lanes_log2 + 1) : 0;
-    for (int o = 16; o > 0; o >>= 1) steps = max(steps, __shfl_xor_sync(0xffffffffu, steps, o));
-    PairedStep<D> slot;
-    if (steps > 0) load_paired(slot, vrow, irow, b0, lane, G, c_lo, c_hi);
-    if (wait_x) {
-        wait_copies();
-        __syncthreads();
-    }
-    for (int j = 0; j < steps; ++j) {
-        const int b = b0 + j * 2 * G;
-        const PairedStep<D> step = slot;
-        if (j + 1 < steps) load_paired(slot, vrow, irow, b + 2 * G, lane, G, c_lo, c_hi);
-        multiply_paired<D, K>(acc, step, b, lane, lanes_log2, c_lo, c_hi, walk, incw, unit_shift, padded_tiles, xs, s0);
-    }
-}
-
 // lanes_log2: G = 1 << lanes_log2 lanes per row (G <= 32); W: entries per chunk (4 or 8);
 // unit_shift: log2(vec / W), tile counts are in units of vec; slice_tiles: tiles of x held
 // in shared memory at once (>= T: all of x, staged once per block, asynchronously, while
@@ -412,8 +329,6 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
     // The ring: chunks in flight per lane. 2 measured faster than 4 (and than 8 with fewer
     // blocks per SM) on every issue shape, fp16, one vector (bench/cs256_tune.py).
     constexpr int R = CS256_RING > 0 ? CS256_RING : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
-    // Chunks of 8 entries of 2 bytes, up to 2 vectors: the paired ring (paired_ring).
-    constexpr bool PAIRED = CS256_PAIRED && W == 8 && sizeof(S) == 2 && K <= 2;
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");
 #ifndef CUDA_EMULATION
@@ -473,16 +388,11 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                     c_hi = c_lo + (units << unit_shift);
                 }
             }
-            if constexpr (PAIRED) {
-                paired_ring<D, K>(acc, values + start, indices + start, (start >> 3) & 1, active, c_lo, c_hi, lane, lanes_log2, walk, incw,
-                                  unit_shift, padded_tiles, xs, s0, one_slice && base == first);
-            } else {
-                // Chunk c of the row belongs to lane c mod G: the lane's first one in [c_lo, c_hi).
-                const int c = c_lo + ((lane - c_lo) & (G - 1));
-                const int nj = (active && c < c_hi) ? ((c_hi - c + G - 1) >> lanes_log2) : 0;
-                ring<D, W, K, R>(acc, values + start, indices + start, c, nj, lanes_log2, walk, incw, unit_shift, padded_tiles, xs, s0,
-                                 one_slice && base == first);
-            }
+            // Chunk c of the row belongs to lane c mod G: the lane's first one in [c_lo, c_hi).
+            const int c = c_lo + ((lane - c_lo) & (G - 1));
+            const int nj = (active && c < c_hi) ? ((c_hi - c + G - 1) >> lanes_log2) : 0;
+            ring<D, W, K, R>(acc, values + start, indices + start, c, nj, lanes_log2, walk, incw, unit_shift, padded_tiles, xs, s0,
+                             one_slice && base == first);
             c_lo = c_hi;
         }
         // Sum the G lanes' parts of each row (every lane of the warp takes part).
