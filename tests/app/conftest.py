@@ -23,8 +23,6 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:Using `httpx` with `starlette.testclient` is deprecated")
 
 
-
-
 def make_settings(tmp_path: Path, **overrides) -> Settings:
     values = {
         "backend": "cpu",
