@@ -5,6 +5,9 @@ issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
     python bench/cs256_tune.py [--shapes 4096x14336,...] [--sparsity 0.66] \
         [--configs ring:l2:min_blocks,...] [--lanes 8,16,32]
 
+The read of the same bytes (anchors.ReadFloor) is timed beside the default build; its
+last column is then the default build's time over the floor's.
+
 Every variant's y is checked against the default kernel's: bit for bit with the same lanes
 (the knobs change how loads are issued, not the order of the arithmetic), to 1e-3 of its
 largest magnitude with other lanes (the row's sum is split differently).
@@ -71,8 +74,15 @@ def main() -> None:
         base = cuda.make_plan(cs, 1)
         expected = cuda.spmm(cs, x, base).get()
         scale = float(np.abs(expected.astype(np.float32)).max())
-        base_ms = timer.median_ms(lambda cs=cs, x=x, base=base: cuda.spmm(cs, x, base), args.repeats)
+        # the default build launched as the variants are (no spmm around it: its host work
+        # is then not in the comparison)
+        base_function = kernels.kernel(cuda.SOURCE, base.kernel)
+        base_launch = cuda.group_args(cs, x, cupy.empty(m, cupy.uint16), base.chunk, base.lanes, base.slice_tiles)
+        base_ms = timer.median_ms(lambda f=base_function, a=base_launch, base=base: f((base.grid,), (base.block,), a, shared_mem=base.shared_bytes),
+                                  args.repeats)
         moved = cuda.bytes_moved(cs, 1)
+        floor_ms = timer.median_ms(anchors.ReadFloor(cs, base.blocks_per_sm), args.repeats)
+        print(f"{shape} | - | read floor | {base.blocks_per_sm} | {floor_ms * 1e3:.1f} | {100 * moved / (floor_ms * 1e-3) / copy_bw:.0f} | {base_ms / floor_ms:.2f}", flush=True)
         print(f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00", flush=True)
         lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
         for config, function in functions.items():
