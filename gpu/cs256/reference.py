@@ -75,6 +75,28 @@ def relative_error(y, reference, dtype: str) -> float:
     return worst / scale
 
 
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
+
+
+def within_float32_rounding(y, a, x, dtype: str) -> bool:
+    """Whether y (storage of `dtype`, (m,) or (m, k)) is A x summed in float32 in any order
+    and rounded once to `dtype`, by the classical bound of a float32 dot product of n
+    terms: |y - A x| <= g (|A| |x|) + u (|A x| + g (|A| |x|)) elementwise, g = n e / (1 - n e),
+    e = 2^-24, u the unit roundoff of `dtype`. a: the dense (m, n) matrix, x: (n,) or
+    (n, k), both in the storage of `dtype`. Unlike relative_error this does not depend on
+    how much a row's sum cancels, so it is the check for outputs too few to have a scale
+    (one row: max |A x| is then a single, possibly cancelled sum)."""
+    a64 = to_float32(np.asarray(a), dtype).astype(np.float64)
+    x64 = to_float32(np.asarray(x), dtype).astype(np.float64)
+    exact = a64 @ x64
+    magnitude = np.abs(a64) @ np.abs(x64)
+    n = a64.shape[1]
+    gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+    bound = gamma * magnitude + UNIT_ROUNDOFF[dtype] * (np.abs(exact) + gamma * magnitude)
+    y64 = to_float32(np.asarray(y), dtype).astype(np.float64).reshape(exact.shape)
+    return bool(np.all(np.abs(y64 - exact) <= bound))
+
+
 def read_checksum(cs: CS256) -> int:
     """What cs256_read_rows (the benchmark's read floor) reports having read of `cs` (host
     arrays): the XOR of the little-endian 32-bit words of its values, indices and tile

@@ -59,6 +59,13 @@ def poisoned(cupy, shape, dtype: str):
     return out
 
 
+def single_row_within_rounding(y, dense, x, dtype: str) -> bool:
+    """One row's output has no scale but its own sum: when that sum cancels, float32
+    accumulation alone can pass the issue's relative bound (seen: 1.1e-5 for 1 x 300,
+    float32). Such an output must then meet the strict float32 rounding bound instead."""
+    return dense.shape[0] == 1 and ref.within_float32_rounding(y, dense, x, dtype)
+
+
 def check_product(cuda, cupy, dense: np.ndarray, cs_host, x: np.ndarray, context: str, **plan_options) -> None:
     cs = cs_host.to_device()
     dtype = cs.dtype
@@ -70,7 +77,7 @@ def check_product(cuda, cupy, dense: np.ndarray, cs_host, x: np.ndarray, context
     y = out.get()
     exact = ref.dense_product(dense, x, dtype)
     error = ref.relative_error(y, exact, dtype)
-    assert error <= TOLERANCE[dtype], f"{context} {plan}: relative error {error:.3g}"
+    assert error <= TOLERANCE[dtype] or single_row_within_rounding(y, dense, x, dtype), f"{context} {plan}: relative error {error:.3g}"
     assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{context} {plan}: rows left unwritten"
 
 

@@ -73,7 +73,9 @@ def group_product(library, cs, x: np.ndarray, chunk: int, lanes: int, slice_tile
 def check(y: np.ndarray, dense: np.ndarray, x: np.ndarray, dtype: str, context: str) -> None:
     assert not np.isnan(fmt.to_float32(y, dtype)).any(), f"{context}: rows left unwritten"
     error = ref.relative_error(y, ref.dense_product(dense, x, dtype), dtype)
-    assert error <= TOLERANCE[dtype], f"{context}: relative error {error:.3g}"
+    # one row: its own sum is the scale, so a cancelled one is held to the strict float32 bound
+    single_row_ok = dense.shape[0] == 1 and ref.within_float32_rounding(y, dense, x, dtype)
+    assert error <= TOLERANCE[dtype] or single_row_ok, f"{context}: relative error {error:.3g}"
 
 
 def vectors(rng, n: int, k: int, dtype: str) -> np.ndarray:

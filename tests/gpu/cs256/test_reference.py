@@ -14,9 +14,9 @@ from gpu.cs256 import reference as ref
 from gpu.cs256.format import CS256Error
 from gpu.cs256.params import Cs256ParamError, Cs256Params, make_matrix, make_x
 
-# The product is exact float64 rounded once: at most half an ulp of the output, relative to
-# the largest |y|.
-ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
+# The product is exact float64 rounded once: at most half an ulp of the output (the unit
+# roundoff of its dtype), relative to the largest |y|.
+ROUNDING = ref.UNIT_ROUNDOFF
 
 
 @pytest.mark.parametrize("dtype", fmt.DTYPES)
@@ -60,6 +60,32 @@ def test_relative_error_is_max_difference_over_max_reference():
     assert ref.relative_error(bf16, reference, "bfloat16") == 0.0
     with pytest.raises(ValueError):
         ref.relative_error(np.zeros(2, np.float32), reference, "float32")
+
+
+def test_float32_rounding_bound_holds_for_a_cancelled_float32_sum(rng):
+    """A row whose sum cancels: float32 accumulation in any order stays within the strict
+    bound although the relative error, scaled by that tiny sum, is far above 1e-5; the
+    largest term left out is far outside it."""
+    n = 300
+    a = rng.standard_normal((1, n)).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[-1] = np.float32(-(a[0, :-1].astype(np.float64) @ x[:-1].astype(np.float64)) / a[0, -1])  # the sum cancels
+    products = a[0] * x  # float32 products, rounded
+    order = rng.permutation(n)
+    y = np.cumsum(products[order], dtype=np.float32)[-1:]  # summed one by one in float32
+    assert ref.within_float32_rounding(y, a, x, "float32")
+    assert ref.relative_error(y, ref.dense_product(a, x, "float32"), "float32") > 1e-5
+    largest = int(np.argmax(np.abs(products)))
+    left_out = np.cumsum(np.delete(products, largest), dtype=np.float32)[-1:]
+    assert not ref.within_float32_rounding(left_out, a, x, "float32")
+    # several rows and vectors, output rounded to float16: exact values pass, a shifted one does not
+    a16 = fmt.from_float(rng.standard_normal((3, 40)).astype(np.float32), "float16")
+    x16 = fmt.from_float(rng.standard_normal((40, 2)).astype(np.float32), "float16")
+    y16 = fmt.from_float(ref.dense_product(a16, x16, "float16"), "float16")
+    assert ref.within_float32_rounding(y16, a16, x16, "float16")
+    off = fmt.to_float32(y16, "float16").copy()
+    off[1, 1] += 0.05 * (np.abs(fmt.to_float32(a16, "float16")) @ np.abs(fmt.to_float32(x16, "float16")))[1, 1]
+    assert not ref.within_float32_rounding(fmt.from_float(off, "float16"), a16, x16, "float16")
 
 
 def test_generated_inputs_are_reproducible_and_in_storage():
