@@ -1,9 +1,9 @@
 """Times the CS256 group kernel built with other values of its tuning knobs (cs256.cu:
-CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS, CS256_PREFETCH_ROWS) against the build cuda.py runs, on the
+CS256_RING, CS256_L2_FETCH, CS256_MIN_BLOCKS) against the build cuda.py runs, on the
 issue's shapes, fp16, one vector, cold L2 as in bench/cs256.py:
 
     python bench/cs256_tune.py [--shapes 4096x14336,...] [--sparsity 0.66] \
-        [--configs ring:l2:min_blocks[:prefetch_rows],...] [--lanes 8,16,32]
+        [--configs ring:l2:min_blocks,...] [--lanes 8,16,32]
 
 The read of the same bytes (anchors.ReadFloor) is timed beside the default build; its
 last column is then the default build's time over the floor's.
@@ -25,7 +25,7 @@ KERNEL = "cs256_group_f16_w8_k1"
 ENTRY = "GROUP_ENTRY(cs256_group_f16_w8_k1, F16, 8, 1)"
 
 
-def variant_function(ring: int, l2: int, min_blocks: int, prefetch_rows: int = 0):
+def variant_function(ring: int, l2: int, min_blocks: int):
     """The one kernel this tool times, built from cs256.cu with the knobs set (the other
     entry points left out: NVRTC then compiles one kernel, not forty)."""
     import cupy
@@ -35,8 +35,7 @@ def variant_function(ring: int, l2: int, min_blocks: int, prefetch_rows: int = 0
 
     source = cuda.SOURCE.read_text()
     head = source[:source.index("#define GROUP_ENTRIES(")]
-    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}",
-               f"-DCS256_PREFETCH_ROWS={prefetch_rows}")
+    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}")
     module = cupy.RawModule(code=head + "\n" + ENTRY + "\n", options=options)
     function = module.get_function(KERNEL)
     function.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - function.shared_size_bytes
@@ -65,7 +64,7 @@ def main() -> None:
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
     functions = {c: variant_function(*c) for c in configs}
     for c, f in functions.items():
-        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}, row prefetch {c[3] if len(c) > 3 else 0}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
+        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
     rng = cupy.random.default_rng(7)
     print("shape | lanes | ring:l2:min_blocks | blocks/SM | us | % copy | vs default build")
     for shape in args.shapes.split(","):
