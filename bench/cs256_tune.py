@@ -42,6 +42,15 @@ def variant_function(ring: int, l2: int, min_blocks: int):
     return function
 
 
+def group_launch(function, grid: int, cs, x, y, plan, lanes: int):
+    """A call that queues one launch of the group kernel `function` on `grid` blocks with
+    `lanes` lanes per row and the plan's chunk, x slices and shared memory."""
+    from gpu.cs256 import cuda
+
+    args = cuda.group_args(cs, x, y, plan.chunk, lanes, plan.slice_tiles)
+    return lambda: function((grid,), (cuda.GROUP_BLOCK,), args, shared_mem=plan.shared_bytes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="4096x14336,14336x4096,4096x4096")
@@ -76,9 +85,7 @@ def main() -> None:
         scale = float(np.abs(expected.astype(np.float32)).max())
         # the default build launched as the variants are (no spmm around it: its host work
         # is then not in the comparison)
-        base_function = kernels.kernel(cuda.SOURCE, base.kernel)
-        base_launch = cuda.group_args(cs, x, cupy.empty(m, cupy.uint16), base.chunk, base.lanes, base.slice_tiles)
-        base_ms = timer.median_ms(lambda f=base_function, a=base_launch, base=base: f((base.grid,), (base.block,), a, shared_mem=base.shared_bytes),
+        base_ms = timer.median_ms(group_launch(kernels.kernel(cuda.SOURCE, base.kernel), base.grid, cs, x, cupy.empty(m, cupy.uint16), base, base.lanes),
                                   args.repeats)
         moved = cuda.bytes_moved(cs, 1)
         floor_ms = timer.median_ms(anchors.ReadFloor(cs, base.blocks_per_sm), args.repeats)
@@ -90,12 +97,7 @@ def main() -> None:
             for lanes in lanes_options:
                 grid = max(1, min(-(-m // (cuda.GROUP_BLOCK // lanes)), resident * sms))
                 y = cupy.full(m, 0xFFFF, cupy.uint16)
-
-                launch = cuda.group_args(cs, x, y, base.chunk, lanes, base.slice_tiles)
-
-                def run(function=function, grid=grid, launch=launch, base=base):
-                    function((grid,), (cuda.GROUP_BLOCK,), launch, shared_mem=base.shared_bytes)
-
+                run = group_launch(function, grid, cs, x, y, base, lanes)
                 run()
                 got = y.get().view(np.float16)
                 # the same lanes: the same order of arithmetic, the same bits; other lanes sum in another order

@@ -32,9 +32,6 @@ from gpu.cs256.files import SafetensorsError, read_safetensors_header, save_npz,
 from gpu.cs256.format import DTYPES, STORAGE, TILE, VECS, CS256Error, as_storage, from_dense, prune, storage_report, to_float32
 from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, Cs256Params, make_matrix, make_x
 
-# Max relative error of the product against the float64 dense product: float32 sums, then
-# the output rounded to the matrix's dtype (bfloat16 keeps 8 bits).
-TOLERANCE = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5}
 CPU_REPEATS = 3  # the NumPy timings are seconds long: fewer runs
 NPY_MAGIC = b"\x93NUMPY"
 TENSORS_LISTED = 20
@@ -364,7 +361,7 @@ def run(ctx: JobContext) -> dict[str, Any]:
         "m": cs.m, "n": cs.n, "dtype": dtype, "vec": cs.vec, "vectors": k, "backend": ctx.backend, "source": params["source"],
         "pruning": outcome.pop("pruning"),
         "format": report,
-        "accuracy": {"max_relative_error": error, "tolerance": TOLERANCE[dtype], "within_tolerance": bool(error <= TOLERANCE[dtype]),
+        "accuracy": {"max_relative_error": error, "tolerance": reference.TOLERANCE[dtype], "within_tolerance": bool(error <= reference.TOLERANCE[dtype]),
                      "outputs_out_of_range": out_of_range},
         **outcome,
         "times_ms": {key: round(value, 6) for key, value in times.items()},
