@@ -17,10 +17,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.config import get_settings
-from app.decode import decode_image
-from app.encode import ENCODE_OPTIONS, EXTENSIONS, encode_image, parse_encode_options
-from app.errors import ApiError
 from gpu import pencil
+from gpu.codec.decode import open_image
+from gpu.codec.encode import ENCODE_OPTIONS, EXTENSIONS, parse_encode_options
+from gpu.codec.errors import ImageError
 from gpu.backend import BackendUnavailable, select_backend
 from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
 
@@ -100,10 +100,10 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
     with tqdm(inputs, unit="img", desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
         for path, target in zip(progress, targets, strict=True):
             try:
-                image = decode_image(path.read_bytes(), settings.max_pixels)
-                drawing = pencil.render(image, params, backend.name)
-                target.write_bytes(encode_image(drawing, fmt, quality))
-            except (OSError, ApiError) as exc:
+                data = path.read_bytes()
+                drawing = pencil.draw_bytes(data, open_image(data, settings.max_pixels), params, fmt, quality, backend.name)
+                target.write_bytes(drawing.data)
+            except (OSError, ImageError) as exc:
                 failures += 1
                 progress.write(f"{path}: {exc}", file=sys.stderr)
             except Exception as exc:  # a render bug on one photo must not lose the rest

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from gpu.codec.errors import ImageError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
 
 log = logging.getLogger("pencil.errors")
@@ -57,6 +58,16 @@ def error_response(status: int, code: str, detail: str, headers: dict[str, str] 
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
 
+# The HTTP status of each ImageError code (gpu/codec knows no HTTP).
+IMAGE_ERROR_STATUS = {
+    "empty_file": 400,
+    "corrupt_image": 400,
+    "image_too_small": 400,
+    "too_many_pixels": 413,
+    "unsupported_format": 415,
+    "too_large_for_format": 422,
+}
+
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_format"}
 
 
@@ -70,6 +81,10 @@ def _rejected(request: Request, status: int, code: str, detail: str, headers: di
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
     return _rejected(request, exc.status, exc.code, exc.detail, exc.headers)
+
+
+async def _image_error(request: Request, exc: ImageError) -> JSONResponse:
+    return _rejected(request, IMAGE_ERROR_STATUS.get(exc.code, 400), exc.code, exc.detail)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -112,6 +127,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PoolBusy, _pool_busy)
     app.add_exception_handler(DeviceOutOfMemory, _out_of_memory)
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(ImageError, _image_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(ClientDisconnect, _client_disconnect)

@@ -15,18 +15,11 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request, Response
 from starlette.datastructures import UploadFile
 
-from app.decode import load_pixels, open_image
-from app.encode import (
-    ENCODE_OPTIONS,
-    EXTENSIONS,
-    MEDIA_TYPES,
-    check_encodable,
-    encode_image,
-    parse_encode_options,
-)
 from app.errors import ERROR_SCHEMA, ApiError
 from app.forms import read_form
 from gpu import pencil
+from gpu.codec.decode import open_image
+from gpu.codec.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, check_encodable, parse_encode_options
 from gpu.pencil.params import (
     PENCIL_OPTIONS,
     Option,
@@ -62,6 +55,7 @@ _image_headers = {
     "X-Render-Ms": {"description": "decode + render + encode time in ms, excluding queue wait", "schema": {"type": "number"}},
     "X-Queue-Ms": {"description": "time spent waiting for a render worker, in ms", "schema": {"type": "number"}},
     "X-Image-Size": {"description": "size of the drawing, WIDTHxHEIGHT in px", "schema": {"type": "string"}},
+    "X-Codecs": {"description": "where the photo was decoded and the drawing encoded: `decode gpu|cpu, encode gpu|cpu`", "schema": {"type": "string"}},
 }
 
 OPENAPI = {
@@ -162,21 +156,21 @@ async def sketch(request: Request) -> Response:
     out_height, out_width = fitted_size(photo.height, photo.width, params.max_side)
     check_encodable(out_width, out_height, fmt)  # only the longer side matters: EXIF rotation cannot change it
 
-    def job() -> tuple[bytes, tuple[int, int]]:
-        drawing = pencil.render(load_pixels(photo), params, backend.name, pool=state.pool)
-        return encode_image(drawing, fmt, quality), (drawing.shape[1], drawing.shape[0])
+    def job() -> pencil.Drawing:
+        return pencil.draw_bytes(data, photo, params, fmt, quality, backend.name, pool=state.pool)
 
     timed = await queue.run(job, pixels=out_width * out_height, receive=request.receive)
-    encoded, (width, height) = timed.value
+    drawing = timed.value
     download_name = f"{PurePath(filename).stem or 'image'}-sketch.{EXTENSIONS[fmt]}"
     return Response(
-        content=encoded,
+        content=drawing.data,
         media_type=MEDIA_TYPES[fmt],
         headers={
             "X-Backend": backend.name,
             "X-Render-Ms": f"{timed.run_ms:.1f}",
             "X-Queue-Ms": f"{timed.queue_ms:.1f}",
-            "X-Image-Size": f"{width}x{height}",
+            "X-Image-Size": f"{drawing.width}x{drawing.height}",
+            "X-Codecs": f"decode {drawing.decoded_on}, encode {drawing.encoded_on}",
             "Content-Disposition": content_disposition(download_name),
             "Cache-Control": "no-store",
         },

@@ -70,6 +70,15 @@ class Lease:
     side_stream: Any  # cupy.cuda.Stream: the second branch, joined back with an event
     priority: int = INTERACTIVE
     _staging: dict[str, np.ndarray] = field(default_factory=dict)
+    _resources: dict[str, Any] = field(default_factory=dict)
+
+    def resource(self, name: str, make: Callable[[], T]) -> T:
+        """A per-slot object built once by `make()` and reused by every holder of this
+        lease (for example the device codecs, which must not be shared between threads)."""
+        found = self._resources.get(name)
+        if found is None:
+            found = self._resources[name] = make()
+        return found
 
     def staging(self, name: str, nbytes: int) -> np.ndarray:
         """A pinned host buffer of at least `nbytes` (uint8, 1-D view of exactly nbytes),
@@ -194,6 +203,11 @@ class DevicePool:
     @property
     def device_ids(self) -> list[int]:
         return list(self._devices)
+
+    def leases(self) -> list[Lease]:
+        """Every lease of every device, for start-up work done before serving (warm-up);
+        at any other time take one with `lease()` or `run()`."""
+        return [lease for device in self._devices.values() for lease in device.leases]
 
     @property
     def size(self) -> int:

@@ -1,10 +1,27 @@
-"""The pencil-drawing pipeline (Lu, Xu & Jia 2012): parameters, texture, backends."""
+"""The pencil-drawing pipeline (Lu, Xu & Jia 2012): parameters, texture, backends.
+
+Front door: `render` (pixels in, pixels out), `draw_bytes` (an uploaded file in, an
+encoded drawing out, on the cheapest codec path: gpu/pencil/draw.py) and `warm_up`.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 
+from gpu.pencil.draw import Drawing, draw_bytes
 from gpu.pencil.params import PencilParams
+
+__all__ = ["Drawing", "draw_bytes", "render", "warm_up"]
+
+log = logging.getLogger("pencil")
+
+# Photo sizes whose line tables warm_up builds on every device (width, height): the
+# common camera and screen sizes, each also turned upright. Any other size builds its
+# tables (a few ms) on its first render.
+WARM_SIZES = ((640, 480), (800, 600), (1024, 768), (1280, 720), (1280, 960), (1600, 1200), (1920, 1080), (2048, 1536), (2560, 1440), (2560, 1920), (3840, 2160), (4032, 3024))
 
 
 def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=None) -> np.ndarray:
@@ -20,13 +37,33 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=N
 
 
 def warm_up(backend: str = "cpu", pool=None) -> None:
-    """Build what the first render would otherwise build: the pencil texture tile and,
-    on CUDA, the kernels and per-device assets of every device in `pool`."""
+    """Build what a first request would otherwise pay for: the pencil texture tile and,
+    on CUDA, on every lease of `pool`: the kernels, the device assets, the line tables of
+    the default options at WARM_SIZES, the device JPEG codecs, the pinned staging and a
+    first render of each texture mode (CuPy's memory pool and launch caches)."""
     from gpu.pencil.texture import pencil_texture
 
+    started = time.perf_counter()
     pencil_texture()
-    if backend == "cuda":
-        from gpu.pencil import cuda
+    if backend != "cuda":
+        return
+    from gpu.codec import nvjpeg
+    from gpu.pencil import cuda
+    from gpu.pool import default_pool
 
-        for device in pool.device_ids if pool is not None else [0]:
-            cuda.assets(device)
+    pool = pool or default_pool()
+    defaults = PencilParams()
+    for device in pool.device_ids:
+        device_assets = cuda.assets(device)
+        for width, height in WARM_SIZES:
+            for h, w in ((height, width), (width, height)):
+                length = defaults.line_length(h, w)
+                device_assets.line_plan(length, 0)
+                device_assets.line_plan(length, defaults.stroke_width)
+    sample = np.zeros((1080, 1920, 3), np.uint8)
+    sample[::7] = 200  # edges and tone for every stage to work on
+    for lease in pool.leases():
+        nvjpeg.warm(lease)
+        for texture in ("lu", "fast"):
+            cuda.render_on(lease, sample, PencilParams(texture=texture))
+    log.info("warmed up in %.2f s", time.perf_counter() - started)

@@ -256,7 +256,7 @@ class DeviceAssets:
                     tiled, untiled = (LineTable.upload(line_table(length, width, prefix)) for prefix in (True, False))
                     plan = LinePlan(tiled, untiled, length // 2 + 1)
                 self._lines[key] = plan
-                while len(self._lines) > 16:
+                while len(self._lines) > 64:
                     self._lines.popitem(last=False)
             else:
                 self._lines.move_to_end(key)
@@ -464,31 +464,65 @@ def merge(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, be
 # -------------------------------------------------------------------- pipeline --
 
 
+def upload(lease, image: np.ndarray) -> cupy.ndarray:
+    """Host (H, W[, 3]) uint8 -> the same on the lease's device, through its pinned
+    staging buffer, queued on `lease.stream` (the copy is asynchronous)."""
+    image = np.ascontiguousarray(image)
+    runtime = cupy.cuda.runtime
+    with cupy.cuda.Device(lease.device), lease.stream:
+        pinned_in = lease.staging("in", image.nbytes)
+        pinned_in[:] = image.reshape(-1).view(np.uint8)
+        d_image = _empty(image.shape, cupy.uint8)
+        runtime.memcpyAsync(d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, lease.stream.ptr)
+    return d_image
+
+
+def download(lease, out: cupy.ndarray, marks: list | None = None) -> np.ndarray:
+    """A device array ready in the order of `lease.stream` -> a host copy (waits for it).
+    With `marks`, a ("download", event) pair is appended after the copy."""
+    runtime = cupy.cuda.runtime
+    with cupy.cuda.Device(lease.device):
+        pinned_out = lease.staging("out", out.nbytes)
+        runtime.memcpyAsync(pinned_out.ctypes.data, out.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, lease.stream.ptr)
+        if marks is not None:
+            marks.append(("download", lease.stream.record()))
+        lease.stream.synchronize()
+    return pinned_out.copy().reshape(out.shape)
+
+
 def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False) -> np.ndarray:
-    """Photo -> drawing on `lease` (a gpu.pool.Lease); shapes as reference.render.
+    """Photo -> drawing on `lease` (a gpu.pool.Lease), host arrays in and out; shapes as
+    reference.render. `marks` and `serial`: see render_device."""
+    image = np.ascontiguousarray(reference.fit_max_side(image, params.max_side))
+    if marks is not None:
+        with cupy.cuda.Device(lease.device):
+            marks.append(("start", lease.stream.record()))
+    d_image = upload(lease, image)
+    out = render_device(lease, d_image, params, marks, serial)
+    return download(lease, out, marks)
+
+
+def render_device(lease, d_image: cupy.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False) -> cupy.ndarray:
+    """Photo -> drawing on `lease`, device arrays in and out: (H, W) or (H, W, 3) uint8
+    ready in the order of `lease.stream` -> (H, W) uint8 or, in colour mode, (H, W, 3)
+    uint8 RGB, ready in the same order. The photo is drawn at its own size (max_side is
+    the caller's).
 
     For timing: with `marks` a list, (stage name, cupy Event) pairs recorded on the main
-    stream are appended to it, from "start" to "download"; with `serial`, the tone
-    branch runs on the main stream too, so that the marks time every stage alone.
+    stream are appended to it; with `serial`, the tone branch runs on the main stream
+    too, so that the marks time every stage alone.
     """
-    image = np.ascontiguousarray(reference.fit_max_side(image, params.max_side))
-    height, width = image.shape[:2]
+    height, width = d_image.shape[:2]
     length = params.line_length(height, width)
     device_assets = assets(lease.device)
     main = lease.stream
     side = main if serial else lease.side_stream
-    runtime = cupy.cuda.runtime
 
     def mark(name: str, stream=main) -> None:
         if marks is not None and stream is main:
             marks.append((name, main.record()))
 
     with cupy.cuda.Device(lease.device), main:
-        mark("start")
-        pinned_in = lease.staging("in", image.nbytes)
-        pinned_in[:] = image.reshape(-1).view(np.uint8)
-        d_image = _empty(image.shape, cupy.uint8)
-        runtime.memcpyAsync(d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, main.ptr)
         mark("upload")
         planes = luma_and_histogram(d_image)
         luma_ready = main.record()
@@ -521,11 +555,7 @@ def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None
         floor = stroke_floor(length, params.stroke_width)
         out = merge(stroke_plane, extrema, floor, params.stroke_gamma, j, beta, device_assets, d_image, params.mode == "color")
         mark("merge")
-        pinned_out = lease.staging("out", out.nbytes)
-        runtime.memcpyAsync(pinned_out.ctypes.data, out.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, main.ptr)
-        mark("download")
-        main.synchronize()
-        return pinned_out.copy().reshape(out.shape)
+        return out
 
 
 def render(image: np.ndarray, params: PencilParams, pool=None) -> np.ndarray:

@@ -172,16 +172,16 @@ def test_help_lists_every_option():
 
 
 def test_a_failing_render_does_not_abort_the_batch(inputs, tmp_path, monkeypatch):
-    real_render = cli.pencil.render
+    real_draw = cli.pencil.draw_bytes
     calls = []
 
-    def flaky_render(image, params, backend="cpu"):
-        calls.append(image.shape)
+    def flaky_draw(data, photo, params, fmt, quality, backend="cpu"):
+        calls.append(photo.size)
         if len(calls) == 1:
             raise RuntimeError("render failed")
-        return real_render(image, params, backend)
+        return real_draw(data, photo, params, fmt, quality, backend)
 
-    monkeypatch.setattr(cli.pencil, "render", flaky_render)
+    monkeypatch.setattr(cli.pencil, "draw_bytes", flaky_draw)
     out = tmp_path / "out"
     assert cli.main(["sketch", str(inputs["a"][0]), str(inputs["b"][0]), "-o", str(out)]) == 1
     assert [p.name for p in out.iterdir()] == ["b-sketch.png"]

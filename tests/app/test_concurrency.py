@@ -111,14 +111,14 @@ def held_renders(monkeypatch):
 
     release = threading.Event()
     started = threading.Semaphore(0)
-    real_render = gpu.pencil.render
+    real_draw = gpu.pencil.draw_bytes
 
-    def held(image, params, backend="cpu", pool=None):
+    def held(data, photo, params, fmt, quality, backend="cpu", pool=None):
         started.release()
         assert release.wait(REQUEST_TIMEOUT), "the test never released the render"
-        return real_render(image, params, backend, pool)
+        return real_draw(data, photo, params, fmt, quality, backend, pool)
 
-    monkeypatch.setattr(gpu.pencil, "render", held)
+    monkeypatch.setattr(gpu.pencil, "draw_bytes", held)
     yield release, started
     release.set()
 

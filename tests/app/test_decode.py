@@ -1,4 +1,4 @@
-"""app/decode.py: `sniff_format` and `decode_image` directly, then the same inputs
+"""gpu/codec/decode.py: `sniff_format` and `decode_image` directly, then the same inputs
 through POST /sketch (statuses, error codes, and that the server keeps answering)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 from PIL import Image
 from pencil_testkit import assert_api_error, decoded, encode, open_image, photo, photo_bytes, png_with_header, sketch_files, smooth_random
 
-from app.decode import decode_image, sniff_format, to_array
-from app.errors import ApiError
+from app.errors import IMAGE_ERROR_STATUS
+from gpu.codec.decode import decode_image, sniff_format, to_array
+from gpu.codec.errors import ImageError
 
 MAX_PIXELS = 50_000_000  # the default of Settings.max_pixels
 
@@ -236,18 +237,18 @@ def test_png_with_trns_colour_is_composited_on_white():
     ids=["empty", "text", "gif", "bmp", "tiff", "truncated-jpeg", "jpeg-signature-noise", "truncated-png", "png-no-pixels", "1x1", "15px-wide", "60000x60000", "8000x8000"],
 )
 def test_decode_rejects(rng, make, status, code):
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ImageError) as caught:
         decode_image(make(rng), MAX_PIXELS)
-    assert (caught.value.status, caught.value.code) == (status, code)
+    assert (IMAGE_ERROR_STATUS[caught.value.code], caught.value.code) == (status, code)
     assert caught.value.detail
 
 
 def test_decode_pixel_limit_is_configurable():
     data = photo_bytes("astronaut", "png", 100, 100)
     assert decode_image(data, 10_000).shape == (100, 100, 3)  # exactly at the limit
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ImageError) as caught:
         decode_image(data, 9_999)
-    assert (caught.value.status, caught.value.code) == (413, "too_many_pixels")
+    assert (IMAGE_ERROR_STATUS[caught.value.code], caught.value.code) == (413, "too_many_pixels")
     assert "100x100" in caught.value.detail
 
 

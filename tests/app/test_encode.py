@@ -1,4 +1,4 @@
-"""app/encode.py: encode_image round trips (decoded back with Pillow, an independent
+"""gpu/codec/encode.py: encode_image round trips (decoded back with Pillow, an independent
 decoder), channel order, quality, and parse_encode_options."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from pencil_testkit import MAGIC, decoded, open_image, photo, smooth_random
 
-from app.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image, parse_encode_options
+from gpu.codec.encode import ENCODE_OPTIONS, EXTENSIONS, MEDIA_TYPES, encode_image, parse_encode_options
 from gpu.pencil.params import ParamError
 
 

@@ -119,10 +119,10 @@ def test_pool_errors_answer_503_and_the_server_keeps_serving(
 ):
     client = make_client(raise_server_exceptions=False)
 
-    def failing_render(image, params, backend="cpu", pool=None):
+    def failing_draw(data, photo, params, fmt, quality, backend="cpu", pool=None):
         raise error
 
-    monkeypatch.setattr(gpu.pencil, "render", failing_render)
+    monkeypatch.setattr(gpu.pencil, "draw_bytes", failing_draw)
     files = sketch_files(photo_bytes(width=64))
     response = client.post("/sketch", files=files)
     detail = assert_api_error(response, 503, code, client)["detail"]
@@ -162,12 +162,12 @@ def fake_cuda(monkeypatch):
         lambda *args, **kwargs: DevicePool(*args, runtime=FakeRuntime(2), **kwargs),
     )
     monkeypatch.setattr(gpu.pencil, "warm_up", lambda backend="cpu", pool=None: None)
-    cpu_render = gpu.pencil.render
+    cpu_draw = gpu.pencil.draw_bytes
 
-    def render_on_a_lease(image, params, backend="cpu", pool=None):
-        return pool.run(lambda lease: cpu_render(image, params, "cpu"))
+    def draw_on_a_lease(data, photo, params, fmt, quality, backend="cpu", pool=None):
+        return pool.run(lambda lease: cpu_draw(data, photo, params, fmt, quality, "cpu"))
 
-    monkeypatch.setattr(gpu.pencil, "render", render_on_a_lease)
+    monkeypatch.setattr(gpu.pencil, "draw_bytes", draw_on_a_lease)
 
 
 def settings(tmp_path, **values) -> Settings:

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from pencil_testkit import metric_value, photo_bytes, sketch_files
 
-from app.encode import ENCODE_OPTIONS
+from gpu.codec.encode import ENCODE_OPTIONS
 from app.main import VERSION
 from gpu.pencil.params import PENCIL_OPTIONS
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pencil_testkit import MAGIC, MEDIA, PHOTOS, assert_api_error, decoded, encode, open_image, photo, photo_bytes, sketch_files
 
-from app.encode import ENCODE_OPTIONS
+from gpu.codec.encode import ENCODE_OPTIONS
 from gpu.pencil.params import PENCIL_OPTIONS
 
 UPLOAD_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}

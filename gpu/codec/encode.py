@@ -8,7 +8,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from app.errors import ApiError
+from gpu.codec.errors import ImageError
 from gpu.pencil.params import Option
 
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
@@ -29,10 +29,10 @@ def parse_encode_options(raw: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def check_encodable(width: int, height: int, fmt: str) -> None:
-    """Raise ApiError 422 before rendering when `fmt` cannot hold a width x height image."""
+    """Raise ImageError too_large_for_format before rendering when `fmt` cannot hold a width x height image."""
     limit = MAX_SIDE[fmt]
     if max(width, height) > limit:
-        raise ApiError(422, "too_large_for_format", f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side")
+        raise ImageError("too_large_for_format", f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side")
 
 
 def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:

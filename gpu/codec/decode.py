@@ -1,4 +1,4 @@
-"""Uploaded bytes -> an 8-bit image array, or a clear 4xx.
+"""Uploaded bytes -> an 8-bit image array, or an ImageError.
 
 Accepts JPEG, PNG and WebP (decided from the file's signature, not its name). The
 pixel count is checked from the header before any pixel is decoded, so a decompression
@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from app.errors import ApiError
+from gpu.codec.errors import ImageError
 from gpu.pencil.params import MIN_SIDE
 
 # Our own pixel limit, checked from the header before decoding, is the guard against
@@ -44,14 +44,14 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     """Read an uploaded image's header only (nothing is decoded): a lazy Pillow image
     whose `.size` is the stored (width, height).
 
-    Raises ApiError: 400 empty/corrupt header/too small, 413 more than `max_pixels`,
-    415 not a JPEG, PNG or WebP.
+    Raises ImageError: empty_file, corrupt_image (header), image_too_small,
+    too_many_pixels (more than `max_pixels`), unsupported_format (not JPEG, PNG or WebP).
     """
     if not data:
-        raise ApiError(400, "empty_file", "the uploaded file is empty")
+        raise ImageError("empty_file", "the uploaded file is empty")
     kind = sniff_format(data)
     if kind is None:
-        raise ApiError(415, "unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
+        raise ImageError("unsupported_format", "only JPEG, PNG and WebP images are accepted; this file is none of them")
     if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
         # Pillow refuses images over 2x this process-wide limit inside open(); raise it
         # (only ever up, so concurrent calls agree) so that our limit is the one that holds.
@@ -59,15 +59,15 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(data), formats=[kind])
     except Image.DecompressionBombError:
-        raise ApiError(413, "too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
+        raise ImageError("too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ApiError(400, "corrupt_image", f"the file starts like a {SUPPORTED_FORMATS[kind]} but its header is invalid ({exc})") from None
+        raise ImageError("corrupt_image", f"the file starts like a {SUPPORTED_FORMATS[kind]} but its header is invalid ({exc})") from None
 
     width, height = image.size
     if width * height > max_pixels:
-        raise ApiError(413, "too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}")
+        raise ImageError("too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}")
     if min(width, height) < MIN_SIDE:
-        raise ApiError(400, "image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
+        raise ImageError("image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
     return image
 
 
@@ -78,11 +78,11 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
 
 def load_pixels(image: Image.Image) -> np.ndarray:
     """Decode an image from `open_image`: (H, W) uint8 gray or (H, W, 3) uint8 RGB,
-    C-contiguous, upright. Raises ApiError 400 when the data is corrupt or truncated."""
+    C-contiguous, upright. Raises ImageError corrupt_image when the data is corrupt or truncated."""
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ApiError(400, "corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})") from None
+        raise ImageError("corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})") from None
     return to_array(_upright(image))
 
 

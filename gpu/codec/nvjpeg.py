@@ -1,0 +1,133 @@
+"""JPEG decode and encode on the GPU (nvJPEG through nvImageCodec), on a lease's stream.
+
+A JPEG upload crosses PCIe as its compressed bytes; the decoded pixels land in device
+memory, and a JPEG answer is encoded from the drawing where it lies, so only the
+compressed result comes back. Measured on an H200 for 1920x1080 (issue 18): decode
+1.2 ms, encode 0.2 ms, against 11 ms and 6 ms for OpenCV's host codecs.
+
+nvImageCodec (`nvidia-nvimgcodec-cu12` / `-cu13`, with the `cuda` / `cuda13` extras) is
+optional: `available()` says whether it imports and registered its nvJPEG codecs; without
+it the host codecs (gpu/codec/decode.py, encode.py) do all the work, logged once.
+
+Each lease gets its own decoder and encoder (they are not shared between threads), made
+on first use and kept by the lease; `warm(lease)` makes them at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import cupy
+
+log = logging.getLogger("pencil.codec")
+
+_state_lock = threading.Lock()
+_module: Any = None
+_checked = False
+
+# Options of the nvJPEG decoder: fancy (smooth) chroma upsampling, as libjpeg-turbo
+# (Pillow, OpenCV) does by default, so both paths see the same colour edges.
+DECODER_OPTIONS = ":fancy_upsampling=1"
+CODEC_THREADS = 1  # host threads per decoder: the server's processes already use every core
+
+
+def _nvimgcodec():
+    """The nvidia.nvimgcodec module, or None when it is missing or broken (logged once)."""
+    global _module, _checked
+    with _state_lock:
+        if not _checked:
+            _checked = True
+            try:
+                from nvidia import nvimgcodec
+
+                _module = nvimgcodec
+                log.info("JPEG decode and encode on the GPU: nvImageCodec %s", getattr(nvimgcodec, "__version__", "?"))
+            except Exception as exc:  # not installed, or its libraries do not load
+                log.warning("nvImageCodec is not usable (%s): JPEG decode and encode stay on the CPU", exc)
+        return _module
+
+
+def available() -> bool:
+    """Whether JPEGs can be decoded and encoded on the device in this process."""
+    return _nvimgcodec() is not None
+
+
+@dataclass
+class DeviceCodecs:
+    """One lease's nvImageCodec decoder and encoder (GPU backends only: a JPEG they
+    cannot take goes back to the host codecs, never to a second host decoder)."""
+
+    decoder: Any
+    encoder: Any
+
+    @classmethod
+    def create(cls, device: int) -> DeviceCodecs:
+        codec = _nvimgcodec()
+        backends = [codec.Backend(codec.BackendKind.GPU_ONLY), codec.Backend(codec.BackendKind.HYBRID_CPU_GPU)]
+        decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=backends, options=DECODER_OPTIONS)
+        encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=backends)
+        return cls(decoder, encoder)
+
+
+def codecs(lease) -> DeviceCodecs:
+    """The device codecs of `lease` (a gpu.pool.Lease), made on first use."""
+    return lease.resource("nvjpeg", lambda: DeviceCodecs.create(lease.device))
+
+
+def warm(lease) -> None:
+    """Make the lease's codecs and run one tiny decode and encode, so that the first
+    request pays no library or handle set-up."""
+    if not available():
+        return
+    with cupy.cuda.Device(lease.device), lease.stream:
+        sample = cupy.zeros((64, 64, 3), cupy.uint8)
+        sample[16:48, 16:48] = 200
+        data = encode(lease, sample, 90)
+        decoded = decode(lease, data, gray=False)
+        if decoded is None or decoded.shape != (64, 64, 3):
+            raise RuntimeError(f"nvImageCodec round trip gave {None if decoded is None else decoded.shape}, not (64, 64, 3)")
+        lease.stream.synchronize()
+
+
+def decode(lease, data: bytes, gray: bool) -> cupy.ndarray | None:
+    """JPEG bytes -> (H, W) uint8 luma (`gray`) or (H, W, 3) uint8 RGB on the lease's
+    device, upright (EXIF orientation applied), ready in the order of `lease.stream`.
+    None when the device decoders do not take this file (the caller decodes on the host,
+    which also words any error)."""
+    codec = _nvimgcodec()
+    params = codec.DecodeParams(apply_exif_orientation=True, color_spec=codec.ColorSpec.GRAY if gray else codec.ColorSpec.SRGB)
+    with cupy.cuda.Device(lease.device), lease.stream:
+        try:
+            image = codecs(lease).decoder.decode(codec.CodeStream(data), params=params, cuda_stream=lease.stream.ptr)
+        except Exception as exc:  # nvImageCodec raises for streams it cannot parse
+            log.debug("device JPEG decode refused the file: %s", exc)
+            return None
+        if image is None:
+            return None
+        # DLPack hands the buffer over in the order of the current stream (no host wait);
+        # the copy into our own pool frees nvImageCodec's buffer with `image`.
+        pixels = cupy.from_dlpack(image).copy()
+    channels = 1 if gray else 3
+    if pixels.ndim != 3 or pixels.shape[2] != channels:
+        return None
+    return pixels[:, :, 0] if gray else pixels
+
+
+def encode(lease, image: cupy.ndarray, quality: int) -> bytes:
+    """(H, W) uint8 gray or (H, W, 3) uint8 RGB on the lease's device -> JPEG bytes at
+    `quality` (1..100, the IJG scale as OpenCV's), chroma 4:2:0 as OpenCV's default.
+    The image must be ready in the order of `lease.stream`."""
+    codec = _nvimgcodec()
+    gray = image.ndim == 2
+    image = cupy.ascontiguousarray(image)
+    subsampling = codec.ChromaSubsampling.CSS_GRAY if gray else codec.ChromaSubsampling.CSS_420
+    params = codec.EncodeParams(quality_type=codec.QualityType.QUALITY, quality_value=float(quality), chroma_subsampling=subsampling)
+    with cupy.cuda.Device(lease.device), lease.stream:
+        source = codec.as_image(image[:, :, None] if gray else image, cuda_stream=lease.stream.ptr)
+        stream = codecs(lease).encoder.encode(source, "jpeg", params=params, cuda_stream=lease.stream.ptr)
+    if stream is None:
+        raise RuntimeError(f"nvImageCodec could not encode a {image.shape} image as JPEG")
+    return bytes(stream)
