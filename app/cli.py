@@ -63,6 +63,8 @@ def serve(host: str | None, port: int | None) -> int:
         port=port or settings.port,
         log_level=settings.log_level,
         proxy_headers=True,
+        # Several processes share the listening socket; uvicorn restarts one that dies.
+        workers=settings.processes if settings.processes > 1 else None,
     )
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(pencil.warm_up, backend.name, pool)
+        app.state.warmed_up = True  # /readyz says ready from here on
         store = app.state.jobs = JobStore(settings.data_dir)
         metrics.watch_jobs(store)
         runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400)
@@ -117,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.pool = pool
     app.state.workers = workers
+    app.state.warmed_up = False
     app.state.render_queue = RenderQueue(workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
     install_error_handlers(app)
     sketch.install(app)
@@ -138,7 +141,8 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
     if backend.name != "cuda":
         return backend, None
     try:
-        pool = DevicePool(parse_devices(settings.devices), settings.streams, settings.gpu_memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
+        memory_fraction = settings.gpu_memory_fraction / settings.processes  # the processes share each card
+        pool = DevicePool(parse_devices(settings.devices), settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":
             raise BackendUnavailable(f"PENCIL_BACKEND=cuda but the GPU pool could not be built: {exc}") from exc
@@ -170,6 +174,9 @@ def _add_service_routes(app: FastAPI) -> None:
             "devices": state.backend.devices,
             "version": VERSION,
             "workers": state.workers,
+            "processes": state.settings.processes,
+            "pid": os.getpid(),
+            "runs_jobs": state.job_runner.leading if hasattr(state, "job_runner") else False,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
             "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
             "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
@@ -179,6 +186,8 @@ def _add_service_routes(app: FastAPI) -> None:
     async def readyz(request: Request) -> JSONResponse:
         state = request.app.state
         problems = []
+        if not state.warmed_up:
+            problems.append("warming up (kernels, codecs, first renders)")
         if not state.settings.data_dir.is_dir():
             problems.append(f"data directory {state.settings.data_dir} is missing")
         if state.render_queue.is_full():

@@ -6,6 +6,11 @@ priority, for /sketch. Without a GPU, jobs run on the CPU backend.
 A job that raises fails with the message; one that is canceled stops at its next
 checkpoint (JobContext.progress). A process stop leaves running jobs in the table as
 running: the next start re-queues them (JobStore.recover).
+
+With several server processes (PENCIL_PROCESSES) on one data directory, only the
+process holding the runner lock (app/jobs/leader.py) runs jobs; the others wait on the
+lock and take over, recovering the jobs left running, when its holder dies. A job
+submitted to another process is seen at the runner's next poll (POLL_S).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Mapping
 
 from app.jobs.kinds import JobCanceled, JobContext, JobKind
+from app.jobs.leader import RunnerLock
 from app.jobs.store import Job, JobStore
 from app.metrics import Metrics
 from gpu.pool import BATCH, DevicePool
@@ -24,6 +30,7 @@ log = logging.getLogger("pencil.jobs")
 
 POLL_S = 1.0  # a worker looks at the queue at least this often (submissions also wake it)
 PURGE_EVERY_S = 3600.0
+STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this often
 
 
 class JobRunner:
@@ -35,11 +42,34 @@ class JobRunner:
         self._stopping = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"job-{i}", daemon=True) for i in range(workers)]
         self._last_purge = 0.0
+        self._lock = RunnerLock(store.data_dir / "job-runner.lock")
+        self._standby: threading.Thread | None = None
+
+    @property
+    def leading(self) -> bool:
+        """Whether this process runs the jobs (holds the runner lock)."""
+        return self._lock.held
 
     def start(self) -> None:
+        """Run jobs now if no other process does, else wait in the background to take over."""
+        if self._lock.try_acquire():
+            self._lead()
+        else:
+            log.info("another server process runs the batch jobs; this one takes over if it stops")
+            self._standby = threading.Thread(target=self._wait_for_lock, name="job-standby", daemon=True)
+            self._standby.start()
+
+    def _wait_for_lock(self) -> None:
+        while not self._stopping.wait(STANDBY_POLL_S):
+            if self._lock.try_acquire():
+                log.info("this process now runs the batch jobs")
+                self._lead()
+                return
+
+    def _lead(self) -> None:
         requeued = self.store.recover()
         if requeued:
-            log.info("re-queued %d job(s) left running by the previous process", requeued)
+            log.info("re-queued %d job(s) left running by a stopped process", requeued)
         self._purge()
         for thread in self._threads:
             thread.start()
@@ -52,10 +82,13 @@ class JobRunner:
         with self._wake:
             self._wake.notify_all()
         deadline = time.monotonic() + wait_s
-        for thread in self._threads:
+        for thread in [*self._threads, *([self._standby] if self._standby else [])]:
             if thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(thread.is_alive() for thread in self._threads)
+        stopped = not any(thread.is_alive() for thread in self._threads)
+        if stopped:
+            self._lock.release()  # a job still running keeps it until the process exits
+        return stopped
 
     def notify(self) -> None:
         """A job was submitted: wake a worker now rather than at its next poll."""

@@ -79,17 +79,23 @@ def codecs(lease) -> DeviceCodecs:
 
 def warm(lease) -> None:
     """Make the lease's codecs and run one tiny decode and encode, so that the first
-    request pays no library or handle set-up."""
+    request pays no library or handle set-up. A round trip that fails turns the device
+    codecs off for this process (logged), rather than failing each request later."""
+    global _module
     if not available():
         return
-    with cupy.cuda.Device(lease.device), lease.stream:
-        sample = cupy.zeros((64, 64, 3), cupy.uint8)
-        sample[16:48, 16:48] = 200
-        data = encode(lease, sample, 90)
-        decoded = decode(lease, data, gray=False)
+    try:
+        with cupy.cuda.Device(lease.device), lease.stream:
+            sample = cupy.zeros((64, 64, 3), cupy.uint8)
+            sample[16:48, 16:48] = 200
+            decoded = decode(lease, encode(lease, sample, 90), gray=False)
+            lease.stream.synchronize()
         if decoded is None or decoded.shape != (64, 64, 3):
-            raise RuntimeError(f"nvImageCodec round trip gave {None if decoded is None else decoded.shape}, not (64, 64, 3)")
-        lease.stream.synchronize()
+            raise RuntimeError(f"the round trip gave {None if decoded is None else decoded.shape}, not (64, 64, 3)")
+    except Exception as exc:
+        log.warning("nvImageCodec failed its start-up check on device %d (%s): JPEG decode and encode stay on the CPU", lease.device, exc)
+        with _state_lock:
+            _module = None
 
 
 def decode(lease, data: bytes, gray: bool) -> cupy.ndarray | None:

@@ -1,0 +1,124 @@
+"""`pencil-gpu serve` with PENCIL_PROCESSES=2: both processes draw, exactly one runs the
+batch jobs, and when that one is killed the other takes the jobs over, the running one
+included, so each job still ends with one result."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pencil_testkit import REPO, decoded, free_port, photo_bytes, sketch_files
+
+TOKEN = "processes-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path):
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
+    env.update(
+        PENCIL_PROCESSES="2",
+        PENCIL_BACKEND="cpu",
+        PENCIL_PORT=str(port),
+        PENCIL_DATA_DIR=str(tmp_path / "data"),
+        PENCIL_ADMIN_TOKEN=TOKEN,
+        PENCIL_LOG_LEVEL="info",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.1)
+        yield base, log_path
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+def health_by_pid(base: str, want: int, timeout_s: float = 30) -> dict[int, dict]:
+    """/healthz bodies by process id, until `want` processes have answered (new
+    connections land on either process)."""
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < want:
+        assert time.monotonic() < deadline, f"only processes {sorted(seen)} answered"
+        with httpx.Client(base_url=base, timeout=5) as client:  # a new connection each time
+            body = client.get("/healthz").json()
+        seen[body["pid"]] = body
+    return seen
+
+
+def leader_pid(base: str, timeout_s: float = 30, not_pid: int | None = None) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pid, body in health_by_pid(base, 1).items():
+            if body["runs_jobs"] and pid != not_pid:
+                return pid
+        assert time.monotonic() < deadline, "no process runs the jobs"
+        time.sleep(0.05)
+
+
+def test_both_processes_draw_and_one_runs_the_jobs(two_processes):
+    base, _ = two_processes
+    bodies = health_by_pid(base, 2)
+    assert all(body["processes"] == 2 for body in bodies.values())
+    assert sum(body["runs_jobs"] for body in bodies.values()) == 1, bodies
+    upload = photo_bytes("coffee", "jpeg", 160)
+    for _ in range(4):
+        with httpx.Client(base_url=base, timeout=60) as client:
+            response = client.post("/sketch", files=sketch_files(upload), data={"format": "png"})
+        assert response.status_code == 200, response.text
+        assert decoded(response.content).shape == (107, 160)
+
+
+def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
+    base, log_path = two_processes
+    first_leader = leader_pid(base)
+    with httpx.Client(base_url=base, timeout=30, headers=AUTH) as client:
+        # About 10 s of LAPACK on two cores: long enough to be killed while running.
+        slow = client.post("/jobs/svd", json={"spec": {"m": 2600, "n": 2600, "dtype": "float64", "seed": 3, "kind": "gaussian"}, "method": "lapack"})
+        assert slow.status_code == 202, slow.text
+        quick = [client.post("/jobs/svd", json={"spec": {"m": 40, "n": 30, "dtype": "float64", "seed": s, "kind": "gaussian"}}) for s in range(4)]
+        ids = [slow.json()["id"]] + [r.json()["id"] for r in quick]
+        deadline = time.monotonic() + 30
+        while client.get(f"/jobs/{ids[0]}").json()["status"] != "running":
+            assert time.monotonic() < deadline, "the slow job never started"
+            time.sleep(0.05)
+    os.kill(first_leader, signal.SIGKILL)
+
+    second_leader = leader_pid(base, timeout_s=60, not_pid=first_leader)
+    assert second_leader != first_leader
+    with httpx.Client(base_url=base, timeout=30, headers=AUTH) as client:
+        deadline = time.monotonic() + 240
+        while True:
+            statuses = [client.get(f"/jobs/{job_id}").json()["status"] for job_id in ids]
+            if all(status in ("succeeded", "failed", "canceled") for status in statuses):
+                break
+            assert time.monotonic() < deadline, statuses
+            time.sleep(0.2)
+        assert statuses == ["succeeded"] * len(ids)
+        result = client.get(f"/jobs/{ids[0]}/result").json()["result"]
+        assert result["singular_values_count"] == 2600
+    assert "re-queued 1 job(s) left running by a stopped process" in log_path.read_text()
