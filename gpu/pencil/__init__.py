@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import time
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from gpu.pencil.draw import Drawing, draw_bytes
 from gpu.pencil.params import PencilParams
 
-__all__ = ["Drawing", "draw_bytes", "render", "warm_up"]
+if TYPE_CHECKING:  # draw.py imports the codecs, which import gpu.pencil.params: no cycle at run time
+    from gpu.pencil.draw import Drawing
+
+__all__ = ["draw_bytes", "render", "warm_up"]
 
 log = logging.getLogger("pencil")
 
@@ -34,6 +38,13 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=N
     from gpu.pencil import reference
 
     return reference.render(image, params)
+
+
+def draw_bytes(data: bytes, photo, params: PencilParams, fmt: str, quality: int, backend: str = "cpu", pool=None) -> Drawing:
+    """An uploaded photo -> its encoded drawing; see gpu.pencil.draw.draw_bytes."""
+    from gpu.pencil import draw
+
+    return draw.draw_bytes(data, photo, params, fmt, quality, backend, pool)
 
 
 def warm_up(backend: str = "cpu", pool=None) -> None:
