@@ -66,9 +66,13 @@ class DeviceCodecs:
     @classmethod
     def create(cls, device: int) -> DeviceCodecs:
         codec = _nvimgcodec()
-        backends = [codec.Backend(codec.BackendKind.GPU_ONLY), codec.Backend(codec.BackendKind.HYBRID_CPU_GPU)]
-        decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=backends, options=DECODER_OPTIONS)
-        encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=backends)
+        kinds = codec.BackendKind
+        # The hardware JPEG engines first (A100, H100: baseline JPEGs, no host Huffman
+        # decoding), then nvJPEG's CUDA decoder, then its hybrid one (progressive files).
+        decoding = [codec.Backend(kind) for kind in (kinds.HW_GPU_ONLY, kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
+        encoding = [codec.Backend(kind) for kind in (kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
+        decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=decoding, options=DECODER_OPTIONS)
+        encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=encoding)
         return cls(decoder, encoder)
 
 
