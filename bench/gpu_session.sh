@@ -3,7 +3,7 @@
 # tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
-#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [svd-tests] [svd-bench] [svd-sanitize]
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
 #        [search-tests] [search-sanitize] [search-bench]    (default: the first four)
 # A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
@@ -14,8 +14,15 @@ out=${OUT:-/tmp/pencil-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  web=(); for w in .whl/*.whl; do case $w in *nvimgcodec*) ;; *) web+=("$w") ;; esac; done
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${web[@]}" || exit 1
+  # nvImageCodec joins the `nvidia` namespace of the installed CUDA wheels, so it goes where they are.
+  if compgen -G ".whl/nvidia_nvimgcodec*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/nvidia_nvimgcodec*.whl 2>/dev/null \
+      || python3 -m pip install -q --no-index --no-deps --no-cache-dir --user .whl/nvidia_nvimgcodec*.whl \
+      || python3 -m pip install -q --no-index --no-deps --no-cache-dir --break-system-packages .whl/nvidia_nvimgcodec*.whl
+  fi
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 else
   export PYTHONPATH=$PWD
 fi
@@ -53,6 +60,11 @@ for step in $steps; do
     search-bench)
       if [ -x .rg/rg ]; then rg_flag=(--rg "$PWD/.rg/rg"); export LD_LIBRARY_PATH=$PWD/.rg:${LD_LIBRARY_PATH:-}; else rg_flag=(); fi
       python3 bench/search.py "${rg_flag[@]}" 2>&1 | tee "$out/search-bench.log" ;;
-    e2e) python3 bench/pencil.py --backend cuda --sizes 1024x768 --repeats 5 --e2e 2>&1 | tee "$out/e2e.log" | tail -20 ;;
+    draw-tests) python3 -m pytest -q -m gpu tests/gpu/pencil/test_draw_cuda.py tests/app/test_sketch_cuda.py tests/gpu/pencil/test_cuda.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/draw-tests.log" | tail -30 ;;
+    codecs) python3 -c "from nvidia import nvimgcodec; print('nvImageCodec', nvimgcodec.__version__)" 2>&1 | tail -3 | tee "$out/codecs.log" ;;
+    e2e)
+      # E2E_SETTINGS: space-separated 'name:KEY=V,KEY=V' (each restarts the server); E2E_ARGS: more options.
+      settings=(); for s in ${E2E_SETTINGS:-p1:PENCIL_PROCESSES=1 p8:PENCIL_PROCESSES=8}; do settings+=(--setting "$s"); done
+      python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e.log" | tail -60 ;;
   esac
 done

@@ -1,7 +1,8 @@
 """Benchmark of the pencil pipeline with its anchors measured in the same run.
 
     python bench/pencil.py [--sizes 640x480,1920x1080] [--repeats 3]            # CPU backend
-    python bench/pencil.py --backend cuda [--sizes ...] [--e2e]                 # GPU backend
+    python bench/pencil.py --backend cuda [--sizes ...]                         # GPU backend
+    python bench/pencil.py --e2e [--backend cuda] [bench/e2e.py's options]      # POST /sketch under load
 
 CPU: the reference against OpenCV's `cv2.pencilSketch` (the CPU peer: a domain-transform
 pencil filter) and the stroke branch written with 16 direct `cv2.filter2D` line
@@ -11,9 +12,11 @@ CUDA: per-stage GPU times (CUDA events, branches serialised), the whole render (
 streams) compute only and with transfers, for texture fast and lu; the same stages
 written the obvious CuPy way (cupyx.scipy.ndimage median_filter and convolve with the
 dense line kernels) and the CPU reference as anchors, with ratios; renders per second
-with 1, 2, 4, 8 concurrent leases; with --e2e, POST /sketch under 1..32 concurrent
-clients against a local server. Inputs rotate among 4 real photos; medians after a
+with 1, 2, 4, 8 concurrent leases. Inputs rotate among 4 real photos; medians after a
 warm-up. Times drift between machines: read the ratios.
+
+--e2e (either backend): bench/e2e.py, the server under load from bench/loadgen.py with
+cv2.pencilSketch on all cores as the anchor; every other option is e2e.py's.
 """
 
 from __future__ import annotations
@@ -76,7 +79,12 @@ def main() -> None:
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--sizes", default=None, help="WxH,... (default: per backend)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (default: 3 on the CPU, 30 on the GPU)")
-    parser.add_argument("--e2e", action="store_true", help="CUDA: also load-test POST /sketch on a local server")
+    parser.add_argument("--e2e", action="store_true", help="load-test POST /sketch on a local server instead (bench/e2e.py; --e2e --help lists its options)")
+    if "--e2e" in sys.argv[1:]:
+        import e2e  # beside this script
+
+        e2e.main([arg for arg in sys.argv[1:] if arg != "--e2e"])
+        return
     args = parser.parse_args()
     if args.backend == "cuda":
         import pencil_cuda  # beside this script: the GPU half of the benchmark

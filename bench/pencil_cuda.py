@@ -2,18 +2,16 @@
 
 Prints, per size and texture mode: per-stage GPU times, the whole render (compute only,
 with transfers, host wall), the cupyx anchor of the same stages and the CPU reference,
-with ratios; then renders per second with 1, 2, 4, 8 concurrent leases; with --e2e, the
-HTTP service under load. Also prints the measured device-to-device copy bandwidth, the
-floor the byte counts are read against.
+with ratios; then renders per second with 1, 2, 4, 8 concurrent leases. Also prints the
+measured device-to-device copy bandwidth, the floor the byte counts are read against.
+The HTTP service under load is bench/e2e.py (`python bench/pencil.py --e2e --backend cuda`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +26,6 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu.pencil import cuda  # noqa: E402
-from pencil import median_ms  # noqa: E402  (bench/pencil.py, beside this file)
 from gpu.pencil import reference as ref  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 from gpu.pool import DevicePool  # noqa: E402
@@ -204,74 +201,4 @@ def main(args) -> None:
             rates = [throughput(pool, images, params, n) for n in (1, 2, 4, 8)]
             print(f"{width}x{height} | {texture} | " + " | ".join(f"{r:.0f}" for r in rates))
 
-    if args.e2e:
-        end_to_end()
-
-
-# ------------------------------------------------------------------ end to end --
-
-
-def end_to_end(port: int = 8765) -> None:
-    """POST /sketch (JPEG in, JPEG out) against a local `pencil-gpu serve` on CUDA."""
-    import httpx
-
-    from app.decode import load_pixels, open_image
-    from app.encode import encode_image
-
-    env = {**os.environ, "PENCIL_BACKEND": os.environ.get("PENCIL_BACKEND", "cuda"), "PENCIL_PORT": str(port), "PENCIL_MAX_QUEUE": "256", "PENCIL_LOG_LEVEL": "warning"}
-    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=Path(__file__).resolve().parent.parent)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                health = httpx.get(f"{base}/healthz", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.5)
-        print(f"\n# end to end: POST /sketch?format=jpeg, JPEG q90 in, backend {health['backend']}, {health['workers']} workers")
-        print("size | clients | requests/s | p50 ms | p99 ms | decode ms | encode ms | server render ms (X-Render-Ms)")
-        for width, height in ((1024, 768), (2560, 1920)):
-            image = photos(width, height)[0]
-            _, jpeg = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
-            data = jpeg.tobytes()
-            decode_ms = median_ms(lambda data=data: load_pixels(open_image(data, 10**9)), 7)
-            drawing = ref.to_u8(np.random.default_rng().random((height, width), dtype=np.float32))
-            encode_ms = median_ms(lambda drawing=drawing: encode_image(drawing, "jpeg", 90), 7)
-            for clients in (1, 4, 16, 32):
-                rate, p50, p99, render_ms = asyncio.run(_load(base, data, clients, seconds=4.0))
-                print(f"{width}x{height} | {clients} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {decode_ms:.1f} | {encode_ms:.1f} | {render_ms:.1f}")
-        metrics = httpx.get(f"{base}/metrics", timeout=10).text
-        print("\n# /metrics after the load (per-device leases):")
-        for line in metrics.splitlines():
-            if line.startswith(("pencil_gpu_leases_granted_total", "pencil_gpu_leases{", "pencil_gpu_memory_used_bytes")):
-                print(line)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-async def _load(base: str, data: bytes, clients: int, seconds: float) -> tuple[float, float, float, float]:
-    import httpx
-
-    latencies: list[float] = []
-    render_ms: list[float] = []
-    stop = time.perf_counter() + seconds
-    async with httpx.AsyncClient(base_url=base, timeout=120, limits=httpx.Limits(max_connections=clients)) as client:
-
-        async def one_client() -> None:
-            while time.perf_counter() < stop:
-                start = time.perf_counter()
-                response = await client.post("/sketch", params={"format": "jpeg"}, files={"image": ("photo.jpg", data, "image/jpeg")})
-                if response.status_code == 200:
-                    latencies.append((time.perf_counter() - start) * 1000)
-                    render_ms.append(float(response.headers["x-render-ms"]))
-
-        start = time.perf_counter()
-        await asyncio.gather(*(one_client() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-    return len(latencies) / elapsed, statistics.median(latencies), p99, statistics.median(render_ms)
+    print("\n# POST /sketch under load: python bench/pencil.py --e2e --backend cuda (bench/e2e.py)")

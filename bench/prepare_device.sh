@@ -13,7 +13,8 @@ for ignored in /.whl/ /.rg/; do
   grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 if [ -x ../shared/tools/wheelhouse.sh ] || [ -f ../shared/tools/wheelhouse.sh ]; then
-  bash ../shared/tools/wheelhouse.sh
+  # nvImageCodec (the device JPEG codecs) and py-spy (bench/e2e.py --profile) ride along.
+  bash ../shared/tools/wheelhouse.sh "nvidia-nvimgcodec-cu13>=0.9" "py-spy>=0.3"
 else
   echo "no ../shared/tools/wheelhouse.sh: .whl/ not built (the HTTP GPU tests will skip)" >&2
 fi
