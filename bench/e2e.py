@@ -222,16 +222,23 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 
 def start_server(env: dict[str, str], port: int, log_path: Path, ready_timeout: float) -> subprocess.Popen:
     """`python -m app.cli serve --port port` with `env`, output to log_path; returns once
-    GET /readyz answers 200 (raises if it exits or `ready_timeout` s pass first)."""
+    GET /readyz answers 200 and every server process (PENCIL_PROCESSES) has answered
+    /healthz, so that no load lands on the first process alone while the others still warm
+    up (raises if it exits or `ready_timeout` s pass first)."""
     with log_path.open("wb") as log:
         server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    processes = int(env.get("PENCIL_PROCESSES", "1"))
+    seen: set[int] = set()
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"the server exited with status {server.returncode}; its log:\n{log_path.read_text()[-3000:]}")
         try:
             if get(port, "/readyz")[0] == 200:
-                return server
+                seen.add(json.loads(get(port, "/healthz")[1])["pid"])  # a new connection each time
+                if len(seen) >= processes:
+                    return server
+                continue
         except OSError:  # not listening yet
             pass
         time.sleep(0.5)

@@ -3,7 +3,7 @@
 # tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
-#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [svd-tests] [svd-bench] [svd-sanitize]
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [e2e-mps] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
 #        [search-tests] [search-sanitize] [search-bench]    (default: the first four)
 # A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
@@ -66,5 +66,17 @@ for step in $steps; do
       # E2E_SETTINGS: space-separated 'name:KEY=V,KEY=V' (each restarts the server); E2E_ARGS: more options.
       settings=(); for s in ${E2E_SETTINGS:-p1:PENCIL_PROCESSES=1 p8:PENCIL_PROCESSES=8}; do settings+=(--setting "$s"); done
       python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e.log" | tail -60 ;;
+    e2e-mps)
+      # The same under CUDA MPS (kernels of the server processes run side by side, not time-sliced).
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      if nvidia-cuda-mps-control -d; then
+        settings=(); for s in ${E2E_MPS_SETTINGS:-mps8:PENCIL_PROCESSES=8}; do settings+=(--setting "$s"); done
+        python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e-mps.log" | tail -40
+        echo quit | nvidia-cuda-mps-control
+      else
+        echo "MPS: nvidia-cuda-mps-control -d failed" | tee "$out/e2e-mps.log"
+      fi
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY ;;
   esac
 done
