@@ -9,6 +9,7 @@ The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections import Counter
@@ -53,20 +54,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(host: str | None, port: int | None) -> int:
+    """Run the service: one uvicorn process, or PENCIL_PROCESSES under app/serve.py."""
+    import os
+
     import uvicorn
 
+    from app.serve import resolve_processes, run_processes, start_mps
+
     settings = get_settings()
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=host or settings.host,
-        port=port or settings.port,
-        log_level=settings.log_level,
-        proxy_headers=True,
-        # Several processes share the listening socket; uvicorn restarts one that dies.
-        workers=settings.processes if settings.processes > 1 else None,
-    )
-    return 0
+    host, port = host or settings.host, port or settings.port
+    try:
+        backend = select_backend(settings.backend).name
+    except BackendUnavailable as exc:
+        print(f"pencil-gpu: {exc}", file=sys.stderr)
+        return 2
+    processes = resolve_processes(settings, backend)
+    if processes == 1:
+        uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level=settings.log_level, proxy_headers=True)
+        return 0
+    os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        mps = start_mps(settings, processes, backend)
+    except RuntimeError as exc:
+        print(f"pencil-gpu: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_processes(host, port, processes, settings.log_level)
+    finally:
+        if mps is not None:
+            mps.stop()
 
 
 def output_paths(inputs: list[Path], out_dir: Path, extension: str) -> list[Path]:

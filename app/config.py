@@ -20,7 +20,8 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address `pencil-gpu serve` binds")
     port: int = Field(8000, ge=1, le=65535, description="port `pencil-gpu serve` listens on")
-    processes: int = Field(1, ge=1, le=64, description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool (the host's codecs and Python then use several cores); one of them runs the batch jobs")
+    processes: int = Field(0, ge=0, le=256, description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool, so the host's codecs and Python use several cores; one of them runs the batch jobs. 0: three for every four host cores with CUDA, one on the CPU backend")
+    mps: Literal["auto", "on", "off"] = Field("auto", description="CUDA MPS for several server processes on one GPU: auto starts a private daemon when nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires it")
     backend: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: CUDA when a device answers, else CPU")
     workers: int = Field(2, ge=1, le=256, description="renders running at once (threads); with CUDA, when not set, one per GPU lease (devices x streams)")
     max_queue: int = Field(16, ge=0, le=10_000, description="renders allowed to wait; past it /sketch answers 503")
@@ -29,7 +30,7 @@ class Settings(BaseSettings):
     max_concurrent_pixels: int = Field(50_000_000, ge=256, description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)")
     devices: str = Field("all", pattern=r"^\s*(all|\d+(\s*,\s*\d+)*)\s*$", description="CUDA devices to use: 'all' or a list like '0,1'")
     streams: int = Field(4, ge=1, le=64, description="leases (stream pairs) per GPU: renders and jobs running at once on one device")
-    gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pools of all server processes may hold together (each process: this / PENCIL_PROCESSES)")
+    gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pools of all server processes may hold together (each process: this / the number of processes)")
     batch_share: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's leases batch jobs may hold at once, so /sketch is never starved")
     lease_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest wait for a GPU lease before a render answers 503")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the /jobs endpoints; unset, they answer 503")

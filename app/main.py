@@ -141,7 +141,7 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
     if backend.name != "cuda":
         return backend, None
     try:
-        memory_fraction = settings.gpu_memory_fraction / settings.processes  # the processes share each card
+        memory_fraction = settings.gpu_memory_fraction / max(1, settings.processes)  # the processes share each card
         pool = DevicePool(parse_devices(settings.devices), settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":

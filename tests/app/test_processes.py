@@ -5,6 +5,7 @@ included, so each job still ends with one result."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,4 +122,5 @@ def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
         assert statuses == ["succeeded"] * len(ids)
         result = client.get(f"/jobs/{ids[0]}/result").json()["result"]
         assert result["singular_values_count"] == 2600
-    assert "re-queued 1 job(s) left running by a stopped process" in log_path.read_text()
+    # The slow job, and a quick one if the second job thread had one: re-queued, then run.
+    assert re.search(r"re-queued [12] job\(s\) left running by a stopped process", log_path.read_text())
