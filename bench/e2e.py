@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import http.client
+import io
 import json
 import math
 import os
@@ -68,6 +69,41 @@ def parse_setting(text: str) -> tuple[str, dict[str, str]]:
     """'name:KEY=V,KEY=V' -> (name, {KEY: V}); values cannot hold commas."""
     name, _, assignments = text.partition(":")
     return name, dict(pair.split("=", 1) for pair in assignments.split(",") if pair)
+
+
+# ------------------------------------------------------------- codec floors --
+
+
+def host_codec_floors(jpeg: bytes, png: bytes, small_png: bytes, repeats: int = 15) -> str:
+    """One core's time for the host codec work a request may need (median ms): the floor
+    under the idle PNG figures, which no GPU path removes (no GPU PNG decoder exists)."""
+    from PIL import Image
+
+    from gpu.codec.png import encode_png
+
+    def median_ms(work) -> float:
+        work()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            work()
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    cv2.setNumThreads(1)
+    gray = cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2GRAY)
+    rows = [
+        ("JPEG decode, cv2", lambda: cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)),
+        ("PNG decode, Pillow (the service's)", lambda: Image.open(io.BytesIO(png)).load()),
+        ("PNG decode, cv2", lambda: cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)),
+        ("PNG 1000x872 decode, Pillow", lambda: Image.open(io.BytesIO(small_png)).load()),
+        ("PNG 1000x872 decode, cv2", lambda: cv2.imdecode(np.frombuffer(small_png, np.uint8), cv2.IMREAD_UNCHANGED)),
+        ("PNG encode of the gray image, ours", lambda: encode_png(gray)),
+    ]
+    lines = ["# host codecs, one core, median ms:"]
+    lines += [f"#   {name}: {median_ms(work):.1f}" for name, work in rows]
+    cv2.setNumThreads(-1)
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ anchor --
@@ -227,7 +263,7 @@ def start_server(env: dict[str, str], port: int, log_path: Path, ready_timeout: 
     up (raises if it exits or `ready_timeout` s pass first)."""
     with log_path.open("wb") as log:
         server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    processes = int(env.get("PENCIL_PROCESSES", "1"))
+    processes = 1  # until a process says how many there are
     seen: set[int] = set()
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
@@ -235,7 +271,9 @@ def start_server(env: dict[str, str], port: int, log_path: Path, ready_timeout: 
             raise RuntimeError(f"the server exited with status {server.returncode}; its log:\n{log_path.read_text()[-3000:]}")
         try:
             if get(port, "/readyz")[0] == 200:
-                seen.add(json.loads(get(port, "/healthz")[1])["pid"])  # a new connection each time
+                health = json.loads(get(port, "/healthz")[1])  # a new connection each time
+                seen.add(health["pid"])
+                processes = max(processes, health.get("processes") or 1)
                 if len(seen) >= processes:
                     return server
                 continue
@@ -387,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
     image = photo(args.photo, width, height)
     jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
     png = cv2.imencode(".png", image)[1].tobytes()
+    # The single-request PNG figure of issue 18 was taken on a 1000x872 photo: measured too.
+    small_png = cv2.imencode(".png", photo(args.photo, 1000, 872))[1].tobytes()
     gpus = nvml_devices()
     pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))  # pip puts it beside python
 
@@ -399,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile and not pyspy:
         print("# --profile: py-spy is not on PATH; no profile")
 
+    print(host_codec_floors(jpeg, png, small_png))
     anchor = anchor_rate(jpeg, args.anchor_processes, args.duration)
     print(f"# anchor: cv2.pencilSketch with imdecode + JPEG q90 imencode on {args.anchor_processes} processes x 1 thread: {anchor:.1f} req/s")
 
@@ -417,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
             log_path = args.out / f"server-{name}-{stamp}.log"
             server = start_server(env, port, log_path, args.ready_timeout)
             try:
-                entry = measure(args, name, {**shared_env, **setting_env}, server, port, gpus, jpeg, png, textures, rates, pyspy, anchor)
+                entry = measure(args, name, {**shared_env, **setting_env}, server, port, gpus, jpeg, png, small_png, textures, rates, pyspy, anchor)
             finally:
                 stop_server(server)
             entry["server_log"] = str(log_path)
@@ -426,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n# figures: {path}")
 
 
-def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port: int, gpus: list, jpeg: bytes, png: bytes, textures: list[str], rates: list[float], pyspy: str | None, anchor: float) -> dict:
+def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port: int, gpus: list, jpeg: bytes, png: bytes, small_png: bytes, textures: list[str], rates: list[float], pyspy: str | None, anchor: float) -> dict:
     """One setting (`env`: its variables beyond the shipped defaults) against its running
     server: idle figures, then the loaded runs; prints its tables, returns its figures."""
     health = json.loads(get(port, "/healthz")[1])
@@ -437,7 +478,7 @@ def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port
 
     idle = []
     for texture in textures:
-        for label, data, filename, fmt in (("jpeg -> jpeg", jpeg, "photo.jpg", "jpeg"), ("png -> png", png, "photo.png", "png")):
+        for label, data, filename, fmt in (("jpeg -> jpeg", jpeg, "photo.jpg", "jpeg"), ("png -> png", png, "photo.png", "png"), ("png -> png, 1000x872", small_png, "photo.png", "png")):
             content_type, body = loadgen.multipart(data, filename, {"format": fmt, "texture": texture})
             render_ms, latency_ms = sequential(port, content_type, body)
             idle.append({"texture": texture, "formats": label, "median_render_ms": render_ms, "median_latency_ms": latency_ms})

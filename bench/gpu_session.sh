@@ -3,7 +3,7 @@
 # tests, compute-sanitizer on every kernel path, the benchmark. Logs go to $OUT (or
 # /tmp/pencil-gpu). Wheels of the web stack (.whl/, from ../shared/tools/wheelhouse.sh)
 # are installed first when present: the end-to-end benchmark needs them.
-#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [e2e-mps] [svd-tests] [svd-bench] [svd-sanitize]
+#   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [phases] [e2e-mps] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
 #        [search-tests] [search-sanitize] [search-bench]    (default: the first four)
 # A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
@@ -61,10 +61,11 @@ for step in $steps; do
       if [ -x .rg/rg ]; then rg_flag=(--rg "$PWD/.rg/rg"); export LD_LIBRARY_PATH=$PWD/.rg:${LD_LIBRARY_PATH:-}; else rg_flag=(); fi
       python3 bench/search.py "${rg_flag[@]}" 2>&1 | tee "$out/search-bench.log" ;;
     draw-tests) python3 -m pytest -q -m gpu tests/gpu/pencil/test_draw_cuda.py tests/app/test_sketch_cuda.py tests/gpu/pencil/test_cuda.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/draw-tests.log" | tail -30 ;;
+    phases) python3 bench/draw_phases.py 2>&1 | grep -v "nvjpeg2k\|nvtiff\|Note: If" | tee "$out/phases.log" ;;
     codecs) python3 -c "from nvidia import nvimgcodec; print('nvImageCodec', nvimgcodec.__version__)" 2>&1 | tail -3 | tee "$out/codecs.log" ;;
     e2e)
       # E2E_SETTINGS: space-separated 'name:KEY=V,KEY=V' (each restarts the server); E2E_ARGS: more options.
-      settings=(); for s in ${E2E_SETTINGS:-p1:PENCIL_PROCESSES=1 p8:PENCIL_PROCESSES=8}; do settings+=(--setting "$s"); done
+      settings=(); for s in ${E2E_SETTINGS:-}; do settings+=(--setting "$s"); done  # none: the shipped defaults
       python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e.log" | tail -60 ;;
     e2e-mps)
       # The same under CUDA MPS (kernels of the server processes run side by side, not time-sliced).
