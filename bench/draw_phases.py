@@ -62,10 +62,10 @@ def main() -> None:
         for texture in ("lu", "fast"):
             params = PencilParams(texture=texture)
             for label, data, fmt in (("jpeg -> jpeg", jpeg, "jpeg"), ("png -> png", png, "png")):
-                host_decode = median_ms(lambda: host_pixels(open_image(data, MAX_PIXELS), params), args.repeats)
+                host_decode = median_ms(lambda: host_pixels(data, open_image(data, MAX_PIXELS), params), args.repeats)
                 device_decode = render = download = host_encode = device_encode = float("nan")
                 with cupy.cuda.Device(lease.device), lease.stream:
-                    d_image = cuda.upload(lease, host_pixels(open_image(data, MAX_PIXELS), params))
+                    d_image = cuda.upload(lease, host_pixels(data, open_image(data, MAX_PIXELS), params))
                     out = cuda.render_device(lease, d_image, params)
 
                     def synced(work):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from gpu.codec.decode import load_pixels
+from gpu.codec.decode import decode_pixels
 from gpu.codec.encode import encode_image
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams, fitted_size
@@ -41,9 +41,9 @@ class Drawing:
     encoded_on: str  # "gpu" | "cpu"
 
 
-def host_pixels(photo: Image.Image, params: PencilParams) -> np.ndarray:
+def host_pixels(data: bytes, photo: Image.Image, params: PencilParams) -> np.ndarray:
     """Decode on the host (raises ImageError when corrupt), upright, shrunk for max_side."""
-    return np.ascontiguousarray(reference.fit_max_side(load_pixels(photo), params.max_side))
+    return np.ascontiguousarray(reference.fit_max_side(decode_pixels(data, photo), params.max_side))
 
 
 def upright_size(photo: Image.Image) -> tuple[int, int]:
@@ -77,7 +77,7 @@ def draw_bytes(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
     DeviceOutOfMemory."""
     if backend == "cuda":
         return _draw_cuda(data, photo, params, fmt, quality, pool)
-    drawing = reference.render(host_pixels(photo, params), params)
+    drawing = reference.render(host_pixels(data, photo, params), params)
     return Drawing(encode_image(drawing, fmt, quality), drawing.shape[1], drawing.shape[0], "cpu", "cpu")
 
 
@@ -90,7 +90,7 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
     on_device = nvjpeg.available()
     decode_on_device = on_device and device_decodable(photo, data, params)
     encode_on_device = on_device and fmt == "jpeg"
-    pixels = None if decode_on_device else host_pixels(photo, params)
+    pixels = None if decode_on_device else host_pixels(data, photo, params)
     expected = upright_size(photo) if decode_on_device else None  # EXIF of a PNG costs a full decode
 
     def on_lease(lease) -> tuple[bytes | np.ndarray, tuple[int, int], str]:
@@ -102,7 +102,7 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
                 d_image = None
             decoded_on = "cpu" if d_image is None else "gpu"
         if d_image is None:
-            d_image = cuda.upload(lease, pixels if pixels is not None else host_pixels(photo, params))
+            d_image = cuda.upload(lease, pixels if pixels is not None else host_pixels(data, photo, params))
         out = cuda.render_device(lease, d_image, params)
         if encode_on_device:
             return nvjpeg.encode(lease, out, quality), out.shape[:2], decoded_on

@@ -380,3 +380,26 @@ def test_http_many_bad_inputs_in_a_row_then_a_good_one(client, rng):
         assert upload(client, data).status_code in (400, 413, 415)
     response = upload(client, photo_bytes("coffee", "jpeg", 96))
     assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("name", ["astronaut", "camera", "coffee"])
+def test_plain_png_decodes_through_opencv_as_through_pillow(rng, name):
+    from gpu.codec.decode import decode_pixels, load_pixels
+
+    data = photo_bytes(name, "png", int(rng.integers(100, 400)), rng=rng)
+    expected = load_pixels(open_image(data))
+    got = decode_pixels(data, open_image(data))
+    assert got.dtype == np.uint8 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_png_with_an_exif_orientation_is_turned_upright():
+    from gpu.codec.decode import decode_pixels
+
+    image = two_band()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = encode(image, "png", exif=exif.tobytes())
+    got = decode_pixels(data, open_image(data))
+    assert got.shape == (200, 100, 3)
+    assert (got[:, 50:] == 30).all() and (got[:, :50] == 220).all()  # turned clockwise: the dark top is on the right
