@@ -47,11 +47,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1920x1080,1000x872")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", type=int, default=0, help="the CUDA device to time [0]")
     args = parser.parse_args()
-    pool = DevicePool(streams_per_device=1)
+    pool = DevicePool([args.device], streams_per_device=1)
     warm_up("cuda", pool)
     lease = pool.leases()[0]
-    print(f"# phases of one request on an idle lease, median of {args.repeats} ms; nvImageCodec: {nvjpeg.available()}")
+    print(f"# phases of one request on an idle lease of device {args.device}, median of {args.repeats} ms; nvImageCodec: {nvjpeg.available()}")
     print("| size | texture | in -> out | host decode | device decode | render | download | host encode | device encode | draw_bytes total |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):
