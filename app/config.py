@@ -21,6 +21,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address `pencil-gpu serve` binds")
     port: int = Field(8000, ge=1, le=65535, description="port `pencil-gpu serve` listens on")
     processes: int = Field(0, ge=0, le=256, description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool, so the host's codecs and Python use several cores; one of them runs the batch jobs. 0: three for every four host cores with CUDA, one on the CPU backend")
+    process_index: int | None = Field(None, ge=0, description="set by `pencil-gpu serve` for each of its processes (0, 1, ...): with several GPUs, process i renders on the i-th device of PENCIL_DEVICES, round robin")
     mps: Literal["auto", "on", "off"] = Field("auto", description="CUDA MPS for several server processes on one GPU: auto starts a private daemon when nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires it")
     backend: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: CUDA when a device answers, else CPU")
     workers: int = Field(2, ge=1, le=256, description="renders running at once (threads); with CUDA, when not set, one per GPU lease (devices x streams)")

@@ -141,8 +141,9 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
     if backend.name != "cuda":
         return backend, None
     try:
-        memory_fraction = settings.gpu_memory_fraction / max(1, settings.processes)  # the processes share each card
-        pool = DevicePool(parse_devices(settings.devices), settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
+        devices, sharing = home_devices(settings, len(backend.devices))
+        memory_fraction = settings.gpu_memory_fraction / sharing  # the processes on a card share it
+        pool = DevicePool(devices, settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":
             raise BackendUnavailable(f"PENCIL_BACKEND=cuda but the GPU pool could not be built: {exc}") from exc
@@ -150,6 +151,22 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
         return Backend("cpu"), None
     chosen = set(pool.device_ids)
     return Backend("cuda", [d for d in backend.devices if int(d.split(":")[0]) in chosen]), pool
+
+
+def home_devices(settings: Settings, visible: int) -> tuple[list[int] | None, int]:
+    """(the devices this process pools, how many processes share each of them). One of
+    several server processes (`pencil-gpu serve` numbers them in PENCIL_PROCESS_INDEX)
+    takes one device of PENCIL_DEVICES, round robin, so that each process holds one CUDA
+    context and the devices get equal shares of the processes; alone, a process pools
+    them all."""
+    devices = parse_devices(settings.devices)
+    if settings.process_index is None or settings.processes <= 1:
+        return devices, max(1, settings.processes)
+    candidates = devices if devices is not None else list(range(visible))
+    if not candidates:
+        return devices, settings.processes
+    home = candidates[settings.process_index % len(candidates)]
+    return [home], -(-settings.processes // len(candidates))
 
 
 def _add_service_routes(app: FastAPI) -> None:

@@ -7,6 +7,10 @@ the port with SO_REUSEPORT, so the kernel spreads new connections evenly over th
 measured on an H200, 64 connections left 5,000 503s from one overloaded process while
 others idled). A supervisor restarts a process that dies and stops them all on SIGTERM.
 
+With several GPUs, process i renders on GPU i mod n (one CUDA context each; measured on
+two H200s: processes pooling both GPUs took 28-52 ms for an idle 1080p request that one
+GPU each serves in 4-5 ms). The batch jobs run on the GPU of the process that runs them.
+
 With CUDA and several processes, CUDA MPS lets their kernels run side by side instead of
 time-sliced (measured, 1080p JPEG, 8 processes: `lu` 408 -> 669 req/s, `fast` 410 -> 916).
 PENCIL_MPS=auto starts a private MPS control daemon when `nvidia-cuda-mps-control` is on
@@ -52,9 +56,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_one(host: str, port: int, log_level: str) -> None:
-    """A child: uvicorn on its own SO_REUSEPORT socket."""
+def _serve_one(host: str, port: int, log_level: str, index: int) -> None:
+    """Child number `index`: uvicorn on its own SO_REUSEPORT socket."""
     import uvicorn
+
+    os.environ["PENCIL_PROCESS_INDEX"] = str(index)  # its home GPU: app.main.home_devices
 
     config = uvicorn.Config("app.main:create_app", factory=True, log_level=log_level, proxy_headers=True)
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
@@ -116,8 +122,8 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
     spawn = multiprocessing.get_context("spawn")
     stopping = False
 
-    def start() -> multiprocessing.process.BaseProcess:
-        process = spawn.Process(target=_serve_one, args=(host, port, log_level), daemon=False)
+    def start(index: int) -> multiprocessing.process.BaseProcess:
+        process = spawn.Process(target=_serve_one, args=(host, port, log_level, index), daemon=False)
         process.start()
         return process
 
@@ -126,7 +132,7 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
         stopping = True
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    children = [start() for _ in range(processes)]
+    children = [start(index) for index in range(processes)]
     log.info("serving on http://%s:%d with %d processes (pids %s)", host, port, processes, ", ".join(str(c.pid) for c in children))
     try:
         while not stopping:
@@ -135,7 +141,7 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
                 if not child.is_alive() and not stopping:
                     log.warning("server process %d exited with %s; starting another", child.pid, child.exitcode)
                     time.sleep(RESTART_PAUSE_S)
-                    children[index] = start()
+                    children[index] = start(index)
     finally:
         for child in children:
             if child.is_alive():

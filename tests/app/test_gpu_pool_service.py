@@ -184,6 +184,19 @@ def test_cuda_app_builds_the_pool_of_the_chosen_devices(fake_cuda, tmp_path):
     assert application.state.workers == 3  # one render thread per lease
 
 
+@pytest.mark.parametrize(("index", "home"), [(0, 0), (1, 1), (2, 0), (5, 1)])
+def test_each_of_several_processes_renders_on_its_home_gpu(fake_cuda, tmp_path, index, home):
+    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=4, process_index=index))
+    assert application.state.pool.device_ids == [home]
+    assert application.state.backend.devices == [f"{home}: Fake GPU {home}"]
+
+
+def test_a_lone_process_pools_every_gpu(fake_cuda, tmp_path):
+    assert app.main.create_app(settings(tmp_path, backend="cuda", processes=1, process_index=0)).state.pool.device_ids == [0, 1]
+    assert app.main.home_devices(Settings(devices="1", processes=4, process_index=3), 2) == ([1], 4)
+    assert app.main.home_devices(Settings(processes=6, process_index=3), 2) == ([1], 3)
+
+
 def test_cuda_app_reports_the_pool(fake_cuda, make_client):
     client = make_client(backend="cuda", streams=2, workers=5)
     health = client.get("/healthz").json()
