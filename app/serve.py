@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -75,9 +76,15 @@ class MpsDaemon:
         self.environment = {"CUDA_MPS_PIPE_DIRECTORY": str(self.directory / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(self.directory / "log")}
 
     def start(self) -> None:
+        """Start the daemon and check that a CUDA client gets through it (a daemon that
+        starts but cannot serve, in a container without the IPC it needs for instance,
+        would otherwise leave every process without its GPU)."""
         for path in self.environment.values():
             Path(path).mkdir(parents=True, exist_ok=True)
-        subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **self.environment}, check=True, capture_output=True, timeout=30)
+        environment = {**os.environ, **self.environment}
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=environment, check=True, capture_output=True, timeout=30)
+        probe = "import cupy; cupy.zeros(1).sum().item()"
+        subprocess.run([sys.executable, "-c", probe], env=environment, check=True, capture_output=True, timeout=120)
         os.environ.update(self.environment)  # the server processes, spawned next, inherit it
 
     def stop(self) -> None:
