@@ -10,17 +10,15 @@ for JPEG -> JPEG and PNG -> PNG, textures lu and fast. CUDA only.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import cupy
 import cv2
-import numpy as np
 import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu.codec import nvjpeg  # noqa: E402
 from gpu.codec.decode import open_image  # noqa: E402
@@ -29,18 +27,9 @@ from gpu.pencil import cuda, draw_bytes, warm_up  # noqa: E402
 from gpu.pencil.draw import host_pixels  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 from gpu.pool import DevicePool  # noqa: E402
+from timing import median_ms  # noqa: E402  (bench/timing.py)
 
 MAX_PIXELS = 50_000_000
-
-
-def median_ms(work, repeats: int) -> float:
-    work()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -45,6 +45,7 @@ import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # noqa: E402  (bench/loadgen.py, beside this file)
+from timing import median_ms  # noqa: E402  (bench/timing.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_S = 0.1  # sampling period of GPU utilisation, GPU memory and server CPU time
@@ -81,15 +82,6 @@ def host_codec_floors(jpeg: bytes, png: bytes, small_png: bytes, repeats: int = 
 
     from gpu.codec.png import encode_png
 
-    def median_ms(work) -> float:
-        work()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            work()
-            times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
-
     cv2.setNumThreads(1)
     gray = cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2GRAY)
     rows = [
@@ -101,7 +93,7 @@ def host_codec_floors(jpeg: bytes, png: bytes, small_png: bytes, repeats: int = 
         ("PNG encode of the gray image, ours", lambda: encode_png(gray)),
     ]
     lines = ["# host codecs, one core, median ms:"]
-    lines += [f"#   {name}: {median_ms(work):.1f}" for name, work in rows]
+    lines += [f"#   {name}: {median_ms(work, repeats):.1f}" for name, work in rows]
     cv2.setNumThreads(-1)
     return "\n".join(lines)
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import cv2
@@ -34,19 +32,11 @@ import numpy as np
 import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu.pencil import reference as ref  # noqa: E402
+from timing import median_ms  # noqa: E402,F401  (bench/timing.py; pencil_cuda.py imports it from here)
 from gpu.pencil.params import PencilParams  # noqa: E402
-
-
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up: caches (texture tile, kernel spectra), first-touch allocations
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def photo(width: int, height: int) -> np.ndarray:

@@ -31,7 +31,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,23 +38,15 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu.codec import png  # noqa: E402
+from timing import median_ms  # noqa: E402  (bench/timing.py)
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
 VARIANTS = {"gray-lu": {}, "gray-fast": {"texture": "fast"}, "color": {"mode": "color"}}
 SIZE = (1920, 1080)  # width, height
 CONTAINER_BYTES = 57  # signature, IHDR, one IDAT's header and CRC, IEND
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up: first-touch allocations
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def drawings(cache: Path) -> dict[str, np.ndarray]:
