@@ -16,7 +16,10 @@ on first use and kept by the lease; `warm(lease)` makes them at start-up.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,25 @@ DECODER_OPTIONS = ":fancy_upsampling=1"
 CODEC_THREADS = 1  # host threads per decoder: the server's processes already use every core
 
 
+@contextmanager
+def _library_chatter_to_debug_log():
+    """nvImageCodec prints an [ERROR] line to stderr for each optional extension it cannot
+    load (nvJPEG2000, nvTIFF: not ours to use) when it starts, once per process: those
+    lines go to this module's debug log instead of alarming an operator."""
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            chatter = sink.read().decode(errors="replace").strip()
+            if chatter:
+                log.debug("nvImageCodec said: %s", chatter)
+
+
 def _nvimgcodec():
     """The nvidia.nvimgcodec module, or None when it is missing or broken (logged once)."""
     global _module, _checked
@@ -41,7 +63,8 @@ def _nvimgcodec():
         if not _checked:
             _checked = True
             try:
-                from nvidia import nvimgcodec
+                with _library_chatter_to_debug_log():
+                    from nvidia import nvimgcodec
 
                 _module = nvimgcodec
                 log.info("JPEG decode and encode on the GPU: nvImageCodec %s", getattr(nvimgcodec, "__version__", "?"))
@@ -71,8 +94,9 @@ class DeviceCodecs:
         # decoding), then nvJPEG's CUDA decoder, then its hybrid one (progressive files).
         decoding = [codec.Backend(kind) for kind in (kinds.HW_GPU_ONLY, kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
         encoding = [codec.Backend(kind) for kind in (kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
-        decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=decoding, options=DECODER_OPTIONS)
-        encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=encoding)
+        with _library_chatter_to_debug_log():
+            decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=decoding, options=DECODER_OPTIONS)
+            encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=encoding)
         return cls(decoder, encoder)
 
 
