@@ -78,6 +78,17 @@ class CorpusTooLarge(Exception):
     pass
 
 
+STALE_AFTER_S = 3600.0  # a leftover file untouched this long belongs to no live upload
+
+
+def _untouched_for(path: Path, seconds: float) -> bool:
+    """Whether `path` was last modified more than `seconds` ago (False if it is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except FileNotFoundError:
+        return False
+
+
 class CorpusStore:
     """The corpora of one data directory (see the module docstring for the layout)."""
 
@@ -87,10 +98,13 @@ class CorpusStore:
 
     def _cleanup(self) -> None:
         """Remove what an interrupted upload or delete left: partial files, texts without
-        metadata (written last), metadata without a text."""
+        metadata (written last), metadata without a text. Only what has not changed for
+        STALE_AFTER_S: another server process may be writing the newer ones right now."""
         if not self.root.is_dir():
             return
         for path in self.root.iterdir():
+            if not _untouched_for(path, STALE_AFTER_S):
+                continue
             if path.name.startswith(".") and path.name.endswith(".partial"):
                 stale = True
             elif path.suffix in (".bin", ".json") and CORPUS_ID.match(path.stem):

@@ -49,6 +49,9 @@ CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created, id);
 """
 
 
+STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to no live submission
+
+
 @dataclass(frozen=True)
 class Job:
     """One row of the store. Times are Unix seconds; params and result are JSON values."""
@@ -198,7 +201,12 @@ class JobStore:
             self._db.execute("UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' WHERE status = 'running' AND cancel_requested = 1", (time.time(),))
             moved = self._db.execute("UPDATE jobs SET status = 'queued', started = NULL, progress = 0 WHERE status = 'running'").rowcount
         for partial in self.jobs_dir.glob(".*.partial"):  # submissions cut off before their row
-            shutil.rmtree(partial, ignore_errors=True)
+            try:
+                stale = time.time() - partial.stat().st_mtime > STALE_PARTIAL_S
+            except FileNotFoundError:
+                continue
+            if stale:  # a newer one may be a submission another server process is writing
+                shutil.rmtree(partial, ignore_errors=True)
         return moved
 
     def purge(self, older_than_s: float) -> int:

@@ -5,6 +5,8 @@ delete, the size limit, auth, and a restart on the same data directory."""
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 
 import numpy as np
 import pytest
@@ -175,9 +177,14 @@ def test_corpora_survive_a_restart_and_debris_is_removed(make_client, tmp_path):
     (folder / f"{'f' * 32}.bin").write_bytes(b"text whose metadata was never written")
     (folder / f"{'e' * 32}.json").write_text('{"id": "' + "e" * 32 + '"}')
     (folder / "notes.txt").write_text("not ours: left alone")
+    two_hours_ago = time.time() - 7200
+    for path in folder.iterdir():
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    # Written a moment ago: another server process may be streaming it right now.
+    (folder / ".abcdefabcdefabcdefabcdefabcdefab.partial").write_bytes(b"an upload in progress")
     client = admin(make_client)
     assert client.get("/corpora").json()["corpora"] == [kept]
-    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt", ".abcdefabcdefabcdefabcdefabcdefab.partial"])
 
 
 def test_a_corpus_in_use_by_a_queued_search_cannot_be_deleted(make_client, monkeypatch):

@@ -3,6 +3,7 @@ before the row, idempotency, cancel, recovery after a stop, paging, retention.""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 
@@ -99,6 +100,9 @@ def test_recover_requeues_running_jobs_and_honours_cancels(tmp_path):
     store.claim_next()
     store.cancel(canceled_meanwhile.id)
     (store.jobs_dir / ".cut-off.partial" / "input").mkdir(parents=True)  # a submission cut off mid-write
+    two_hours_ago = time.time() - 7200
+    os.utime(store.jobs_dir / ".cut-off.partial", (two_hours_ago, two_hours_ago))
+    (store.jobs_dir / ".in-progress.partial").mkdir()  # another process's submission, being written now
     store.close()
 
     reopened = JobStore(tmp_path / "data")
@@ -106,7 +110,7 @@ def test_recover_requeues_running_jobs_and_honours_cancels(tmp_path):
     assert reopened.get(left_running.id).status == "queued" and reopened.get(left_running.id).started is None
     assert reopened.get(canceled_meanwhile.id).status == "canceled"
     assert reopened.get(waiting.id).status == "queued"
-    assert not list(reopened.jobs_dir.glob(".*.partial"))
+    assert [p.name for p in reopened.jobs_dir.glob(".*.partial")] == [".in-progress.partial"]
     assert [reopened.claim_next().id, reopened.claim_next().id] == [left_running.id, waiting.id]
     reopened.close()
 
