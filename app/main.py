@@ -39,6 +39,10 @@ log = logging.getLogger("pencil")
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
 JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH)}
+# With several server processes on a card, the one running the batch jobs may hold this
+# share of PENCIL_GPU_MEMORY_FRACTION (big SVDs, resident corpora); the renders of all of
+# them share the rest.
+JOB_MEMORY_SHARE = 0.5
 
 try:
     VERSION = version("pencil-gpu")
@@ -97,7 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.warmed_up = True  # /readyz says ready from here on
         store = app.state.jobs = JobStore(settings.data_dir)
         metrics.watch_jobs(store)
-        runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400)
+        job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and pool.memory_fraction < settings.gpu_memory_fraction else None
+        runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400, job_memory)
         runner.start()
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)
         if settings.admin_token is None:
@@ -142,7 +147,7 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
         return backend, None
     try:
         devices, sharing = home_devices(settings, len(backend.devices))
-        memory_fraction = settings.gpu_memory_fraction / sharing  # the processes on a card share it
+        memory_fraction = render_memory_fraction(settings.gpu_memory_fraction, sharing)
         pool = DevicePool(devices, settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":
@@ -151,6 +156,13 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
         return Backend("cpu"), None
     chosen = set(pool.device_ids)
     return Backend("cuda", [d for d in backend.devices if int(d.split(":")[0]) in chosen]), pool
+
+
+def render_memory_fraction(total: float, sharing: int) -> float:
+    """Each process's share of a card that `sharing` processes render on: all of `total`
+    alone; otherwise half of it split among them, the other half kept for the process that
+    runs the batch jobs (JobRunner raises its cap to JOB_MEMORY_SHARE of `total`)."""
+    return total if sharing <= 1 else total * (1 - JOB_MEMORY_SHARE) / sharing
 
 
 def home_devices(settings: Settings, visible: int) -> tuple[list[int] | None, int]:

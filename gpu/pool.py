@@ -204,6 +204,15 @@ class DevicePool:
     def device_ids(self) -> list[int]:
         return list(self._devices)
 
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Re-cap every device's memory pool at `fraction` of the card (a server process
+        that starts running the batch jobs takes a larger share)."""
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError("memory_fraction must be in (0, 1]")
+        for device in self._devices:
+            self.runtime.cap_memory(device, fraction)
+        self.memory_fraction = fraction
+
     def leases(self) -> list[Lease]:
         """Every lease of every device, for start-up work done before serving (warm-up);
         at any other time take one with `lease()` or `run()`."""

@@ -35,9 +35,12 @@ STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this 
 
 class JobRunner:
     def __init__(self, store: JobStore, kinds: Mapping[str, JobKind], workers: int, backend: str,
-                 pool: DevicePool | None, metrics: Metrics, retention_s: float):
+                 pool: DevicePool | None, metrics: Metrics, retention_s: float, job_memory_fraction: float | None = None):
+        """`job_memory_fraction`: the share of each card the pool may hold once this process
+        runs the jobs (None: leave the pool's cap as it is)."""
         self.store, self.kinds, self.backend, self.pool, self.metrics = store, kinds, backend, pool, metrics
         self.retention_s = retention_s
+        self.job_memory_fraction = job_memory_fraction
         self._wake = threading.Condition()
         self._stopping = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"job-{i}", daemon=True) for i in range(workers)]
@@ -67,6 +70,8 @@ class JobRunner:
                 return
 
     def _lead(self) -> None:
+        if self.pool is not None and self.job_memory_fraction is not None:
+            self.pool.set_memory_fraction(self.job_memory_fraction)
         requeued = self.store.recover()
         if requeued:
             log.info("re-queued %d job(s) left running by a stopped process", requeued)

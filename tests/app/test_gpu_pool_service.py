@@ -191,6 +191,16 @@ def test_each_of_several_processes_renders_on_its_home_gpu(fake_cuda, tmp_path, 
     assert application.state.backend.devices == [f"{home}: Fake GPU {home}"]
 
 
+def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp_path):
+    from fastapi.testclient import TestClient
+
+    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=4, process_index=1))
+    assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5 / 2)  # 2 processes render on each card
+    with TestClient(application):
+        assert application.state.job_runner.leading
+        assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5)
+
+
 def test_a_lone_process_pools_every_gpu(fake_cuda, tmp_path):
     assert app.main.create_app(settings(tmp_path, backend="cuda", processes=1, process_index=0)).state.pool.device_ids == [0, 1]
     assert app.main.home_devices(Settings(devices="1", processes=4, process_index=3), 2) == ([1], 4)
