@@ -64,15 +64,16 @@ def serve(host: str | None, port: int | None) -> int:
     settings = get_settings()
     host, port = host or settings.host, port or settings.port
     try:
-        backend = select_backend(settings.backend).name
+        chosen = select_backend(settings.backend)
     except BackendUnavailable as exc:
         print(f"pencil-gpu: {exc}", file=sys.stderr)
         return 2
-    processes = resolve_processes(settings, backend)
+    backend = chosen.name
+    processes = resolve_processes(settings, backend, len(chosen.devices))
+    os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
     if processes == 1:
         uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level=settings.log_level, proxy_headers=True)
         return 0
-    os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         mps = start_mps(settings, processes, backend)
@@ -81,6 +82,9 @@ def serve(host: str | None, port: int | None) -> int:
         return 2
     try:
         return run_processes(host, port, processes, settings.log_level)
+    except OSError as exc:  # the port is taken, or the address is not ours
+        print(f"pencil-gpu: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
     finally:
         if mps is not None:
             mps.stop()

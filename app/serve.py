@@ -40,30 +40,66 @@ RESTART_PAUSE_S = 1.0  # between a process's death and its replacement
 STOP_WAIT_S = 20.0  # for the processes to finish their requests on SIGTERM
 
 
-def resolve_processes(settings: Settings, backend: str) -> int:
-    """PENCIL_PROCESSES, with 0 meaning: on CUDA three for every four host cores (12 on
-    16 cores, the best of 8 and 12 measured on an H200), on the CPU one (its renders use
-    every core already)."""
+MAX_PROCESSES_PER_GPU = 16  # well under CUDA MPS's limit of clients per device
+RESTART_BACKOFF_MAX_S = 30.0
+CRASH_LOOP = (5, 60.0)  # this many deaths within this many seconds of their start: give up
+
+
+def available_cores() -> int:
+    """Cores this process may run on: its CPU affinity, bounded by a cgroup CPU quota
+    (a container limited with --cpus) where one is set."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def resolve_processes(settings: Settings, backend: str, gpus: int = 1) -> int:
+    """PENCIL_PROCESSES, with 0 meaning: on CUDA three for every four available cores (12
+    on 16 cores, the better of the 8 and 12 measured on an H200), at most
+    MAX_PROCESSES_PER_GPU a GPU; on the CPU one (its renders use every core already)."""
     if settings.processes:
         return settings.processes
-    return max(1, (os.cpu_count() or 1) * 3 // 4) if backend == "cuda" else 1
+    if backend != "cuda":
+        return 1
+    return max(1, min(available_cores() * 3 // 4, MAX_PROCESSES_PER_GPU * max(1, gpus)))
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, share: bool = True) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if share:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
 
 
-def _serve_one(host: str, port: int, log_level: str, index: int) -> None:
+def _die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM when the supervisor dies (even by kill -9), so
+    no orphaned server keeps the port and the GPU."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+
+
+def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int) -> None:
     """Child number `index`: uvicorn on its own SO_REUSEPORT socket."""
     import uvicorn
 
+    _die_with_parent()
+    if os.getppid() != supervisor:  # it died before prctl took effect
+        return
     os.environ["PENCIL_PROCESS_INDEX"] = str(index)  # its home GPU: app.main.home_devices
-
     config = uvicorn.Config("app.main:create_app", factory=True, log_level=log_level, proxy_headers=True)
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
 
@@ -125,15 +161,19 @@ def start_mps(settings: Settings, processes: int, backend: str) -> MpsDaemon | N
 
 def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
     """Run `processes` server processes on host:port until SIGTERM or SIGINT; a process that
-    dies is replaced. Returns the exit status."""
-    probe = _bind(host, port)  # fails here, clearly, when the port is taken; never listens
+    dies is replaced, after a pause that doubles while they keep dying young. Returns the
+    exit status: 0 after a stop, 1 when the processes die in a loop (CRASH_LOOP)."""
+    # The port must be free: a probe bound without SO_REUSEPORT fails when anything,
+    # a second pencil-gpu included, listens there. Closed again before the children bind.
+    _bind(host, port, share=False).close()
     spawn = multiprocessing.get_context("spawn")
     stopping = False
+    supervisor = os.getpid()
 
-    def start(index: int) -> multiprocessing.process.BaseProcess:
-        process = spawn.Process(target=_serve_one, args=(host, port, log_level, index), daemon=False)
+    def start(index: int) -> tuple[multiprocessing.process.BaseProcess, float]:
+        process = spawn.Process(target=_serve_one, args=(host, port, log_level, index, supervisor), daemon=False)
         process.start()
-        return process
+        return process, time.monotonic()
 
     def stop(signum, frame) -> None:
         nonlocal stopping
@@ -141,26 +181,40 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     children = [start(index) for index in range(processes)]
-    log.info("serving on http://%s:%d with %d processes (pids %s)", host, port, processes, ", ".join(str(c.pid) for c in children))
+    log.info("serving on http://%s:%d with %d processes (pids %s)", host, port, processes, ", ".join(str(c.pid) for c, _ in children))
+    deaths: list[float] = []  # when young processes died
+    pause = RESTART_PAUSE_S
+    status = 0
     try:
         while not stopping:
             time.sleep(0.2)
-            for index, child in enumerate(children):
-                if not child.is_alive() and not stopping:
-                    log.warning("server process %d exited with %s; starting another", child.pid, child.exitcode)
-                    time.sleep(RESTART_PAUSE_S)
+            for index, (child, started) in enumerate(children):
+                if child.is_alive() or stopping:
+                    continue
+                now = time.monotonic()
+                log.warning("server process %d exited with %s; starting another in %.0f s", child.pid, child.exitcode, pause)
+                if now - started < CRASH_LOOP[1]:
+                    deaths = [t for t in deaths if now - t < CRASH_LOOP[1]] + [now]
+                    if len(deaths) >= CRASH_LOOP[0]:
+                        log.error("%d server processes died within %.0f s of starting; giving up (see the errors above)", len(deaths), CRASH_LOOP[1])
+                        stopping, status = True, 1
+                        break
+                    time.sleep(pause)
+                    pause = min(2 * pause, RESTART_BACKOFF_MAX_S)
+                else:
+                    pause = RESTART_PAUSE_S
+                if not stopping:
                     children[index] = start(index)
     finally:
-        for child in children:
+        for child, _ in children:
             if child.is_alive():
                 os.kill(child.pid, signal.SIGTERM)  # uvicorn finishes its requests, then exits
         deadline = time.monotonic() + STOP_WAIT_S
-        for child in children:
+        for child, _ in children:
             child.join(max(0.0, deadline - time.monotonic()))
             if child.is_alive():
                 child.kill()
                 child.join()
-        probe.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0
+    return status

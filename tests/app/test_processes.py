@@ -48,7 +48,7 @@ def two_processes(tmp_path: Path):
                 pass
             assert time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.1)
-        yield base, log_path
+        yield base, log_path, server, env
     finally:
         server.terminate()
         try:
@@ -82,7 +82,7 @@ def leader_pid(base: str, timeout_s: float = 30, not_pid: int | None = None) -> 
 
 
 def test_both_processes_draw_and_one_runs_the_jobs(two_processes):
-    base, _ = two_processes
+    base, *_ = two_processes
     bodies = health_by_pid(base, 2)
     assert all(body["processes"] == 2 for body in bodies.values())
     assert sum(body["runs_jobs"] for body in bodies.values()) == 1, bodies
@@ -95,7 +95,7 @@ def test_both_processes_draw_and_one_runs_the_jobs(two_processes):
 
 
 def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
-    base, log_path = two_processes
+    base, log_path, *_ = two_processes
     first_leader = leader_pid(base)
     with httpx.Client(base_url=base, timeout=30, headers=AUTH) as client:
         # About 10 s of LAPACK on two cores: long enough to be killed while running.
@@ -124,3 +124,42 @@ def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
         assert result["singular_values_count"] == 2600
     # The slow job, and a quick one if the second job thread had one: re-queued, then run.
     assert re.search(r"re-queued [12] job\(s\) left running by a stopped process", log_path.read_text())
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_second_server_on_the_same_port_is_refused(two_processes, tmp_path):
+    _, _, _, env = two_processes
+    second = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env={**env, "PENCIL_DATA_DIR": str(tmp_path / "other")}, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2
+    assert "cannot serve on" in second.stderr
+
+
+def test_the_processes_stop_when_their_supervisor_is_killed(two_processes):
+    base, _, server, _ = two_processes
+    children = list(health_by_pid(base, 2))
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in children):
+        assert time.monotonic() < deadline, f"processes {[p for p in children if alive(p)]} outlived their supervisor"
+        time.sleep(0.1)
+
+
+def test_processes_dying_at_start_end_the_server_instead_of_looping(tmp_path):
+    not_a_directory = tmp_path / "data"
+    not_a_directory.write_text("a file where the data directory should be")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
+    env.update(PENCIL_PROCESSES="2", PENCIL_BACKEND="cpu", PENCIL_PORT=str(free_port()), PENCIL_DATA_DIR=str(not_a_directory),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "giving up" in result.stderr
+    assert time.monotonic() - started < 90
