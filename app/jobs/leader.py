@@ -32,11 +32,14 @@ class RunnerLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for an operator's eyes
         except BlockingIOError:
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for an operator's eyes
+        except OSError:  # no locks on this file system, a full disk: not held, and said so
+            os.close(fd)
+            raise
         self._fd = fd
         return True
 

@@ -64,10 +64,13 @@ class JobRunner:
 
     def _wait_for_lock(self) -> None:
         while not self._stopping.wait(STANDBY_POLL_S):
-            if self._lock.try_acquire():
-                log.info("this process now runs the batch jobs")
-                self._lead()
-                return
+            try:
+                if self._lock.try_acquire():
+                    log.info("this process now runs the batch jobs")
+                    self._lead()
+                    return
+            except Exception as exc:  # a storage fault: keep standing by rather than die silently
+                log.warning("could not take over the batch jobs (%s); trying again in %.0f s", exc, STANDBY_POLL_S)
 
     def _lead(self) -> None:
         if self.pool is not None and self.job_memory_fraction is not None:

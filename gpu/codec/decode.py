@@ -92,13 +92,16 @@ def decode_pixels(data: bytes, image: Image.Image) -> np.ndarray:
 
 
 def _png_has_exif(data: bytes) -> bool:
-    """Whether a PNG carries an eXIf chunk (an orientation OpenCV would not apply), found
-    by walking the chunk headers: Pillow reads it only by decoding the whole image."""
+    """Whether a PNG carries EXIF (an eXIf chunk, or ImageMagick's text chunk: an
+    orientation OpenCV would not apply), found by walking the chunk headers: Pillow reads
+    it only by decoding the whole image."""
     offset = 8
     while offset + 8 <= len(data):
         length, kind = int.from_bytes(data[offset : offset + 4], "big"), data[offset + 4 : offset + 8]
         if kind == b"eXIf":
             return True
+        if kind in (b"tEXt", b"zTXt", b"iTXt") and data[offset + 8 : offset + 8 + length].startswith(b"Raw profile type exif"):
+            return True  # ImageMagick's way of storing EXIF, which Pillow reads too
         if kind == b"IEND":
             return False
         offset += 12 + length
@@ -122,7 +125,7 @@ def _upright(image: Image.Image) -> Image.Image:
         if image.getexif().get(0x0112, 1) == 1:
             return image
         return ImageOps.exif_transpose(image)
-    except (OSError, SyntaxError, ValueError, KeyError, TypeError):
+    except Exception:  # any malformed EXIF (struct.error, ZeroDivisionError ... seen fuzzing): as stored
         return image
 
 

@@ -37,23 +37,36 @@ DECODER_OPTIONS = ":fancy_upsampling=1"
 CODEC_THREADS = 1  # host threads per decoder: the server's processes already use every core
 
 
+_stderr_lock = threading.Lock()
+
+
 @contextmanager
 def _library_chatter_to_debug_log():
     """nvImageCodec prints an [ERROR] line to stderr for each optional extension it cannot
     load (nvJPEG2000, nvTIFF: not ours to use) when it starts, once per process: those
-    lines go to this module's debug log instead of alarming an operator."""
-    with tempfile.TemporaryFile() as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
+    lines go to this module's debug log instead of alarming an operator, or to the warning
+    log when the block fails (then they may say why). File descriptor 2 is the process's:
+    one redirection at a time, and none where no temporary file can be made."""
+    with _stderr_lock:
         try:
+            sink = tempfile.TemporaryFile()
+        except OSError:
             yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            chatter = sink.read().decode(errors="replace").strip()
-            if chatter:
-                log.debug("nvImageCodec said: %s", chatter)
+            return
+        with sink:
+            saved = os.dup(2)
+            os.dup2(sink.fileno(), 2)
+            failed = True
+            try:
+                yield
+                failed = False
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                chatter = sink.read().decode(errors="replace").strip()
+                if chatter:
+                    log.log(logging.WARNING if failed else logging.DEBUG, "nvImageCodec said: %s", chatter)
 
 
 def _nvimgcodec():
@@ -156,10 +169,10 @@ def encode(lease, image: cupy.ndarray, quality: int) -> bytes:
     The image must be ready in the order of `lease.stream`."""
     codec = _nvimgcodec()
     gray = image.ndim == 2
-    image = cupy.ascontiguousarray(image)
     subsampling = codec.ChromaSubsampling.CSS_GRAY if gray else codec.ChromaSubsampling.CSS_420
     params = codec.EncodeParams(quality_type=codec.QualityType.QUALITY, quality_value=float(quality), chroma_subsampling=subsampling)
     with cupy.cuda.Device(lease.device), lease.stream:
+        image = cupy.ascontiguousarray(image)
         source = codec.as_image(image[:, :, None] if gray else image, cuda_stream=lease.stream.ptr)
         stream = codecs(lease).encoder.encode(source, "jpeg", params=params, cuda_stream=lease.stream.ptr)
     if stream is None:

@@ -64,6 +64,8 @@ def device_decodable(photo: Image.Image, data: bytes, params: PencilParams) -> b
     chroma upsampling (measured: 1.3 % of a colour drawing's pixels off by more than 2)."""
     if photo.format != "JPEG" or photo.mode not in ("L", "RGB") or photo.info.get("progressive"):
         return False
+    if photo.info.get("adobe_transform") == 0:  # RGB stored as is, not YCbCr: Pillow's reading is the reference
+        return False
     if not data.rstrip(b"\0").endswith(b"\xff\xd9"):
         return False
     height, width = upright_size(photo)
@@ -105,7 +107,10 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
             d_image = cuda.upload(lease, pixels if pixels is not None else host_pixels(data, photo, params))
         out = cuda.render_device(lease, d_image, params)
         if encode_on_device:
-            return nvjpeg.encode(lease, out, quality), out.shape[:2], decoded_on
+            try:
+                return nvjpeg.encode(lease, out, quality), out.shape[:2], decoded_on
+            except Exception as exc:  # nvImageCodec failed (its own memory, say): encode on the host
+                log.warning("device JPEG encode failed (%s); encoding on the host", exc)
         return cuda.download(lease, out), out.shape[:2], decoded_on
 
     try:

@@ -393,6 +393,21 @@ def test_plain_png_decodes_through_opencv_as_through_pillow(rng, name):
     np.testing.assert_array_equal(got, expected)
 
 
+def test_png_with_imagemagick_exif_text_is_turned_upright():
+    from PIL import PngImagePlugin
+
+    from gpu.codec.decode import decode_pixels
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    raw = b"Exif\x00\x00" + exif.tobytes()
+    text = "\nexif\n%8d\n%s\n" % (len(raw), raw.hex())
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Raw profile type exif", text)
+    data = encode(two_band(), "png", pnginfo=info)
+    assert decode_pixels(data, open_image(data)).shape == (200, 100, 3)
+
+
 def test_png_with_an_exif_orientation_is_turned_upright():
     from gpu.codec.decode import decode_pixels
 
@@ -403,3 +418,16 @@ def test_png_with_an_exif_orientation_is_turned_upright():
     got = decode_pixels(data, open_image(data))
     assert got.shape == (200, 100, 3)
     assert (got[:, 50:] == 30).all() and (got[:, :50] == 220).all()  # turned clockwise: the dark top is on the right
+
+
+# EXIF whose orientation tag is 6 and whose make tag was mangled (type byte 0x06 -> 0x01 in
+# a count field, found by fuzzing): Pillow's exif_transpose raises struct.error on it.
+MANGLED_EXIF = bytes.fromhex("4578696600004d4d002a00000008000201060002000000070000002601120003000000010006000000000000b8616d6572610000")
+
+
+def test_a_photo_with_mangled_exif_is_drawn_as_stored(make_client):
+    data = encode(photo("coffee", 120, 80), "jpeg", exif=MANGLED_EXIF)
+    pixels = decode_image(data, MAX_PIXELS)
+    assert pixels.shape[:2] in ((80, 120), (120, 80))
+    response = make_client().post("/sketch", files=sketch_files(data))
+    assert response.status_code == 200, response.text
