@@ -25,15 +25,16 @@ def photo(name: str, rng: np.random.Generator, width: int = 640) -> np.ndarray:
     return cv2.resize(crop, (width, max(16, round(width * ch / cw))), interpolation=cv2.INTER_AREA)
 
 
-def jpeg(image: np.ndarray, variant: str, quality: int = 90) -> bytes:
-    """`image` (H, W, 3) uint8 RGB as a JPEG of the given variant."""
+def jpeg(image: np.ndarray, variant: str, quality: int = 90, orientation: int = 6) -> bytes:
+    """`image` (H, W, 3) uint8 RGB as a JPEG of the given variant; "exif_rotated" carries
+    the EXIF `orientation` (1-8; 6: the viewer turns it 90 degrees clockwise)."""
     picture = Image.fromarray(image)
     options: dict = {"quality": quality}
     if variant == "gray":
         picture = picture.convert("L")
     elif variant == "exif_rotated":
         exif = Image.Exif()
-        exif[0x0112] = 6  # stored rotated: the viewer turns it 90 degrees clockwise
+        exif[0x0112] = orientation
         options["exif"] = exif.tobytes()
     elif variant == "progressive":
         options["progressive"] = True

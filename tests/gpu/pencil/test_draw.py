@@ -63,3 +63,14 @@ def test_device_decoder_leaves_truncated_png_and_shrunk_photos_to_the_host(rng):
     Image.fromarray(image).save(buffer, "PNG")
     png = buffer.getvalue()
     assert not device_decodable(open_image(png, MAX_PIXELS), png, PencilParams())
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_is_drawn_upright(rng, orientation):
+    image = photo("astronaut", rng, 160)
+    data = jpeg(image, "exif_rotated", orientation=orientation)
+    photo_header = open_image(data, MAX_PIXELS)
+    drawing = draw_bytes(data, photo_header, PencilParams(texture="fast"), "png", 90, "cpu")
+    swapped = orientation >= 5
+    assert (drawing.height, drawing.width) == ((image.shape[1], image.shape[0]) if swapped else image.shape[:2])
+    assert (drawing.height, drawing.width) == upright_size(photo_header)

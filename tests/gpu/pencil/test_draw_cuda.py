@@ -98,3 +98,15 @@ def test_max_side_and_png_inputs_take_the_host_decoder(pool, rng):
     png = buffer.getvalue()
     drawn = draw_bytes(png, open_image(png, MAX_PIXELS), PencilParams(), "png", 90, "cuda", pool)
     assert (drawn.decoded_on, drawn.encoded_on) == ("cpu", "cpu")
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_turns_as_on_the_host(pool, rng, orientation):
+    """The device decoder applies mirrors and half turns too (the shape check in draw.py
+    only sees quarter turns): the drawings of both paths agree."""
+    data = jpeg(photo(str(rng.choice(NAMES)), rng, 480), "exif_rotated", orientation=orientation)
+    params = PencilParams(texture="fast", mode="color")
+    gpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cuda", pool)
+    cpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cpu")
+    assert gpu.decoded_on == "gpu"
+    assert_same_drawing(decoded(gpu.data), decoded(cpu.data))
