@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -37,8 +38,8 @@ class Drawing:
     data: bytes
     width: int
     height: int
-    decoded_on: str  # "gpu" | "cpu"
-    encoded_on: str  # "gpu" | "cpu"
+    decoded_on: Literal["gpu", "cpu"]
+    encoded_on: Literal["gpu", "cpu"]
 
 
 def host_pixels(data: bytes, photo: Image.Image, params: PencilParams) -> np.ndarray:
@@ -89,9 +90,9 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
     from gpu.pool import default_pool
 
     pool = pool or default_pool()
-    on_device = nvjpeg.available()
-    decode_on_device = on_device and device_decodable(photo, data, params)
-    encode_on_device = on_device and fmt == "jpeg"
+    device_codecs = nvjpeg.available()
+    decode_on_device = device_codecs and device_decodable(photo, data, params)
+    encode_on_device = device_codecs and fmt == "jpeg"
     pixels = None if decode_on_device else host_pixels(data, photo, params)
     expected = upright_size(photo) if decode_on_device else None  # EXIF of a PNG costs a full decode
 
