@@ -203,7 +203,7 @@ def _add_service_routes(app: FastAPI) -> None:
             "devices": state.backend.devices,
             "version": VERSION,
             "workers": state.workers,
-            "processes": state.settings.processes,
+            "processes": max(1, state.settings.processes),  # 0 (auto) resolves to 1 in a lone process
             "pid": os.getpid(),
             "runs_jobs": state.job_runner.leading if hasattr(state, "job_runner") else False,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
