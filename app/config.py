@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     max_concurrent_pixels: int = Field(50_000_000, ge=256, description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)")
     devices: str = Field("all", pattern=r"^\s*(all|\d+(\s*,\s*\d+)*)\s*$", description="CUDA devices to use: 'all' or a list like '0,1'")
     streams: int = Field(4, ge=1, le=64, description="leases (stream pairs) per GPU: renders and jobs running at once on one device")
-    gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pools of all server processes may hold together (each process: this / the number of processes)")
+    gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pools of all server processes may hold together: with several processes on a card their renders share half, the process running the batch jobs holds the other half")
     batch_share: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's leases batch jobs may hold at once, so /sketch is never starved")
     lease_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest wait for a GPU lease before a render answers 503")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the /jobs endpoints; unset, they answer 503")

@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.warmed_up = True  # /readyz says ready from here on
         store = app.state.jobs = JobStore(settings.data_dir)
         metrics.watch_jobs(store)
-        job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and pool.memory_fraction < settings.gpu_memory_fraction else None
+        job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None  # see render_memory_fraction
         runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400, job_memory)
         runner.start()
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)

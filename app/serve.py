@@ -36,12 +36,10 @@ from app.config import Settings
 
 log = logging.getLogger("pencil.serve")
 
-RESTART_PAUSE_S = 1.0  # between a process's death and its replacement
-STOP_WAIT_S = 20.0  # for the processes to finish their requests on SIGTERM
-
-
-MAX_PROCESSES_PER_GPU = 16  # well under CUDA MPS's limit of clients per device
+RESTART_PAUSE_S = 1.0  # between a process's death and its replacement, doubling while they die young
 RESTART_BACKOFF_MAX_S = 30.0
+STOP_WAIT_S = 20.0  # for the processes to finish their requests on SIGTERM
+MAX_PROCESSES_PER_GPU = 16  # well under CUDA MPS's limit of clients per device
 CRASH_LOOP = (5, 60.0)  # this many deaths within this many seconds of their start: give up
 
 

@@ -6,8 +6,9 @@ compressed result comes back. Measured on an H200 for 1920x1080 (issue 18): deco
 1.2 ms, encode 0.2 ms, against 11 ms and 6 ms for OpenCV's host codecs.
 
 nvImageCodec (`nvidia-nvimgcodec-cu12` / `-cu13`, with the `cuda` / `cuda13` extras) is
-optional: `available()` says whether it imports and registered its nvJPEG codecs; without
-it the host codecs (gpu/codec/decode.py, encode.py) do all the work, logged once.
+optional: `available()` says whether it imports and has not failed the start-up round
+trip of `warm()`; without it the host codecs (gpu/codec/decode.py, encode.py) do all
+the work, logged once.
 
 Each lease gets its own decoder and encoder (they are not shared between threads), made
 on first use and kept by the lease; `warm(lease)` makes them at start-up.
@@ -28,6 +29,7 @@ import cupy
 log = logging.getLogger("pencil.codec")
 
 _state_lock = threading.Lock()
+_stderr_lock = threading.Lock()  # file descriptor 2 is the process's: one redirection at a time
 _module: Any = None
 _checked = False
 
@@ -37,16 +39,13 @@ DECODER_OPTIONS = ":fancy_upsampling=1"
 CODEC_THREADS = 1  # host threads per decoder: the server's processes already use every core
 
 
-_stderr_lock = threading.Lock()
-
-
 @contextmanager
 def _library_chatter_to_debug_log():
     """nvImageCodec prints an [ERROR] line to stderr for each optional extension it cannot
     load (nvJPEG2000, nvTIFF: not ours to use) when it starts, once per process: those
     lines go to this module's debug log instead of alarming an operator, or to the warning
-    log when the block fails (then they may say why). File descriptor 2 is the process's:
-    one redirection at a time, and none where no temporary file can be made."""
+    log when the block fails (then they may say why). No redirection where no temporary
+    file can be made."""
     with _stderr_lock:
         try:
             sink = tempfile.TemporaryFile()
@@ -93,8 +92,8 @@ def available() -> bool:
 
 @dataclass
 class DeviceCodecs:
-    """One lease's nvImageCodec decoder and encoder (GPU backends only: a JPEG they
-    cannot take goes back to the host codecs, never to a second host decoder)."""
+    """One lease's nvImageCodec decoder and encoder, limited to its GPU backends (a JPEG
+    they cannot take is decoded by our host path, not by nvImageCodec's CPU decoders)."""
 
     decoder: Any
     encoder: Any

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,8 +22,8 @@ __all__ = ["draw_bytes", "render", "warm_up"]
 log = logging.getLogger("pencil")
 
 # Photo sizes whose line tables warm_up builds on every device (width, height): the
-# common camera and screen sizes, each also turned upright. Any other size builds its
-# tables (a few ms) on its first render.
+# common camera and screen sizes (a table depends on the shorter side only, so either
+# orientation). Any other size builds its tables (a few ms) on its first render.
 WARM_SIZES = ((640, 480), (800, 600), (1024, 768), (1280, 720), (1280, 960), (1600, 1200), (1920, 1080), (2048, 1536), (2560, 1440), (2560, 1920), (3840, 2160), (4032, 3024))
 
 
@@ -64,13 +63,12 @@ def warm_up(backend: str = "cpu", pool=None) -> None:
 
     pool = pool or default_pool()
     defaults = PencilParams()
+    lengths = {defaults.line_length(height, width) for width, height in WARM_SIZES}
     for device in pool.device_ids:
         device_assets = cuda.assets(device)
-        for width, height in WARM_SIZES:
-            for h, w in ((height, width), (width, height)):
-                length = defaults.line_length(h, w)
-                device_assets.line_plan(length, 0)
-                device_assets.line_plan(length, defaults.stroke_width)
+        for length in lengths:
+            device_assets.line_plan(length, 0)
+            device_assets.line_plan(length, defaults.stroke_width)
     sample = np.zeros((1080, 1920, 3), np.uint8)
     sample[::7] = 200  # edges and tone for every stage to work on
     for lease in pool.leases():

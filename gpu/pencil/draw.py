@@ -80,7 +80,12 @@ def draw_bytes(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
     DeviceOutOfMemory."""
     if backend == "cuda":
         return _draw_cuda(data, photo, params, fmt, quality, pool)
-    drawing = reference.render(host_pixels(data, photo, params), params)
+    return _draw_cpu(host_pixels(data, photo, params), params, fmt, quality)
+
+
+def _draw_cpu(pixels: np.ndarray, params: PencilParams, fmt: str, quality: int) -> Drawing:
+    """Host pixels (from host_pixels) -> the reference drawing, encoded on the host."""
+    drawing = reference.render(pixels, params)
     return Drawing(encode_image(drawing, fmt, quality), drawing.shape[1], drawing.shape[0], "cpu", "cpu")
 
 
@@ -118,7 +123,7 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
         result, (height, width), decoded_on = pool.run(on_lease)
     except cuda.LineKernelTooLarge as exc:
         log.warning("%s; rendering on the CPU", exc)
-        return draw_bytes(data, photo, params, fmt, quality, "cpu")
+        return _draw_cpu(pixels if pixels is not None else host_pixels(data, photo, params), params, fmt, quality)
     if isinstance(result, bytes):
         return Drawing(result, width, height, decoded_on, "gpu")
     return Drawing(encode_image(result, fmt, quality), width, height, decoded_on, "cpu")
