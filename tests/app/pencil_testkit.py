@@ -146,23 +146,26 @@ def free_port() -> int:
 REPO = Path(__file__).resolve().parents[2]
 
 
-@contextmanager
-def live_server(workdir: Path, startup_timeout_s: float = 60, **settings: str) -> Iterator[str]:
-    """uvicorn serving app.main:create_app on a free port in a subprocess, with the given
-    PENCIL_* settings (e.g. workers="1") and the others at their defaults; yields its
-    base URL once GET /healthz answers 200, and stops the server afterwards."""
-    port = free_port()
+def server_env(workdir: Path, **settings: str) -> dict[str, str]:
+    """This process's environment without its PENCIL_* variables, plus the given settings
+    (e.g. workers="1" -> PENCIL_WORKERS=1), the CPU backend and a data directory in
+    `workdir` unless given, and the checkout on PYTHONPATH."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
     env.update({f"PENCIL_{key.upper()}": value for key, value in settings.items()})
     env.setdefault("PENCIL_BACKEND", "cpu")
     env.setdefault("PENCIL_DATA_DIR", str(workdir / "data"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+@contextmanager
+def server_process(command: list[str], workdir: Path, env: dict[str, str], base: str, ready_path: str = "/healthz", startup_timeout_s: float = 60) -> Iterator[subprocess.Popen]:
+    """`command` run in `workdir` (so that no .env file of the checkout is read), its output
+    in workdir/server.log; yields the process once GET base+ready_path answers 200, and
+    stops it afterwards (SIGTERM, then SIGKILL)."""
     log_path = workdir / "server.log"
-    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
     with open(log_path, "wb") as log:
-        # cwd is the scratch directory so that no .env file of the checkout is read
         proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
 
     def server_log() -> str:
         return log_path.read_text(errors="replace")[-4000:]
@@ -171,23 +174,35 @@ def live_server(workdir: Path, startup_timeout_s: float = 60, **settings: str) -
         deadline = time.monotonic() + startup_timeout_s
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"uvicorn exited with {proc.returncode}:\n{server_log()}")
+                pytest.fail(f"the server exited with {proc.returncode}:\n{server_log()}")
             try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"uvicorn did not answer /healthz within {startup_timeout_s:.0f} s:\n{server_log()}")
+                pytest.fail(f"the server did not answer {ready_path} within {startup_timeout_s:.0f} s:\n{server_log()}")
             time.sleep(0.1)
-        yield base
+        yield proc
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+@contextmanager
+def live_server(workdir: Path, startup_timeout_s: float = 60, **settings: str) -> Iterator[str]:
+    """uvicorn serving app.main:create_app on a free port in a subprocess, with the given
+    PENCIL_* settings (e.g. workers="1") and the others at their defaults; yields its
+    base URL once GET /healthz answers 200, and stops the server afterwards."""
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    with server_process(command, workdir, server_env(workdir, **settings), base, startup_timeout_s=startup_timeout_s):
+        yield base
 
 
 def multipart_body(boundary: str, image: bytes, filename: str = "photo.jpg", fields: dict[str, str] | None = None) -> bytes:

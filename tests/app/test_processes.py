@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pencil_testkit import REPO, decoded, free_port, photo_bytes, sketch_files
+from pencil_testkit import decoded, free_port, photo_bytes, server_env, server_process, sketch_files
 
 TOKEN = "processes-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -23,39 +23,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def two_processes(tmp_path: Path):
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
-    env.update(
-        PENCIL_PROCESSES="2",
-        PENCIL_BACKEND="cpu",
-        PENCIL_PORT=str(port),
-        PENCIL_DATA_DIR=str(tmp_path / "data"),
-        PENCIL_ADMIN_TOKEN=TOKEN,
-        PENCIL_LOG_LEVEL="info",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    )
-    log_path = tmp_path / "server.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    env = server_env(tmp_path, processes="2", port=str(port), admin_token=TOKEN, log_level="info")
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.1)
-        yield base, log_path, server, env
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
+    with server_process([sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base, ready_path="/readyz", startup_timeout_s=90) as server:
+        yield base, tmp_path / "server.log", server, env
 
 
 def health_by_pid(base: str, want: int, timeout_s: float = 30) -> dict[int, dict]:
@@ -155,9 +126,7 @@ def test_the_processes_stop_when_their_supervisor_is_killed(two_processes):
 def test_processes_dying_at_start_end_the_server_instead_of_looping(tmp_path):
     not_a_directory = tmp_path / "data"
     not_a_directory.write_text("a file where the data directory should be")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PENCIL_")}
-    env.update(PENCIL_PROCESSES="2", PENCIL_BACKEND="cpu", PENCIL_PORT=str(free_port()), PENCIL_DATA_DIR=str(not_a_directory),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = server_env(tmp_path, processes="2", port=str(free_port()), data_dir=str(not_a_directory))
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr[-2000:]
