@@ -34,8 +34,9 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from timing import median_ms  # noqa: E402  (bench/timing.py)
+
 from gpu.pencil import reference as ref  # noqa: E402
-from timing import median_ms  # noqa: E402,F401  (bench/timing.py; pencil_cuda.py imports it from here)
 from gpu.pencil.params import PencilParams  # noqa: E402
 
 

@@ -24,6 +24,9 @@ import numpy as np
 import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import device_median_ms  # noqa: E402  (bench/timing.py)
 
 from gpu.pencil import cuda  # noqa: E402
 from gpu.pencil import reference as ref  # noqa: E402
@@ -115,16 +118,7 @@ def cupyx_anchor(image: np.ndarray, params: PencilParams) -> dict[str, float]:
         texture = cupy.asarray(ref.texture_for(height, width))
         return texture ** (1 - j)
 
-    out = {}
-    for name, fn in (("strokes", strokes), ("tone+fast texture", tone)):
-        fn()
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        out[name] = cupy.cuda.get_elapsed_time(start, stop)
-    return out
+    return {"strokes": device_median_ms(strokes, 1), "tone+fast texture": device_median_ms(tone, 1)}
 
 
 def throughput(pool: DevicePool, images, params, leases: int, seconds: float = 2.0) -> float:

@@ -11,7 +11,6 @@ pixel); the script checks that before it reports a time.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,25 +20,15 @@ import numpy as np
 import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import device_median_ms  # noqa: E402  (bench/timing.py)
 
 from gpu import kernels  # noqa: E402
 from gpu.pencil import cuda, reference  # noqa: E402
 from gpu.pencil.params import PencilParams  # noqa: E402
 
 VARIANTS = [(8, 3, 8, ()), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ()), (2, 3, 8, ())]  # (rows, cols, warps, options)
-
-
-def time_ms(fn, repeats=20) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def line_variant(luma, length, rows, cols, warps, extra=()):
@@ -72,10 +61,10 @@ def line_variant(luma, length, rows, cols, warps, extra=()):
 
     first = run("line_label_tiled", thin, magnitude, label, packed, null, null)
     second = run("line_strokes_tiled", wide, packed, null, null, strokes, extrema)
-    t1_runs = time_ms(run("line_label_tiled", thin, magnitude, label, packed, null, null, prefix=False))
-    t2_runs = time_ms(run("line_strokes_tiled", wide, packed, null, null, strokes, extrema, prefix=False))
-    t1 = time_ms(first)
-    t2 = time_ms(second)
+    t1_runs = device_median_ms(run("line_label_tiled", thin, magnitude, label, packed, null, null, prefix=False), 20)
+    t2_runs = device_median_ms(run("line_strokes_tiled", wide, packed, null, null, strokes, extrema, prefix=False), 20)
+    t1 = device_median_ms(first, 20)
+    t2 = device_median_ms(second, 20)
     return t1, t2, t1_runs, t2_runs, label.get(), strokes.get()
 
 
@@ -90,7 +79,7 @@ def cg_timing(luma, params):
     def solve():
         result["beta"], result["scalars"] = cuda.solve_beta(log_j, assets, flag)
 
-    ms = time_ms(solve, 10)
+    ms = device_median_ms(solve, 10)
     iterations = int(result["scalars"].get()[6])
     return ms, iterations
 

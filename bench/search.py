@@ -41,6 +41,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import device_median_ms, median_ms  # (bench/timing.py)
 
 from gpu.search import reference
 from gpu.search.params import KERNEL_ALGORITHMS, VARIANTS, SearchParams
@@ -140,26 +143,13 @@ class Gpu:
             cupy.cuda.runtime.memcpyAsync(data.data.ptr, self.host.ctypes.data, self.n, cupy.cuda.runtime.memcpyHostToDevice, self.lease.stream.ptr)
             self.device_text = cuda.finish_text(data, self.n, self.lease)
 
-    def events_ms(self, fn, repeats: int) -> float:
-        cupy, stream = self.cupy, self.lease.stream
-        fn()
-        times = []
-        for _ in range(repeats):
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            fn()
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop))
-        return median(times)
-
     def copy_bandwidth(self, repeats: int) -> float:
         """Device copy rate, bytes/ms counting read + write."""
         cupy = self.cupy
         with cupy.cuda.Device(0), self.lease.stream:
             src = self.device_text.data[:self.n]
             dst = cupy.empty_like(src)
-            ms = self.events_ms(lambda: cupy.copyto(dst, src), repeats)
+            ms = device_median_ms(lambda: cupy.copyto(dst, src), repeats)
         return 2 * self.n / ms
 
     def upload(self) -> None:
@@ -168,7 +158,7 @@ class Gpu:
 
     def h2d_bandwidth(self, repeats: int) -> float:
         with self.cupy.cuda.Device(0), self.lease.stream:
-            return self.n / self.events_ms(self.upload, repeats)
+            return self.n / device_median_ms(self.upload, repeats)
 
     def resident_ms(self, params: SearchParams, repeats: int) -> tuple[float, list[int]]:
         times, counts = [], []
@@ -186,18 +176,15 @@ class Gpu:
         with self.cupy.cuda.Device(0), self.lease.stream:
             one = self.cuda._Pass(self.device_text, params, patterns, params.algorithm_for(patterns[0]), self.lease.stream)
             one.upload()
-            return self.events_ms(one.count_kernel, repeats)
+            return device_median_ms(one.count_kernel, repeats)
 
     def with_upload_ms(self, params: SearchParams, repeats: int) -> float:
-        times = []
-        for i in range(repeats + 1):
-            start = time.perf_counter()
+        def run() -> None:
             with self.cupy.cuda.Device(0), self.lease.stream:
                 self.upload()
             self.cuda.search_device(self.device_text, params, self.lease)  # waits for its downloads
-            if i:
-                times.append((time.perf_counter() - start) * 1000)
-        return median(times)
+
+        return median_ms(run, repeats)
 
 
 # --------------------------------------------------------------------- main --

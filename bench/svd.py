@@ -17,38 +17,33 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import device_median_ms, median_ms  # noqa: E402  (bench/timing.py)
 
 from gpu.svd import reference  # noqa: E402
 from gpu.svd.params import SvdParams, make_matrix  # noqa: E402
-from pencil import median_ms  # noqa: E402  (bench/pencil.py, beside this file)
 
 
 def cusolver_ms(a: np.ndarray, compute_uv: bool, repeats: int) -> tuple[float, tuple | None]:
+    """Median device ms of cupy.linalg.svd (cuSOLVER) and the factors of the last run."""
     import cupy
 
     d_a = cupy.asarray(a)
+    out = None
 
     def run():
-        return cupy.linalg.svd(d_a, full_matrices=False, compute_uv=compute_uv)
+        nonlocal out
+        out = cupy.linalg.svd(d_a, full_matrices=False, compute_uv=compute_uv)
 
-    out = run()
-    times = []
-    for _ in range(repeats):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        out = run()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    result = tuple(x.get() for x in out) if compute_uv else None
-    return statistics.median(times), result
+    ms = device_median_ms(run, repeats)
+    return ms, tuple(x.get() for x in out) if compute_uv else None
 
 
 def ours_ms(a: np.ndarray, compute_uv: bool, repeats: int, lease) -> tuple[float, dict[str, float], tuple | None]:

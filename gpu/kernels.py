@@ -1,6 +1,7 @@
 """CUDA C sources (gpu/**/*.cu) compiled at run time with NVRTC through cupy.RawModule:
 no build step at install time. Each (source, device) is compiled once per process and
-its kernels are cached; callers ask for a kernel on the current device.
+its kernels are cached; callers ask for a kernel on the current device. Also the helpers
+every gpu/*/cuda.py launches with: `div_up` (grid sizes) and `empty` (poisoned in tests).
 
 Importing this module needs CuPy; nothing in `app/` or the CPU backend imports it.
 """
@@ -16,6 +17,11 @@ import cupy
 # Exact IEEE division and square root, as the reference's float32 NumPy arithmetic:
 # the median and gradient stages are compared bit for bit.
 COMPILE_OPTIONS = ("-std=c++17", "--prec-div=true", "--prec-sqrt=true", "--fmad=true")
+
+# Tests set this: every array `empty` returns, and every one passed to `poison`, is filled
+# with 0xFF bytes (NaN as a float, -1 as a signed integer), so an entry a kernel forgot to
+# write shows up.
+POISON = False
 
 _lock = threading.Lock()
 _modules: dict[tuple[Path, int], cupy.RawModule] = {}
@@ -46,6 +52,24 @@ def kernel(source: Path, name: str) -> cupy.RawKernel:
     function.max_dynamic_shared_size_bytes = max_shared_bytes() - function.shared_size_bytes
     with _lock:
         return _kernels.setdefault(key, function)
+
+
+def div_up(a: int, b: int) -> int:
+    """ceil(a / b) for integers: blocks of b that cover a."""
+    return -(-a // b)
+
+
+def empty(shape, dtype) -> cupy.ndarray:
+    """cupy.empty(shape, dtype) on the current device, poisoned (see `poison`)."""
+    return poison(cupy.empty(shape, dtype))
+
+
+def poison(array: cupy.ndarray) -> cupy.ndarray:
+    """`array` (C-contiguous) filled with 0xFF bytes on the current stream while POISON is
+    set, else untouched; returned."""
+    if POISON:
+        array.view(cupy.uint8).fill(0xFF)
+    return array
 
 
 def blocks_per_sm(function: cupy.RawKernel, block_threads: int, dynamic_shared: int = 0) -> int:

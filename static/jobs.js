@@ -171,7 +171,7 @@ $("svd-form").addEventListener("submit", async (event) => {
       if (!file) throw new Error("Choose a .npy file first.");
       const form = new FormData();
       form.append("matrix", file);
-      for (const [key, value] of Object.entries(options)) form.append(key, String(value));
+      form.append("params", JSON.stringify(options));
       await api("/jobs/svd", { method: "POST", body: form });
     } else {
       const spec = { m: Number($("m").value), n: Number($("n").value), dtype: $("dtype").value, seed: Number($("seed").value), kind: $("kind").value, cond: Number($("cond").value) };

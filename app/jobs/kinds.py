@@ -1,6 +1,8 @@
 """What a kind of batch job provides to the job system: a parser that validates a request
-completely (4xx now, never a job that fails later for its input) and a function that runs
-the job on a worker thread, on a GPU lease when there is one.
+completely into the kind's job object (4xx now, never a job that fails later for its
+input), the job object's type (stored with `to_json` and `input_files`, rehydrated with
+`from_json`), and the kind's front door in gpu/<kind> that runs it on a worker thread, on
+a GPU lease when there is one (see gpu/jobs.py).
 """
 
 from __future__ import annotations
@@ -10,13 +12,21 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
-from app.jobs.store import Job
+from gpu.jobs import JobResult, Progress
+
+
+class StoredJob(Protocol):
+    """A kind's job object (gpu/<kind>/params.py), as the job store sees it."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def input_files(self) -> dict[str, bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,10 @@ class Submission:
 
     params: dict[str, Any]
     inputs: dict[str, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, job: StoredJob) -> Submission:
+        return cls(job.to_json(), job.input_files())
 
     def digest(self, kind: str) -> str:
         """Identifies the request for Idempotency-Key: the kind, the parameters and the
@@ -41,33 +55,22 @@ class JobCanceled(Exception):
     """Raised at a checkpoint of a job whose cancel was asked for."""
 
 
-@dataclass
-class JobContext:
-    """What a running job sees: its row, its input and result folders, the service's data
-    directory (data shared between jobs, such as corpora), the backend and, on CUDA, its
-    GPU lease (a gpu.pool.Lease), and a checkpoint to report progress."""
-
-    job: Job
-    inputs: Path
-    results: Path
-    data_dir: Path
-    backend: str
-    lease: Any | None
-    report: Callable[[float], bool]
-
-    def progress(self, fraction: float) -> None:
-        """Record progress (0..1); raises JobCanceled when the job was canceled."""
-        if not self.report(fraction):
-            raise JobCanceled()
-
-
 @dataclass(frozen=True)
 class JobKind:
+    """One kind of batch job: `parse` turns a request into a Submission; `job_type`
+    rehydrates the stored job (`from_json(stored, files)`, files: input name -> path);
+    `run` is the kind's front door, gpu.<kind>.run(job, lease, progress) -> JobResult."""
+
     name: str
     summary: str
     parse: Callable[[Request, Settings], Awaitable[Submission]]
-    run: Callable[[JobContext], Mapping[str, Any]]
+    job_type: Any  # a class with from_json(stored: Mapping, files: Mapping[str, Path])
+    run: Callable[[Any, Any, Progress], JobResult]
     openapi: dict[str, Any] = field(default_factory=dict)  # request body and result docs for POST /jobs/<name>
+
+    def load(self, stored: Mapping[str, Any], files: Mapping[str, Path]) -> Any:
+        """The job object of a stored job."""
+        return self.job_type.from_json(stored, files)
 
 
 def inline_schema(model: type[BaseModel]) -> dict[str, Any]:

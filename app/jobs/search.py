@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import mmap
-import time
-from typing import Any, Literal
 
-import numpy as np
 from fastapi import Request
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import Settings
-from app.corpora import corpus_text
 from app.errors import ApiError
-from app.jobs.kinds import JobContext, JobKind, Submission, inline_schema, validation_detail
-from gpu.search import reference
-from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS, SearchParamError, SearchParams
+from app.jobs.kinds import JobKind, Submission, inline_schema, validation_detail
+from app.jobs.requests import is_json, unsupported
+from gpu import search
+from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS
 
-TEXT_FILE = "text.bin"
 
 
 class Base64Pattern(BaseModel):
@@ -91,8 +88,8 @@ def _patterns(request: SearchRequest) -> list[bytes]:
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
-    if not request.headers.get("content-type", "").lower().startswith("application/json"):
-        raise ApiError(415, "unsupported_media_type", "send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or `text`; store large texts with POST /corpora")
+    if not is_json(request):
+        raise unsupported("send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or `text`; store large texts with POST /corpora")
     body = await request.body()
     try:
         req = SearchRequest.model_validate_json(body)
@@ -100,97 +97,21 @@ async def parse(request: Request, settings: Settings) -> Submission:
         if any(error["type"] == "json_invalid" for error in exc.errors()):
             raise ApiError(400, "bad_request", f"the body is not JSON: {exc.errors()[0]['msg']}") from None
         raise ApiError(422, "invalid_parameter", validation_detail(exc)) from None
-    patterns = _patterns(req)
-    try:
-        params = SearchParams(tuple(patterns), algorithm=req.algorithm, variant=req.variant, granularity=req.granularity, streams=req.streams,
-                              max_positions=req.max_positions, line_numbers=req.line_numbers, fused=req.fused)
-    except SearchParamError as exc:
-        raise ApiError(422, "invalid_parameter", str(exc)) from None
+    params = search.SearchParams(tuple(_patterns(req)), algorithm=req.algorithm, variant=req.variant, granularity=req.granularity,
+                                 streams=req.streams, max_positions=req.max_positions, line_numbers=req.line_numbers, fused=req.fused)
     sources = [name for name in ("corpus_id", "text", "text_base64") if getattr(req, name) is not None]
     if len(sources) != 1:
         raise ApiError(422, "invalid_parameter", f"give exactly one of corpus_id, text, text_base64 (got {', '.join(sources) or 'none'})")
-    stored = {
-        "patterns": [base64.b64encode(p).decode() for p in params.patterns],
-        "algorithm": params.algorithm, "variant": params.variant, "granularity": params.granularity, "streams": params.streams,
-        "max_positions": params.max_positions, "line_numbers": params.line_numbers, "fused": params.fused,
-    }
     if req.corpus_id is not None:
         corpus = request.app.state.corpora.get(req.corpus_id)
         if corpus is None:
             raise ApiError(404, "corpus_not_found", f"there is no corpus {req.corpus_id!r}; GET /corpora lists them")
-        return Submission({"source": "corpus", "corpus_id": corpus.id, "corpus_name": corpus.name, "corpus_sha256": corpus.sha256, "text_bytes": corpus.bytes, **stored})
-    text = req.text.encode("utf-8") if req.text is not None else _decode_base64(req.text_base64, "text_base64")
-    if not text:
-        raise ApiError(422, "invalid_parameter", f"{sources[0]}: the text is empty")
+        return Submission.of(search.SearchJob.on_corpus(params, search.Corpus(corpus.id, corpus.name, corpus.sha256, corpus.bytes)))
+    text = req.text.encode("utf-8") if req.text is not None else _decode_base64(req.text_base64 or "", "text_base64")
     if len(text) > settings.max_search_text_bytes:
         raise ApiError(413, "text_too_large", f"the inline text is {len(text):,} bytes; inline texts are limited to {settings.max_search_text_bytes:,} (PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST /corpora and search its corpus_id")
-    return Submission({"source": "text", "corpus_id": None, "text_bytes": len(text), **stored}, {TEXT_FILE: text})
+    return Submission.of(search.SearchJob.inline(params, text, sources[0]))
 
 
-# --------------------------------------------------------------------- running --
-
-
-def _params(stored: dict[str, Any]) -> SearchParams:
-    return SearchParams(tuple(base64.b64decode(p) for p in stored["patterns"]), algorithm=stored["algorithm"], variant=stored["variant"],
-                        granularity=stored["granularity"], streams=stored["streams"], max_positions=stored["max_positions"],
-                        line_numbers=stored["line_numbers"], fused=stored["fused"])
-
-
-def _display(pattern: bytes) -> str | None:
-    try:
-        return pattern.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _rate(n: int, ms: float) -> float | None:
-    return round(n / (ms / 1000) / 1e9, 3) if ms > 0 else None
-
-
-def run(ctx: JobContext) -> dict[str, Any]:
-    stored = ctx.job.params
-    params = _params(stored)
-    n = stored["text_bytes"]
-    if stored["source"] == "corpus":
-        path = corpus_text(ctx.data_dir, stored["corpus_id"])
-        if not path.is_file() or path.stat().st_size != n:
-            raise RuntimeError(f"corpus {stored['corpus_id']} was deleted or changed after this job was submitted")
-    else:
-        path = ctx.inputs / TEXT_FILE
-    ctx.progress(0.02)
-    start = time.perf_counter()
-    if ctx.lease is None:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as text:
-            output = reference.search(text, params, progress=lambda f: ctx.progress(0.02 + 0.88 * f))
-    else:
-        from gpu.search import cuda
-
-        key = (stored["corpus_id"], stored["corpus_sha256"]) if stored["source"] == "corpus" else None
-        output = cuda.search_file(ctx.lease, path, n, params, key=key, progress=ctx.progress)
-    total_ms = (time.perf_counter() - start) * 1000
-    ctx.progress(0.92)
-    patterns = []
-    for i, (pattern, found) in enumerate(zip(params.patterns, output.patterns, strict=True)):
-        np.save(ctx.results / f"positions_{i}.npy", found.positions)
-        entry = {
-            "index": i, "pattern": _display(pattern), "pattern_base64": stored["patterns"][i], "length": len(pattern), "algorithm": found.algorithm,
-            "count": int(found.positions.size), "positions": found.positions[:params.max_positions].tolist(),
-            "positions_truncated": bool(found.positions.size > params.max_positions), "positions_file": f"positions_{i}.npy",
-        }
-        if found.lines is not None:
-            np.save(ctx.results / f"lines_{i}.npy", found.lines)
-            entry["lines"] = found.lines[:params.max_positions].tolist()
-            entry["lines_file"] = f"lines_{i}.npy"
-        patterns.append(entry)
-    times = {**output.times_ms, "total": total_ms}
-    compute = "kernels" if "kernels" in times else "search"
-    return {
-        "backend": ctx.backend, "source": stored["source"], "corpus_id": stored["corpus_id"], "text_bytes": n,
-        "algorithm": params.algorithm, "variant": params.variant, "fused": params.fused, "resident": output.resident, "launch": output.launch or None,
-        "patterns": patterns,
-        "times_ms": {key: round(value, 3) for key, value in times.items()},
-        "throughput_gbps": {compute: _rate(n, times[compute]), "end_to_end": _rate(n, total_ms)},
-    }
-
-
-SEARCH = JobKind(name="search", summary="Exact search of 1 to 8 patterns in a corpus or text (Rabin-Karp, KMP, Boyer-Moore; fused)", parse=parse, run=run, openapi=OPENAPI)
+SEARCH = JobKind(name="search", summary="Exact search of 1 to 8 patterns in a corpus or text (Rabin-Karp, KMP, Boyer-Moore; fused)",
+                 parse=parse, job_type=search.SearchJob, run=search.run, openapi=OPENAPI)

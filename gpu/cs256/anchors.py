@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -256,3 +257,46 @@ def read_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
     stop.record(stream)
     stop.synchronize()
     return data.size / (cupy.cuda.get_elapsed_time(start, stop) / 1000 / repeats)
+
+
+# ----------------------------------------------------------- the job on the GPU --
+
+EXACT_ROWS = 4096  # rows per block of the float64 reference product
+
+
+def measure(params, a: np.ndarray, x: np.ndarray, dtype: str, times: dict[str, float], lease, progress) -> dict:
+    """The GPU run of a job (params: Cs256Params) on the lease: convert on the device,
+    multiply with the CS256 kernel, check against the float64 dense product, and time it
+    L2-cold against dense cuBLAS and cuSPARSE CSR. Adds ms to `times`; returns the same
+    keys as reference.measure, with host arrays."""
+    from gpu.cs256 import cuda, reference
+    from gpu.cs256.pruning import convert, pruning_report
+
+    with cupy.cuda.Device(lease.device), lease.stream:
+        stream = cupy.cuda.get_current_stream()
+        d_a, d_x = cupy.asarray(a), cupy.asarray(x)
+        start = time.perf_counter()
+        cs = convert(params, d_a, dtype)
+        stream.synchronize()
+        times["convert"] = (time.perf_counter() - start) * 1000
+        progress(0.3)
+        k = 1 if x.ndim == 1 else x.shape[1]
+        plan = cuda.make_plan(cs, k, variant=params.variant)
+        y = cuda.spmm(cs, d_x, plan)
+        dense = cs.to_dense()
+        x64 = to_float32(d_x, dtype).astype(cupy.float64)
+        exact = cupy.concatenate([to_float32(dense[r : r + EXACT_ROWS], dtype).astype(cupy.float64) @ x64 for r in range(0, cs.m, EXACT_ROWS)])
+        error = reference.relative_error(y.get(), exact.get(), dtype)
+        progress(0.4)
+        timer = ColdTimer()
+        times["cs256"] = timer.median_ms(lambda: cuda.spmm(cs, d_x, plan), params.repeats)
+        times["dense"] = timer.median_ms(lambda: dense_matmul(dense, d_x, dtype), params.repeats)
+        progress(0.6)
+        csr = CsrAnchor(dense, dtype)
+        times["csr"] = timer.median_ms(lambda: csr(d_x), params.repeats)
+        progress(0.8)
+        pruning = pruning_report(params, d_a, dense, d_x, cupy, dtype)
+        used = {"dense": f"cuBLAS ({'cublasGemmEx' if dtype == 'bfloat16' else 'cupy.matmul'}) {dtype}",
+                "csr": f"cuSPARSE CSR int32 {csr.dtype}" + ("" if csr.dtype == dtype else f" (cuSPARSE through CuPy takes no {dtype} here)")}
+        return {"cs": cs.to_host(), "y": y.get(), "error": error, "pruning": pruning, "kernel": plan.describe(), "anchors": used,
+                "anchor_bytes": {"dense": int(dense.nbytes), "csr": csr.nbytes}}

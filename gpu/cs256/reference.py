@@ -8,6 +8,8 @@ kernels sum in float32 in another order; the error measure is `relative_error`.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from gpu.cs256.format import CS256, STORAGE, TILE, CS256Error, as_storage, from_float, to_float32
@@ -124,3 +126,53 @@ def read_checksum(cs: CS256) -> int:
         padded = np.concatenate([data, np.zeros(-data.size % 4, np.uint8)])
         checksum ^= int(np.bitwise_xor.reduce(padded.view(np.uint32)))  # 0 for an empty array
     return checksum
+
+
+# ------------------------------------------------------------- the job on the CPU --
+
+CPU_REPEATS = 3  # the NumPy timings are seconds long: fewer runs
+
+
+def median_ms(fn, repeats: int) -> float:
+    """The median wall time of `repeats` calls of fn(), in ms."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return float(np.median(times))
+
+
+def measure(params, a: np.ndarray, x: np.ndarray, dtype: str, times: dict[str, float], progress) -> dict:
+    """The CPU run of a job (params: Cs256Params): convert, multiply, check against the
+    float64 dense product, and time the product against NumPy dense (BLAS) and SciPy CSR
+    (when installed). Adds ms to `times`; returns cs, y, error, pruning, kernel, anchors
+    and anchor_bytes (bytes each anchor reads for its matrix)."""
+    from gpu.cs256.pruning import convert, pruning_report
+
+    start = time.perf_counter()
+    cs = convert(params, a, dtype)
+    times["convert"] = (time.perf_counter() - start) * 1000
+    progress(0.3)
+    dense = cs.to_dense()
+    repeats = min(params.repeats, CPU_REPEATS)
+    y = spmv(cs, x)
+    times["cs256"] = median_ms(lambda: spmv(cs, x), repeats)
+    error = relative_error(y, dense_product(dense, x, dtype), dtype)
+    progress(0.5)
+    dense32, x32 = to_float32(dense, dtype), to_float32(x, dtype)
+    times["dense"] = median_ms(lambda: dense32 @ x32, repeats)
+    anchors = {"dense": "NumPy float32 matmul (BLAS)", "csr": None}
+    anchor_bytes = {"dense": dense32.nbytes, "csr": None}
+    try:
+        import scipy.sparse
+    except ImportError:
+        anchors["csr"] = "not measured: SciPy is not installed"
+    else:
+        csr = scipy.sparse.csr_array(dense32)
+        times["csr"] = median_ms(lambda: csr @ x32, repeats)
+        anchors["csr"] = "SciPy CSR float32"
+        anchor_bytes["csr"] = int(csr.nnz) * 8 + 4 * (cs.m + 1)
+    progress(0.7)
+    pruning = pruning_report(params, a, dense, x, np, dtype)
+    return {"cs": cs, "y": y, "error": error, "pruning": pruning, "kernel": {"variant": "numpy reference"}, "anchors": anchors, "anchor_bytes": anchor_bytes}

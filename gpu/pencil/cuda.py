@@ -21,7 +21,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import cupy
@@ -35,6 +35,7 @@ from gpu.pencil.texture import pencil_texture
 log = logging.getLogger("pencil.cuda")
 
 SOURCE = Path(__file__).with_name("pencil.cu")
+_k = partial(kernels.kernel, SOURCE)
 
 # Launch geometry, mirrored from pencil.cu.
 LINE_COLS, LINE_ROWS, LINE_WARPS = 3, 8, 8
@@ -47,32 +48,12 @@ CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
 
 
-# Tests set this: every plane a stage allocates is filled with 0xFF bytes first (NaN as
-# float32), so a pixel a kernel forgot to write shows up in the comparison.
-POISON_ALLOCATIONS = False
-
-
-def _empty(shape, dtype) -> cupy.ndarray:
-    array = cupy.empty(shape, dtype)
-    if POISON_ALLOCATIONS:
-        array.view(cupy.uint8).fill(0xFF)
-    return array
-
-
 def _upload_shared(array: np.ndarray) -> cupy.ndarray:
     """A device copy of `array` for every stream of the device: the copy is finished on
     return (renders on other, non-blocking streams would not wait for it)."""
     device_array = cupy.asarray(array)
     cupy.cuda.get_current_stream().synchronize()
     return device_array
-
-
-def _k(name: str) -> cupy.RawKernel:
-    return kernels.kernel(SOURCE, name)
-
-
-def _div_up(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ------------------------------------------------------------------ line tables --
@@ -291,16 +272,16 @@ def luma_and_histogram(image: cupy.ndarray) -> Planes:
     (256,) uint32 histogram of it (stage 6)."""
     height, width = image.shape[:2]
     channels = 1 if image.ndim == 2 else 3
-    luma = _empty((height, width), cupy.uint8)
+    luma = kernels.empty((height, width), cupy.uint8)
     histogram = cupy.zeros(256, cupy.uint32)
     pixels = height * width
-    blocks = min(_div_up(pixels, 256), 132 * 8)
+    blocks = min(kernels.div_up(pixels, 256), 132 * 8)
     _k("luma_histogram")((blocks,), (256,), (image, np.int32(channels), np.int64(pixels), luma, histogram))
     return Planes(luma, histogram)
 
 
 def padded_shape(height: int, width: int, halo: int) -> tuple[int, int]:
-    return _div_up(height, LINE_TILE_H) * LINE_TILE_H + 2 * halo, _div_up(width, LINE_TILE_W) * LINE_TILE_W + 2 * halo
+    return kernels.div_up(height, LINE_TILE_H) * LINE_TILE_H + 2 * halo, kernels.div_up(width, LINE_TILE_W) * LINE_TILE_W + 2 * halo
 
 
 def gradient_padded(luma: cupy.ndarray, halo: int) -> cupy.ndarray:
@@ -308,8 +289,8 @@ def gradient_padded(luma: cupy.ndarray, halo: int) -> cupy.ndarray:
     (see padded_shape); M itself is padded[halo:halo+H, halo:halo+W]."""
     height, width = luma.shape
     rows, pitch = padded_shape(height, width, halo)
-    magnitude = _empty((rows, pitch), cupy.float32)
-    grid = (_div_up(pitch, 32), _div_up(rows, 8))
+    magnitude = kernels.empty((rows, pitch), cupy.float32)
+    grid = (kernels.div_up(pitch, 32), kernels.div_up(rows, 8))
     _k("median_gradient")(grid, (32, 8), (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(rows), np.int32(halo)))
     return magnitude
 
@@ -324,7 +305,7 @@ def _line_pass(pass_number: int, plan: LinePlan, source: cupy.ndarray, height: i
     if not tiled and plan.shared_bytes(False) > kernels.max_shared_bytes():
         raise LineKernelTooLarge(f"line kernels with {plan.untiled.runs} runs do not fit in shared memory")
     name = ("line_label_" if pass_number == 1 else "line_strokes_") + ("tiled" if tiled else "global")
-    grid = (_div_up(width, LINE_TILE_W), _div_up(height, LINE_TILE_H))
+    grid = (kernels.div_up(width, LINE_TILE_W), kernels.div_up(height, LINE_TILE_H))
     null = np.uint64(0)
     args = (
         source,
@@ -349,7 +330,7 @@ class LineKernelTooLarge(RuntimeError):
 def classify(magnitude_padded: cupy.ndarray, plan: LinePlan, height: int, width: int, with_label: bool = True):
     """Stages 3-4: argmax label (H, W) uint8 (None unless with_label) and the packed plane
     for pass 2 (padded float32: M with the label in its 3 low mantissa bits)."""
-    label = _empty((height, width), cupy.uint8) if with_label else None
+    label = kernels.empty((height, width), cupy.uint8) if with_label else None
     packed = cupy.zeros_like(magnitude_padded)
     _line_pass(1, plan, magnitude_padded, height, width, label=label if label is not None else np.uint64(0), packed=packed)
     return label, packed
@@ -357,7 +338,7 @@ def classify(magnitude_padded: cupy.ndarray, plan: LinePlan, height: int, width:
 
 def strokes(packed: cupy.ndarray, plan: LinePlan, height: int, width: int) -> tuple[cupy.ndarray, cupy.ndarray]:
     """Stage 5 before normalisation: S' (H, W) float32 and its (min, max) as uint32 bits."""
-    out = _empty((height, width), cupy.float32)
+    out = kernels.empty((height, width), cupy.float32)
     extrema = cupy.full(2, 0x7F800000, cupy.uint32)  # (+inf, then 0 below)
     extrema[1] = 0
     _line_pass(2, plan, packed, height, width, strokes=out, extrema=extrema)
@@ -368,14 +349,14 @@ def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: b
     """Stages 7-8: J = box_blur(LUT[luma]) ** gamma, float32 (H, W), and ln max(J, 1/255)
     when with_log (texture "lu"), else None. Also returns the uint8 LUT."""
     height, width = planes.luma.shape
-    lut = _empty(256, cupy.uint8)
+    lut = kernels.empty(256, cupy.uint8)
     _k("matching_lut")((1,), (256,), (planes.histogram, cdf, lut))
-    colsum = _empty((height, width), cupy.int32)
-    _k("tone_columns")((_div_up(width, 128), _div_up(height, TONE_RUN)), (128,), (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum))
-    j = _empty((height, width), cupy.float32)
-    log_j = _empty((height, width), cupy.float32) if with_log else None
+    colsum = kernels.empty((height, width), cupy.int32)
+    _k("tone_columns")((kernels.div_up(width, 128), kernels.div_up(height, TONE_RUN)), (128,), (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum))
+    j = kernels.empty((height, width), cupy.float32)
+    log_j = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("tone_rows")(
-        (_div_up(width, TONE_ROW_BLOCK), height),
+        (kernels.div_up(width, TONE_ROW_BLOCK), height),
         (TONE_ROW_BLOCK,),
         (colsum, np.int32(height), np.int32(width), np.int32(blur), np.float32(gamma), j, log_j if with_log else np.uint64(0)),
         shared_mem=(TONE_ROW_BLOCK + blur - 1) * 4,
@@ -399,14 +380,14 @@ def solve_beta(
     stops queueing soon after convergence without ever draining the stream."""
     height, width = log_tone.shape
     sms = kernels.device_attribute("MultiProcessorCount")
-    columns = _div_up(width, CG_BLOCK[0])
-    grid = (columns, max(1, min(_div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
+    columns = kernels.div_up(width, CG_BLOCK[0])
+    grid = (columns, max(1, min(kernels.div_up(height, CG_BLOCK[1]), CG_BLOCKS_PER_SM * sms // columns)))
     stream = cupy.cuda.get_current_stream()
-    beta = _empty(log_tone.shape, cupy.float32)
-    residual = _empty(log_tone.shape, cupy.float32)
-    directions = [_empty(log_tone.shape, cupy.float32), _empty(log_tone.shape, cupy.float32)]
-    jacobi = _empty(log_tone.shape, cupy.float32)
-    partials = _empty(3 * grid[0] * grid[1], cupy.float64)
+    beta = kernels.empty(log_tone.shape, cupy.float32)
+    residual = kernels.empty(log_tone.shape, cupy.float32)
+    directions = [kernels.empty(log_tone.shape, cupy.float32), kernels.empty(log_tone.shape, cupy.float32)]
+    jacobi = kernels.empty(log_tone.shape, cupy.float32)
+    partials = kernels.empty(3 * grid[0] * grid[1], cupy.float64)
     arrivals = cupy.zeros(1, cupy.uint32)
     scalars = cupy.zeros(9, cupy.float64)
     scalars[7] = tolerance
@@ -436,9 +417,9 @@ def merge(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, be
     color, (H, W, 3) RGB with the photo's chroma."""
     height, width = strokes_plane.shape
     channels_in = 1 if image.ndim == 2 else 3
-    out = _empty((height, width, 3) if color else (height, width), cupy.uint8)
+    out = kernels.empty((height, width, 3) if color else (height, width), cupy.uint8)
     _k("merge")(
-        (_div_up(width, 32), _div_up(height, 8)),
+        (kernels.div_up(width, 32), kernels.div_up(height, 8)),
         (32, 8),
         (
             strokes_plane,
@@ -472,7 +453,7 @@ def upload(lease, image: np.ndarray) -> cupy.ndarray:
     with cupy.cuda.Device(lease.device), lease.stream:
         pinned_in = lease.staging("in", image.nbytes)
         pinned_in[:] = image.reshape(-1).view(np.uint8)
-        d_image = _empty(image.shape, cupy.uint8)
+        d_image = kernels.empty(image.shape, cupy.uint8)
         runtime.memcpyAsync(d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, lease.stream.ptr)
     return d_image
 

@@ -14,6 +14,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from gpu.errors import ParamError
 
 # --- Tone model of Lu et al., on the 0..255 scale --------------------------------------
 SIGMA_B = 9.0  # bright layer: Laplacian decay from white
@@ -38,12 +39,6 @@ DIRECTIONS = 8  # line directions at i * pi / 8
 MIN_SIDE = 16  # px: smaller images carry too little structure to draw
 
 
-class ParamError(ValueError):
-    """A parameter is missing its type, out of range or not one of its choices."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(f"{name}: {message}")
-        self.name = name
 
 
 @dataclass(frozen=True)
@@ -60,6 +55,7 @@ class Option:
 
     def parse(self, raw: Any) -> Any:
         """Coerce `raw` (a string from a form, query or command line, or a value) and check it."""
+        value: Any
         if self.type is str:
             value = str(raw).strip().lower()
         else:

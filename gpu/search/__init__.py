@@ -1,1 +1,77 @@
-"""Exact string search (Rabin-Karp, KMP, Boyer-Moore) over large texts: parameters, the NumPy/Python reference, the CUDA kernels."""
+"""Exact string search (Rabin-Karp, KMP, Boyer-Moore) over large texts.
+
+Front door: `run(job, lease=None, progress=None)` finds every pattern of a `SearchJob`
+(gpu/search/params.py) in its text: on a GPU lease with the CUDA kernels (gpu/search/cuda.py;
+a stored corpus stays resident on the device for the next search), or on the CPU with
+CPython's bytes.find over an mmap of the text (gpu/search/reference.py): the same positions.
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+from typing import Any
+
+from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
+from gpu.search.params import Corpus, SearchJob, SearchParams
+
+__all__ = ["Corpus", "SearchJob", "SearchParams", "run"]
+
+
+def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+    """Every occurrence of each pattern. Summary per pattern: count, the first
+    max_positions positions (0-based byte offsets) and with line_numbers their 1-based
+    lines; times_ms (GPU: upload, kernels, download; CPU: search; and total) and GB/s.
+    Files positions_<i>.npy (int64) and lines_<i>.npy: all of them."""
+    from gpu.search import reference
+
+    if job.path is None:
+        raise ValueError("the job's text is not stored yet: run a job rehydrated by SearchJob.from_json")
+    params, n = job.params, job.text_bytes
+    progress(0.02)
+    start = time.perf_counter()
+    if lease is None:
+        with open(job.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as text:
+            output = reference.search(text, params, progress=lambda f: progress(0.02 + 0.88 * f))
+    else:
+        from gpu.search import cuda
+
+        key = (job.corpus.id, job.corpus.sha256) if job.corpus is not None else None
+        output = cuda.search_file(lease, job.path, n, params, key=key, progress=progress)
+    total_ms = (time.perf_counter() - start) * 1000
+    progress(0.92)
+    patterns, files = [], {}
+    encoded = job.to_json()["patterns"]
+    for i, (pattern, found) in enumerate(zip(params.patterns, output.patterns, strict=True)):
+        files[f"positions_{i}.npy"] = npy_file(found.positions)
+        entry = {
+            "index": i, "pattern": _display(pattern), "pattern_base64": encoded[i], "length": len(pattern), "algorithm": found.algorithm,
+            "count": int(found.positions.size), "positions": found.positions[: params.max_positions].tolist(),
+            "positions_truncated": bool(found.positions.size > params.max_positions), "positions_file": f"positions_{i}.npy",
+        }
+        if found.lines is not None:
+            files[f"lines_{i}.npy"] = npy_file(found.lines)
+            entry["lines"] = found.lines[: params.max_positions].tolist()
+            entry["lines_file"] = f"lines_{i}.npy"
+        patterns.append(entry)
+    times = {**output.times_ms, "total": total_ms}
+    compute = "kernels" if "kernels" in times else "search"
+    summary = {
+        "backend": backend_name(lease), "source": "corpus" if job.corpus is not None else "text", "corpus_id": job.corpus.id if job.corpus else None,
+        "text_bytes": n, "algorithm": params.algorithm, "variant": params.variant, "fused": params.fused,
+        "resident": output.resident, "launch": output.launch or None, "patterns": patterns,
+        "times_ms": {key: round(value, 3) for key, value in times.items()},
+        "throughput_gbps": {compute: _rate(n, times[compute]), "end_to_end": _rate(n, total_ms)},
+    }
+    return JobResult(summary, files)
+
+
+def _display(pattern: bytes) -> str | None:
+    try:
+        return pattern.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _rate(n: int, ms: float) -> float | None:
+    return round(n / (ms / 1000) / 1e9, 3) if ms > 0 else None

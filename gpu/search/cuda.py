@@ -26,6 +26,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import cupy
@@ -37,6 +38,7 @@ from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, SLOTS_MAX, THREADS,
 from gpu.search.residency import RESIDENT
 
 SOURCE = Path(__file__).with_name("search.cu")
+_k = partial(kernels.kernel, SOURCE)
 
 # Mirrored from search.cu.
 RECORDS_PER_THREAD = 4  # matches a thread keeps during the count pass (single pattern)
@@ -63,21 +65,6 @@ WRITE_BLOCKS_PER_SM = 8
 TEXT_PAD = 64  # zero bytes after the text on the device: 16-byte loads and Rabin-Karp's last roll read past its end
 UPLOAD_PIECE = 32 * 1024 * 1024  # bytes per pinned staging buffer of a file upload
 UPLOAD_BUFFERS = 4  # pinned buffers (and reader threads) of a file upload
-
-# Tests set this: the device arrays a search writes are filled with 0xFF bytes first, so
-# an entry a kernel forgot to write shows up as -1 (positions) or garbage (counts).
-POISON_OUTPUTS = False
-
-
-def _k(name: str):
-    return kernels.kernel(SOURCE, name)
-
-
-def _empty(shape, dtype) -> cupy.ndarray:
-    array = cupy.empty(shape, dtype)
-    if POISON_OUTPUTS:
-        array.view(cupy.uint8).fill(0xFF)
-    return array
 
 
 def _resident_blocks() -> int:
@@ -127,7 +114,7 @@ class DeviceText:
 def _newline_index(data: cupy.ndarray, n: int) -> cupy.ndarray:
     """segment_before of the text in `data`, queued on the current stream."""
     segments = max(1, -(-n // LINE_SEGMENT))
-    counts = _empty(segments, cupy.int32)
+    counts = kernels.empty(segments, cupy.int32)
     warps_per_block = LINE_THREADS // 32
     _k("newline_counts")((-(-segments // warps_per_block),), (LINE_THREADS,), (data, np.int64(n), counts, np.int64(segments)))
     inclusive = cupy.cumsum(counts, dtype=cupy.int64)
@@ -294,9 +281,9 @@ class _Pass:
         """The count kernel alone: counts, flags and kept slots per block."""
         target, power = self.target, self.power
         P, K = len(self.patterns), self.launch.slots
-        self.counts = _empty(P * self.blocks, cupy.int32)
-        self.flags = _empty(self.blocks, cupy.uint8)
-        self.slots = _empty(self.blocks * K, cupy.uint32)
+        self.counts = kernels.empty(P * self.blocks, cupy.int32)
+        self.flags = kernels.empty(self.blocks, cupy.uint8)
+        self.slots = kernels.empty(self.blocks * K, cupy.uint32)
         g, n, end = np.int32(self.launch.granularity), np.int64(self.text.n), np.int64(self.end)
         if self.fused:
             args = (self.text.data, n, end, g, self.d_pattern, np.int32(self.pattern_bytes), np.int32(self.m_max), self.d_table,
@@ -316,8 +303,8 @@ class _Pass:
             self.offsets = cupy.cumsum(self.counts, dtype=cupy.int64).reshape(1, self.blocks)
             self._totals_dev = self.offsets[:, -1].copy()
         else:
-            self.offsets = _empty((P, self.blocks), cupy.int64)
-            self._totals_dev = _empty(P, cupy.int64)
+            self.offsets = kernels.empty((P, self.blocks), cupy.int64)
+            self._totals_dev = kernels.empty(P, cupy.int64)
             segments = max(1, min(OFFSET_SEGMENTS_MAX, kernels.device_attribute("MultiProcessorCount") // P))
             _k("block_offsets")((P * segments,), (OFFSET_THREADS,), (self.counts, np.int32(self.blocks), np.int32(segments), self.offsets, self._totals_dev))
 
@@ -332,7 +319,7 @@ class _Pass:
         host's work between the count and write kernels, which the GPU waits for, stays
         one allocation and one launch (each pattern's view of the allocation is made after it)."""
         ends = np.cumsum(self.totals)
-        flat = _empty(int(ends[-1]), cupy.int64)
+        flat = kernels.empty(int(ends[-1]), cupy.int64)
         if flat.size > 0:
             K = np.int32(self.launch.slots)
             if self.fused:
@@ -345,7 +332,7 @@ class _Pass:
         if self.params.line_numbers:
             segment_before = self.text.segment_before
             for i, out in enumerate(self.outs):
-                lines = _empty(out.size, cupy.int64)
+                lines = kernels.empty(out.size, cupy.int64)
                 if out.size:
                     _k("line_numbers")((-(-out.size // LINE_THREADS),), (LINE_THREADS,), (self.text.data, out, np.int64(out.size), segment_before, lines))
                 self.lines[i] = lines

@@ -17,10 +17,16 @@ threads per block, position slots per block): pure arithmetic, tested on the CPU
 
 from __future__ import annotations
 
+import base64
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from gpu.errors import ParamError
 
 MAX_PATTERNS = 8
 MAX_PATTERN_BYTES = 4096
@@ -52,24 +58,18 @@ AUTO_SHORT_PATTERN = 3  # up to this length: KMP, whose first-byte skip loop is 
 AUTO_ALPHABET_EVIDENCE = 8  # a pattern this long with few distinct bytes suggests a small alphabet
 
 
-class SearchParamError(ValueError):
-    """A parameter has the wrong type, is out of range or not one of its choices."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(f"{name}: {message}")
-        self.name = name
 
 
 def _check_int(name: str, value, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SearchParamError(name, f"expected an integer, got {value!r}")
-    if not minimum <= value <= maximum:
-        raise SearchParamError(name, f"must be between {minimum} and {maximum}; got {value}")
+        raise ParamError(name, f"expected an integer, got {value!r}")
+    if not minimum <= int(value) <= maximum:
+        raise ParamError(name, f"must be between {minimum} and {maximum}; got {value}")
 
 
 @dataclass(frozen=True)
 class SearchParams:
-    """One search request; validated on construction (raises SearchParamError).
+    """One search request; validated on construction (raises ParamError).
 
     patterns: 1..MAX_PATTERNS byte strings of 1..MAX_PATTERN_BYTES bytes each.
     algorithm: one of ALGORITHMS. variant: one of VARIANTS.
@@ -93,19 +93,19 @@ class SearchParams:
     def __post_init__(self) -> None:
         patterns = self.patterns
         if isinstance(patterns, (bytes, bytearray, str)) or not isinstance(patterns, (tuple, list)):
-            raise SearchParamError("patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}")
+            raise ParamError("patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}")
         if not 1 <= len(patterns) <= MAX_PATTERNS:
-            raise SearchParamError("patterns", f"give 1 to {MAX_PATTERNS} patterns; got {len(patterns)}")
+            raise ParamError("patterns", f"give 1 to {MAX_PATTERNS} patterns; got {len(patterns)}")
         for i, pattern in enumerate(patterns):
             if not isinstance(pattern, (bytes, bytearray)):
-                raise SearchParamError(f"patterns[{i}]", f"expected bytes, got {type(pattern).__name__}")
+                raise ParamError(f"patterns[{i}]", f"expected bytes, got {type(pattern).__name__}")
             if not 1 <= len(pattern) <= MAX_PATTERN_BYTES:
-                raise SearchParamError(f"patterns[{i}]", f"must be 1 to {MAX_PATTERN_BYTES} bytes long; got {len(pattern)}")
+                raise ParamError(f"patterns[{i}]", f"must be 1 to {MAX_PATTERN_BYTES} bytes long; got {len(pattern)}")
         object.__setattr__(self, "patterns", tuple(bytes(p) for p in patterns))
         if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
-            raise SearchParamError("algorithm", f"must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
+            raise ParamError("algorithm", f"must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
         if not isinstance(self.variant, str) or self.variant not in VARIANTS:
-            raise SearchParamError("variant", f"must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
+            raise ParamError("variant", f"must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
         if self.granularity is not None:
             _check_int("granularity", self.granularity, GRANULARITY_MIN, GRANULARITY_MAX[self.variant])
         if self.streams is not None:
@@ -113,12 +113,12 @@ class SearchParams:
         _check_int("max_positions", self.max_positions, 0, MAX_POSITIONS_LIMIT)
         for name in ("line_numbers", "fused"):
             if not isinstance(getattr(self, name), bool):
-                raise SearchParamError(name, f"expected true or false, got {getattr(self, name)!r}")
+                raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
         if self.fused:
             if self.algorithm not in ("auto", "rabin_karp"):
-                raise SearchParamError("fused", f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}")
+                raise ParamError("fused", f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}")
             if self.variant != "optimized":
-                raise SearchParamError("fused", "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only")
+                raise ParamError("fused", "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only")
 
     @property
     def stream_count(self) -> int:
@@ -132,6 +132,74 @@ class SearchParams:
         if self.fused:
             return "rabin_karp"
         return choose_algorithm(pattern) if self.algorithm == "auto" else self.algorithm
+
+
+TEXT_FILE = "text.bin"  # an inline text, stored with the job
+CORPUS_FILE = "corpus"  # the text of a stored corpus, as the job system hands it over
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A stored corpus a job searches: its id, name, SHA-256 (hex) and size in bytes."""
+
+    id: str
+    name: str | None
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class SearchJob:
+    """One search job: what to find (`params`) in `text_bytes` bytes of text, either a
+    stored `corpus` or an inline text (`text` at submission, stored with the job as
+    TEXT_FILE). Once stored, `path` is the file to read. Build with `inline` or `on_corpus`."""
+
+    params: SearchParams
+    text_bytes: int
+    corpus: Corpus | None = None
+    text: bytes | None = field(default=None, repr=False)
+    path: Path | None = None
+
+    @classmethod
+    def inline(cls, params: SearchParams, text: bytes, field_name: str = "text") -> SearchJob:
+        if not text:
+            raise ParamError(field_name, "the text is empty")
+        return cls(params, len(text), text=text)
+
+    @classmethod
+    def on_corpus(cls, params: SearchParams, corpus: Corpus) -> SearchJob:
+        return cls(params, corpus.bytes, corpus=corpus)
+
+    def to_json(self) -> dict[str, Any]:
+        """What the job store keeps: patterns as base64, the options, the text's source."""
+        p = self.params
+        stored = {
+            "patterns": [base64.b64encode(pattern).decode() for pattern in p.patterns],
+            "algorithm": p.algorithm, "variant": p.variant, "granularity": p.granularity, "streams": p.streams,
+            "max_positions": p.max_positions, "line_numbers": p.line_numbers, "fused": p.fused,
+        }
+        if self.corpus is not None:
+            c = self.corpus
+            return {"source": "corpus", "corpus_id": c.id, "corpus_name": c.name, "corpus_sha256": c.sha256, "text_bytes": c.bytes, **stored}
+        return {"source": "text", "corpus_id": None, "text_bytes": self.text_bytes, **stored}
+
+    def input_files(self) -> dict[str, bytes]:
+        return {TEXT_FILE: self.text} if self.text is not None else {}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SearchJob:
+        """The stored job, reading its text from files[TEXT_FILE] or, for a corpus,
+        files[CORPUS_FILE]. RuntimeError when the corpus was deleted or changed since."""
+        params = SearchParams(tuple(base64.b64decode(p) for p in stored["patterns"]), algorithm=stored["algorithm"], variant=stored["variant"],
+                              granularity=stored["granularity"], streams=stored["streams"], max_positions=stored["max_positions"],
+                              line_numbers=stored["line_numbers"], fused=stored["fused"])
+        n = stored["text_bytes"]
+        if stored["source"] != "corpus":
+            return cls(params, n, path=files[TEXT_FILE])
+        path = files.get(CORPUS_FILE)
+        if path is None or not path.is_file() or path.stat().st_size != n:
+            raise RuntimeError(f"corpus {stored['corpus_id']} was deleted or changed after this job was submitted")
+        return cls(params, n, corpus=Corpus(stored["corpus_id"], stored.get("corpus_name"), stored["corpus_sha256"], n), path=path)
 
 
 def choose_algorithm(pattern: bytes) -> str:

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from pathlib import Path
 
 import cupy
@@ -36,20 +36,13 @@ from gpu.stencil.energy import EnergyMeter, EnergyReading
 from gpu.stencil.params import RADIUS, VARIANTS, StencilParams
 
 SOURCE = Path(__file__).with_name("stencil.cu")
+_k = partial(kernels.kernel, SOURCE)
 BLOCK = (geometry.BX, geometry.BY, 1)
 GATHER_BLOCK = 256
 BATCH_SECONDS = 0.2  # progress is reported (and cancel checked) about this often
 TRIAL_MS = 2.0  # auto: each variant runs at least this long (and at least 3 launches)
 UPLOAD_POINTS = 1 << 24  # host slab of c built and uploaded at once (64 MiB of float32)
 RAMP_TABLES = 64  # sponge ramp tables kept on the devices (a few KB each)
-
-
-def _k(name: str) -> cupy.RawKernel:
-    return kernels.kernel(SOURCE, name)
-
-
-def _div_up(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 kernel_name = geometry.kernel_name
@@ -168,7 +161,7 @@ class GpuShot:
         self.launch(variant, float(self.amplitudes[n]))
         self.p, self.pp = self.pp, self.p
         count = self.receivers.size
-        _k("gather_receivers")((_div_up(count, GATHER_BLOCK),), (GATHER_BLOCK,), (self.p, self.receivers, np.int32(count), self.record[n]))
+        _k("gather_receivers")((kernels.div_up(count, GATHER_BLOCK),), (GATHER_BLOCK,), (self.p, self.receivers, np.int32(count), self.record[n]))
 
     def field(self) -> cupy.ndarray:
         return self.p.reshape(self.shape)

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from gpu.errors import ParamError
+from gpu.jobs import npy_bytes
 
 RADIUS = 2  # half-width of the 13-point stencil, and the Dirichlet border in cells
 MIN_SIDE = 2 * RADIUS + 1  # one interior point
@@ -47,45 +53,39 @@ GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)
 CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
 
 
-class StencilParamError(ValueError):
-    """A parameter is missing, has the wrong type, is out of range or unstable. `code` is
-    the API's error code (invalid_parameter, cfl_violation, source_outside_grid,
-    receiver_outside_grid, invalid_model)."""
-
-    def __init__(self, name: str, message: str, code: str = "invalid_parameter"):
-        super().__init__(f"{name}: {message}")
-        self.name, self.code = name, code
 
 
 def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise StencilParamError(name, f"expected an integer, got {value!r}")
+        raise ParamError(name, f"expected an integer, got {value!r}")
+    value = int(value)
     if value < minimum:
-        raise StencilParamError(name, f"must be >= {minimum}; got {value}")
+        raise ParamError(name, f"must be >= {minimum}; got {value}")
     if maximum is not None and value > maximum:
-        raise StencilParamError(name, f"must be <= {maximum}; got {value}")
-    return int(value)
+        raise ParamError(name, f"must be <= {maximum}; got {value}")
+    return value
 
 
 def _positive(name: str, value, maximum: float | None = None, code: str = "invalid_parameter", minimum: float | None = None, unit: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise StencilParamError(name, f"expected a finite number, got {value!r}", code)
+        raise ParamError(name, f"expected a finite number, got {value!r}", code)
+    value = float(value)
     if value <= 0:
-        raise StencilParamError(name, f"must be > 0; got {value}", code)
+        raise ParamError(name, f"must be > 0; got {value}", code)
     if minimum is not None and value < minimum:
-        raise StencilParamError(name, f"must be >= {minimum:g}{unit}; got {value:g}", code)
+        raise ParamError(name, f"must be >= {minimum:g}{unit}; got {value:g}", code)
     if maximum is not None and value > maximum:
-        raise StencilParamError(name, f"must be <= {maximum:g}{unit}; got {value:g}", code)
-    return float(value)
+        raise ParamError(name, f"must be <= {maximum:g}{unit}; got {value:g}", code)
+    return value
 
 
 def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tuple[int, int, int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
-        raise StencilParamError(name, f"expected [x, y, z] grid indices, got {value!r}")
+        raise ParamError(name, f"expected [x, y, z] grid indices, got {value!r}")
     point = tuple(_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX) for axis, v in zip("xyz", value, strict=True))
     for axis, v, n in zip("xyz", point, shape_xyz, strict=True):
         if not RADIUS <= v <= n - 1 - RADIUS:
-            raise StencilParamError(name, f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})", code)
+            raise ParamError(name, f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})", code)
     return point  # type: ignore[return-value]
 
 
@@ -125,20 +125,20 @@ class LayeredModel:
         for name in ("depths", "velocities"):
             values = getattr(self, name)
             if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-                raise StencilParamError(f"model.{name}", f"expected a list of numbers, got {values!r}", "invalid_model")
+                raise ParamError(f"model.{name}", f"expected a list of numbers, got {values!r}", "invalid_model")
             object.__setattr__(self, name, tuple(values))
         if not 1 <= len(self.depths) <= MAX_LAYERS:
-            raise StencilParamError("model.depths", f"expected 1 to {MAX_LAYERS} layer tops, got {len(self.depths)}", "invalid_model")
+            raise ParamError("model.depths", f"expected 1 to {MAX_LAYERS} layer tops, got {len(self.depths)}", "invalid_model")
         if len(self.velocities) != len(self.depths):
-            raise StencilParamError("model", f"{len(self.depths)} depths but {len(self.velocities)} velocities: give one velocity per layer", "invalid_model")
+            raise ParamError("model", f"{len(self.depths)} depths but {len(self.velocities)} velocities: give one velocity per layer", "invalid_model")
         for i, depth in enumerate(self.depths):
             if isinstance(depth, bool) or not isinstance(depth, numbers.Real) or not math.isfinite(depth):
-                raise StencilParamError(f"model.depths[{i}]", f"expected a finite number, got {depth!r}", "invalid_model")
+                raise ParamError(f"model.depths[{i}]", f"expected a finite number, got {depth!r}", "invalid_model")
         if self.depths[0] != 0:
-            raise StencilParamError("model.depths[0]", f"the first layer must start at depth 0, got {self.depths[0]}", "invalid_model")
+            raise ParamError("model.depths[0]", f"the first layer must start at depth 0, got {self.depths[0]}", "invalid_model")
         for i in range(1, len(self.depths)):
             if not self.depths[i] > self.depths[i - 1]:
-                raise StencilParamError(f"model.depths[{i}]", f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}", "invalid_model")
+                raise ParamError(f"model.depths[{i}]", f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}", "invalid_model")
         for i, v in enumerate(self.velocities):
             _positive(f"model.velocities[{i}]", v, MAX_VELOCITY, "invalid_model", MIN_VELOCITY, " m/s")
 
@@ -183,24 +183,24 @@ class ArrayModel:
 
 
 def check_velocity_array(values) -> np.ndarray:
-    """The model as a C-contiguous float32 (nz, ny, nx) array, or StencilParamError
+    """The model as a C-contiguous float32 (nz, ny, nx) array, or ParamError
     (code invalid_model): 3-D, float32 or float64, every value finite, > 0 and <= MAX_VELOCITY."""
     values = np.asarray(values)
     if values.ndim != 3:
-        raise StencilParamError("model", f"expected a 3-D array (nz, ny, nx) of velocities, got shape {values.shape}", "invalid_model")
+        raise ParamError("model", f"expected a 3-D array (nz, ny, nx) of velocities, got shape {values.shape}", "invalid_model")
     if values.dtype.kind != "f" or values.dtype.itemsize not in (4, 8):
-        raise StencilParamError("model", f"the array is {values.dtype}; send float32 velocities in m/s", "invalid_model")
+        raise ParamError("model", f"the array is {values.dtype}; send float32 velocities in m/s", "invalid_model")
     if any(n < MIN_SIDE for n in values.shape):
-        raise StencilParamError("model", f"shape {values.shape} (nz, ny, nx): every side needs at least {MIN_SIDE} points", "invalid_model")
+        raise ParamError("model", f"shape {values.shape} (nz, ny, nx): every side needs at least {MIN_SIDE} points", "invalid_model")
     values = np.ascontiguousarray(values, dtype=np.float32)
     finite = np.isfinite(values)
     if not finite.all():
-        raise StencilParamError("model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model")
+        raise ParamError("model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model")
     low, high = float(values.min()), float(values.max())
     if low < MIN_VELOCITY:
-        raise StencilParamError("model", f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
+        raise ParamError("model", f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
     if high > MAX_VELOCITY:
-        raise StencilParamError("model", f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?", "invalid_model")
+        raise ParamError("model", f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?", "invalid_model")
     return values
 
 
@@ -213,7 +213,7 @@ def receiver_line(start, end, count: int) -> tuple[tuple[int, int, int], ...]:
     count = _int("receivers.count", count, 1, MAX_RECEIVERS)
     for name, point in (("receivers.start", start), ("receivers.end", end)):
         if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != 3:
-            raise StencilParamError(name, f"expected [x, y, z] grid indices, got {point!r}")
+            raise ParamError(name, f"expected [x, y, z] grid indices, got {point!r}")
         for axis, v in zip("xyz", point, strict=True):
             _int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX)
     a, b = np.asarray(start, np.float64), np.asarray(end, np.float64)
@@ -227,7 +227,7 @@ def receiver_line(start, end, count: int) -> tuple[tuple[int, int, int], ...]:
 
 @dataclass(frozen=True)
 class StencilParams:
-    """One shot, validated on construction (raises StencilParamError).
+    """One shot, validated on construction (raises ParamError).
 
     nx, ny, nz: grid points; h: spacing (m); steps: time steps; f0: Ricker peak frequency
     (Hz); model: the velocities; dt: time step (s; default DEFAULT_CFL h / v_max);
@@ -246,9 +246,10 @@ class StencilParams:
     steps: int
     f0: float
     model: VelocityModel
-    dt: float | None = None
-    source: tuple[int, int, int] | None = None
-    receivers: tuple[tuple[int, int, int], ...] | None = None
+    # None asks for the default; __post_init__ resolves each, so a built StencilParams has them all.
+    dt: float = None  # type: ignore[assignment]
+    source: tuple[int, int, int] = None  # type: ignore[assignment]
+    receivers: tuple[tuple[int, int, int], ...] = None  # type: ignore[assignment]
     sponge: int = 0
     snapshot_every: int | None = None
     variant: str = "auto"
@@ -259,53 +260,54 @@ class StencilParams:
         for name in ("nx", "ny", "nz"):
             _int(name, getattr(self, name), MIN_SIDE)
         if self.nz - 2 * RADIUS > MAX_INTERIOR_Z:
-            raise StencilParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
+            raise ParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
         if self.nx * self.ny > MAX_PLANE:
-            raise StencilParamError("nx", f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}")
+            raise ParamError("nx", f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}")
         _positive("h", self.h, MAX_SPACING, minimum=MIN_SPACING, unit=" m")
         _int("steps", self.steps, 1, MAX_STEPS)
         _positive("f0", self.f0, MAX_F0, unit=" Hz")
         if not isinstance(self.model, (ConstantModel, LayeredModel, ArrayModel)):
-            raise StencilParamError("model", f"expected a constant, layered or array model, got {type(self.model).__name__}", "invalid_model")
+            raise ParamError("model", f"expected a constant, layered or array model, got {type(self.model).__name__}", "invalid_model")
         if isinstance(self.model, ArrayModel) and self.model.values.shape != self.shape:
-            raise StencilParamError("model", f"the array has shape {self.model.values.shape} (nz, ny, nx) but the grid is nz, ny, nx = {self.shape}", "invalid_model")
+            raise ParamError("model", f"the array has shape {self.model.values.shape} (nz, ny, nx) but the grid is nz, ny, nx = {self.shape}", "invalid_model")
         v_min, v_max = self.model.v_range(self.nz, self.h)
         object.__setattr__(self, "v_min", v_min)
         object.__setattr__(self, "v_max", v_max)
         if self.dt is None:
             object.__setattr__(self, "dt", DEFAULT_CFL * self.h / v_max)
-        _positive("dt", self.dt)
-        per_step = self.f0 * self.dt  # periods of the source per time step
+        dt = _positive("dt", self.dt)
+        per_step = self.f0 * dt  # periods of the source per time step
         if not 1.0 / MAX_PERIOD_STEPS <= per_step <= 1.0 / MIN_PERIOD_STEPS:
             period_steps = 1.0 / per_step if per_step > 0 else math.inf
-            raise StencilParamError("f0", f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {self.dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * self.dt):.3g} to {1 / (MIN_PERIOD_STEPS * self.dt):.3g} Hz at this dt)")
+            raise ParamError("f0", f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * dt):.3g} to {1 / (MIN_PERIOD_STEPS * dt):.3g} Hz at this dt)")
         if self.cfl > CFL_LIMIT:
-            raise StencilParamError("dt", f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s", "cfl_violation")
+            raise ParamError("dt", f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s", "cfl_violation")
         shape_xyz = (self.nx, self.ny, self.nz)
         source = (self.nx // 2, self.ny // 2, self.nz // 2) if self.source is None else self.source
-        object.__setattr__(self, "source", _point("source", source, shape_xyz, "source_outside_grid"))
+        source = _point("source", source, shape_xyz, "source_outside_grid")
+        object.__setattr__(self, "source", source)
         if self.receivers is None:  # every interior x on the source's line, at most MAX_RECEIVERS evenly spread
             interior = self.nx - 2 * RADIUS
             xs = range(RADIUS, self.nx - RADIUS) if interior <= MAX_RECEIVERS else np.linspace(RADIUS, self.nx - 1 - RADIUS, MAX_RECEIVERS).round().astype(int).tolist()
-            receivers = tuple((x, self.source[1], self.source[2]) for x in xs)
+            receivers = tuple((x, source[1], source[2]) for x in xs)
         else:
             if isinstance(self.receivers, (str, bytes)) or not hasattr(self.receivers, "__len__"):
-                raise StencilParamError("receivers", f"expected a list of [x, y, z] points, got {self.receivers!r}")
+                raise ParamError("receivers", f"expected a list of [x, y, z] points, got {self.receivers!r}")
             if not 1 <= len(self.receivers) <= MAX_RECEIVERS:
-                raise StencilParamError("receivers", f"expected 1 to {MAX_RECEIVERS} receivers, got {len(self.receivers)}")
+                raise ParamError("receivers", f"expected 1 to {MAX_RECEIVERS} receivers, got {len(self.receivers)}")
             receivers = tuple(_point(f"receivers[{i}]", r, shape_xyz, "receiver_outside_grid") for i, r in enumerate(self.receivers))
         object.__setattr__(self, "receivers", receivers)
         if self.steps * len(receivers) > MAX_RECORD_VALUES:
-            raise StencilParamError("receivers", f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}")
+            raise ParamError("receivers", f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}")
         max_sponge = (min(shape_xyz) - 2 * RADIUS) // 2
         _int("sponge", self.sponge, 0, max_sponge)
         if self.snapshot_every is None:
             object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
         _int("snapshot_every", self.snapshot_every, 0)
         if len(self.snapshot_steps) > MAX_SNAPSHOTS:
-            raise StencilParamError("snapshot_every", f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})")
+            raise ParamError("snapshot_every", f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})")
         if not isinstance(self.variant, str) or self.variant not in VARIANT_CHOICES:
-            raise StencilParamError("variant", f"must be one of {', '.join(VARIANT_CHOICES)}; got {self.variant!r}")
+            raise ParamError("variant", f"must be one of {', '.join(VARIANT_CHOICES)}; got {self.variant!r}")
 
     # ------------------------------------------------------------- derived values --
 
@@ -377,3 +379,70 @@ class StencilParams:
         """Host memory a CPU (NumPy) run holds at its peak."""
         snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
         return CPU_BYTES_PER_POINT * self.points + self.steps * len(self.receivers) * 4 + snapshots
+
+
+# ------------------------------------------------------------------------ the job --
+
+MODEL_FILE = "model.npy"
+MODEL_CHOICES = '{"type": "constant", "velocity": ...}, {"type": "layered", "depths": [...], "velocities": [...]}, or a .npy upload'
+
+
+def velocity_model(spec: Mapping[str, Any] | None, array: np.ndarray | None = None) -> VelocityModel:
+    """The velocity model of a request's `model` object ({"type": "constant" | "layered" |
+    "upload", ...}), with the uploaded (nz, ny, nx) `array` for "upload"."""
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if array is not None and kind in (None, "upload"):
+        return ArrayModel(array)
+    if kind == "constant":
+        return ConstantModel(spec["velocity"])  # type: ignore[index]
+    if kind == "layered":
+        return LayeredModel(tuple(spec["depths"]), tuple(spec["velocities"]))  # type: ignore[index]
+    if kind == "upload":
+        raise ParamError("model", """{"type": "upload"} needs a multipart request with the .npy file in the field 'model' and this JSON in the field 'params'""")
+    raise ParamError("model", f"required: {MODEL_CHOICES}")
+
+
+@dataclass(frozen=True)
+class StencilJob:
+    """One shot as a job: `request`, the JSON request (model and receivers as the client
+    gave them, defaults resolved: grid, dt, source, snapshots) and its validated `params`
+    (with the uploaded velocity array, if any)."""
+
+    request: Mapping[str, Any]
+    params: StencilParams
+
+    @classmethod
+    def from_request(cls, request: Mapping[str, Any], model: np.ndarray | None = None) -> StencilJob:
+        """Validate a request (types already checked: numbers, lists, objects) into a job;
+        ParamError naming the field otherwise."""
+        velocity = velocity_model(request.get("model"), model)
+        for name in ("nx", "ny", "nz"):
+            if request.get(name) is None:
+                raise ParamError(name, "required (the grid's size in points)")
+        receivers = request.get("receivers")
+        if isinstance(receivers, Mapping):
+            receivers = receiver_line(receivers["start"], receivers["end"], receivers["count"])
+        elif receivers is not None:
+            receivers = tuple(tuple(point) for point in receivers)
+        source = request.get("source")
+        defaults_or_given: dict[str, Any] = {"dt": request.get("dt"), "source": tuple(source) if source is not None else None, "receivers": receivers}
+        params = StencilParams(
+            nx=request["nx"], ny=request["ny"], nz=request["nz"], h=request["h"], steps=request["steps"], f0=request["f0"], model=velocity,
+            sponge=request.get("sponge", 0), snapshot_every=request.get("snapshot_every"), variant=request.get("variant", "auto"), **defaults_or_given,
+        )
+        resolved = {**request, "nx": params.nx, "ny": params.ny, "nz": params.nz, "dt": params.dt, "source": list(params.source), "snapshot_every": params.snapshot_every}
+        if isinstance(velocity, ArrayModel):
+            resolved["model"] = {"type": "upload"}
+        return cls(resolved, params)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.request)
+
+    def input_files(self) -> dict[str, bytes]:
+        model = self.params.model
+        return {MODEL_FILE: npy_bytes(model.values)} if isinstance(model, ArrayModel) else {}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> StencilJob:
+        model = np.load(files[MODEL_FILE], allow_pickle=False) if (stored.get("model") or {}).get("type") == "upload" else None
+        return cls.from_request(stored, model)

@@ -363,3 +363,15 @@ def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | Non
     if statistics is not None:
         statistics.update(counts)
     return u, values, vt_out
+
+
+def cusolver_svd(a: np.ndarray, params: SvdParams, lease):
+    """The same decomposition by cuSOLVER (cupy.linalg.svd) on the lease's stream: host
+    (u, s, vt) as `svd` returns them."""
+    a = check_matrix(a)
+    with cupy.cuda.Device(lease.device), lease.stream:
+        device_a = cupy.asarray(a)
+        if params.compute_uv:
+            u, s, vt = cupy.linalg.svd(device_a, full_matrices=params.full_matrices, compute_uv=True)
+            return u.get(), s.get(), vt.get()
+        return None, cupy.linalg.svd(device_a, compute_uv=False).get(), None

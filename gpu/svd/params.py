@@ -2,48 +2,63 @@
 
 `SvdParams` says what to compute (values only, thin or full vectors) and how: "lapack"
 is numpy.linalg.svd, "golub_reinsch" the blocked Householder bidiagonalization plus
-implicitly shifted QR of Lahabar & Narayanan (2009), "auto" the fastest on the backend.
-`make_matrix` builds the three kinds of inputs the accuracy tests and benchmarks use.
+implicitly shifted QR of Lahabar & Narayanan (2009), "cusolver" CuPy's cuSOLVER call
+(GPU only), "auto" the fastest on the backend. `make_matrix` builds the three kinds of
+inputs the accuracy tests and benchmarks use; `MatrixSpec` names one of them. `SvdJob`
+is one job of the front door (gpu.svd.run): its matrix and its parameters.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-METHODS = ("auto", "golub_reinsch", "lapack")
+from gpu.errors import ParamError
+from gpu.jobs import npy_bytes
+
+METHODS = ("auto", "golub_reinsch", "cusolver", "lapack")
+GPU_METHODS = ("golub_reinsch", "cusolver")
+# Without a GPU the Golub-Reinsch method runs the readable NumPy definition, whose bulge
+# chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
+# are refused there rather than left to hold a job stream for an hour.
+GOLUB_REINSCH_CPU_MAX_SIDE = 512
+# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER on the H200
+# (BENCHMARKS.md, 2026-11-22): float32 from 4096 columns (the smaller side) on, with
+# vectors (1.12x) and without (1.06x); cuSOLVER elsewhere (float64: 0.93-0.98x; 2048:
+# 0.79x with vectors, a tie without). Both pass LAPACK's accuracy ratios.
+AUTO_GOLUB_REINSCH_MIN_SIDE = 4096
+MATRIX_FILE = "matrix.npy"
 BLOCK_SIZE_MIN, BLOCK_SIZE_MAX = 1, 512  # columns per panel of the blocked bidiagonalization
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 MATRIX_KINDS = ("gaussian", "ill_conditioned", "low_rank")
 
 
-class SvdParamError(ValueError):
-    """A parameter has the wrong type, is out of range or not one of its choices."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(f"{name}: {message}")
-        self.name = name
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SvdParamError(name, f"expected an integer, got {value!r}")
+        raise ParamError(name, f"expected an integer, got {value!r}")
+    value = int(value)
     if value < minimum:
-        raise SvdParamError(name, f"must be >= {minimum}; got {value}")
+        raise ParamError(name, f"must be >= {minimum}; got {value}")
     if maximum is not None and value > maximum:
-        raise SvdParamError(name, f"must be <= {maximum}; got {value}")
+        raise ParamError(name, f"must be <= {maximum}; got {value}")
 
 
 @dataclass(frozen=True)
 class SvdParams:
-    """One SVD request; validated on construction (raises SvdParamError).
+    """One SVD request; validated on construction (raises ParamError).
 
     compute_uv: also return U and V^T (else the singular values only).
     full_matrices: U is m x m and V^T n x n (else m x k and k x n, k = min(m, n)).
-    method: one of METHODS. block_size: columns per panel of the bidiagonalization.
+    method: one of METHODS ("auto": `resolve_method`). block_size: columns per panel of
+    the bidiagonalization.
     """
 
     compute_uv: bool = True
@@ -54,9 +69,9 @@ class SvdParams:
     def __post_init__(self) -> None:
         for name in ("compute_uv", "full_matrices"):
             if not isinstance(getattr(self, name), bool):
-                raise SvdParamError(name, f"expected true or false, got {getattr(self, name)!r}")
+                raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.method, str) or self.method not in METHODS:
-            raise SvdParamError("method", f"must be one of {', '.join(METHODS)}; got {self.method!r}")
+            raise ParamError("method", f"must be one of {', '.join(METHODS)}; got {self.method!r}")
         _check_int("block_size", self.block_size, BLOCK_SIZE_MIN, BLOCK_SIZE_MAX)
 
 
@@ -74,18 +89,18 @@ def make_matrix(m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank:
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise SvdParamError("dtype", f"must be float32 or float64; got {dtype!r}") from None
+        raise ParamError("dtype", f"must be float32 or float64; got {dtype!r}") from None
     if dtype not in DTYPES:
-        raise SvdParamError("dtype", f"must be float32 or float64; got {dtype}")
+        raise ParamError("dtype", f"must be float32 or float64; got {dtype}")
     if kind not in MATRIX_KINDS:
-        raise SvdParamError("kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {kind!r}")
+        raise ParamError("kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {kind!r}")
     rng = np.random.default_rng(seed)
     k = min(m, n)
     if kind == "gaussian":
         a = rng.standard_normal((m, n))
     elif kind == "ill_conditioned":
         if isinstance(cond, bool) or not isinstance(cond, numbers.Real) or not math.isfinite(cond) or cond < 1:
-            raise SvdParamError("cond", f"must be a finite number >= 1; got {cond!r}")
+            raise ParamError("cond", f"must be a finite number >= 1; got {cond!r}")
         u, _ = np.linalg.qr(rng.standard_normal((m, k)))
         v, _ = np.linalg.qr(rng.standard_normal((n, k)))
         s = np.logspace(0.0, -math.log10(cond), k)
@@ -95,3 +110,110 @@ def make_matrix(m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank:
         _check_int("rank", r, 1, k)
         a = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
     return np.ascontiguousarray(a, dtype=dtype)
+
+
+def auto_gpu_method(m: int, n: int, dtype) -> str:
+    """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
+    return "golub_reinsch" if np.dtype(dtype) == np.float32 and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE else "cusolver"
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    """A generated test matrix (see `make_matrix`); validated on construction."""
+
+    m: int
+    n: int
+    dtype: str = "float32"
+    seed: int = 0
+    kind: str = "gaussian"
+    cond: float = 1e6
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("spec.m", self.m, 1)
+        _check_int("spec.n", self.n, 1)
+        _check_int("spec.seed", self.seed, 0)
+        if self.dtype not in ("float32", "float64"):
+            raise ParamError("spec.dtype", f"must be float32 or float64; got {self.dtype!r}")
+        if self.kind not in MATRIX_KINDS:
+            raise ParamError("spec.kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {self.kind!r}")
+        if isinstance(self.cond, bool) or not isinstance(self.cond, numbers.Real) or not math.isfinite(self.cond) or self.cond < 1:
+            raise ParamError("spec.cond", f"must be a finite number >= 1; got {self.cond!r}")
+        if self.rank is not None:
+            _check_int("spec.rank", self.rank, 1, min(self.m, self.n))
+
+    def build(self) -> np.ndarray:
+        """The (m, n) matrix, the same for the same spec."""
+        return make_matrix(self.m, self.n, self.dtype, self.seed, self.kind, cond=self.cond, rank=self.rank)
+
+
+@dataclass(frozen=True)
+class SvdJob:
+    """One SVD job: the matrix (`matrix`, an uploaded (m, n) float32/float64 array, or
+    `spec`, one to generate: exactly one of them) and what to compute (`params`)."""
+
+    params: SvdParams
+    spec: MatrixSpec | None = None
+    matrix: np.ndarray | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if (self.spec is None) == (self.matrix is None):
+            raise ParamError("matrix", "give exactly one of a matrix and a spec")
+        if self.matrix is not None:
+            from gpu.svd.reference import SvdInputError, check_matrix  # reference imports this module
+
+            native = self.matrix.astype(self.matrix.dtype.newbyteorder("="), copy=False) if self.matrix.dtype.kind == "f" else self.matrix
+            try:
+                object.__setattr__(self, "matrix", check_matrix(native))
+            except SvdInputError as exc:
+                raise ParamError("matrix", str(exc), "invalid_matrix") from None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        if self.spec is not None:
+            return self.spec.m, self.spec.n
+        m, n = self.matrix.shape  # type: ignore[union-attr]
+        return m, n
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.dtype if self.spec is not None else self.matrix.dtype.name  # type: ignore[union-attr]
+
+    def check_backend(self, backend: str) -> None:
+        """ParamError when the method cannot run on `backend` ("cpu" or "cuda")."""
+        if backend == "cuda":
+            return
+        method = self.params.method
+        if method == "cusolver":
+            raise ParamError("method", "cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)")
+        if method == "golub_reinsch" and min(self.shape) > GOLUB_REINSCH_CPU_MAX_SIDE:
+            raise ParamError("method", f"golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack")
+
+    def resolve_method(self, on_gpu: bool) -> str:
+        """The method that runs: `auto` becomes the faster GPU method, or LAPACK on the CPU."""
+        if self.params.method != "auto":
+            return self.params.method
+        return auto_gpu_method(*self.shape, self.dtype) if on_gpu else "lapack"
+
+    def load(self) -> np.ndarray:
+        """The matrix to decompose (generated from the spec when there is one)."""
+        return self.spec.build() if self.spec is not None else self.matrix  # type: ignore[return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        """What the job store keeps (the matrix itself goes to `input_files`)."""
+        options = {"compute_uv": self.params.compute_uv, "full_matrices": self.params.full_matrices, "method": self.params.method}
+        if self.spec is not None:
+            return {"source": "spec", "spec": asdict(self.spec), **options}
+        m, n = self.shape
+        return {"source": "upload", "m": m, "n": n, "dtype": self.dtype, **options}
+
+    def input_files(self) -> dict[str, bytes]:
+        return {} if self.matrix is None else {MATRIX_FILE: npy_bytes(self.matrix)}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SvdJob:
+        """The job `to_json` and `input_files` stored (files: input file name -> path)."""
+        params = SvdParams(compute_uv=stored["compute_uv"], full_matrices=stored["full_matrices"], method=stored["method"])
+        if stored["source"] == "spec":
+            return cls(params, spec=MatrixSpec(**stored["spec"]))
+        return cls(params, matrix=np.load(files[MATRIX_FILE], allow_pickle=False))

@@ -105,5 +105,5 @@ def test_parse_encode_options(raw, expected):
 def test_parse_encode_options_rejects(raw):
     with pytest.raises(ParamError) as caught:
         parse_encode_options(raw)
-    assert caught.value.name == next(iter(raw))
+    assert caught.value.field == next(iter(raw))
     assert str(caught.value).startswith(f"{next(iter(raw))}:")

@@ -4,6 +4,7 @@ being answered. CUDA only (marker `gpu`)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -40,7 +41,7 @@ def run_job(client, body: dict, wait_s: float = 120.0) -> dict:
 @pytest.mark.parametrize("method", ["cusolver", "golub_reinsch", "auto"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_svd_jobs_run_on_the_gpu(make_client, method, dtype):
-    from app.jobs.svd import auto_gpu_method
+    from gpu.svd import auto_gpu_method
 
     client = admin(make_client)
     spec = {"m": 300, "n": 200, "dtype": dtype, "seed": 3, "kind": "ill_conditioned", "cond": 1e4}
@@ -82,7 +83,7 @@ def test_golub_reinsch_on_the_gpu_takes_matrices_the_cpu_reference_refuses(make_
     a = make_matrix(700, 600, np.float32, 11, "gaussian")
     buffer = io.BytesIO()
     np.save(buffer, a)
-    response = client.post("/jobs/svd", files={"matrix": ("a.npy", buffer.getvalue(), "application/octet-stream")}, data={"method": "golub_reinsch"})
+    response = client.post("/jobs/svd", files={"matrix": ("a.npy", buffer.getvalue(), "application/octet-stream")}, data={"params": json.dumps({"method": "golub_reinsch"})})
     assert response.status_code == 202, response.text
     job_id, deadline = response.json()["id"], time.monotonic() + 120
     while (job := client.get(f"/jobs/{job_id}").json())["status"] in ("queued", "running"):

@@ -42,7 +42,7 @@ def upload(data: bytes, name: str = "w.npy", x: bytes | None = None, **fields) -
     parts = {"matrix": (name, data, "application/octet-stream")}
     if x is not None:
         parts["x"] = ("x.npy", x, "application/octet-stream")
-    return {"files": parts, "data": {key: str(value) for key, value in fields.items()}}
+    return {"files": parts, "data": {"params": json.dumps(fields)} if fields else {}}
 
 
 def run_job(client, **request) -> tuple[dict, dict]:
@@ -131,7 +131,7 @@ def test_an_uploaded_npy_with_its_own_zeros(make_client, rng):
     a[rng.random(a.shape) < 0.7] = 0
     a[4] = 0  # an empty row
     x = rng.standard_normal(513).astype(np.float32)
-    body, job = run_job(client, **upload(npy(a), x=npy(x), sparsity="none", vec=4, repeats=1))
+    body, job = run_job(client, **upload(npy(a), x=npy(x), sparsity=None, vec=4, repeats=1))
     assert job["params"]["source"] == "upload" and job["params"]["file"] == "npy" and job["params"]["x"] == "given"
     cs = check_result(client, body, a, x.astype(np.float16), "float16", 4, None)
     assert cs.nnz == np.count_nonzero(a)
@@ -142,7 +142,7 @@ def test_a_product_past_float16s_range_is_reported_not_a_server_error(make_clien
     and gives no relative error (JSON has no infinity), and the API still answers."""
     client = admin(make_client)
     a = np.full((8, 300), 60000, np.float16)
-    body, _ = run_job(client, **upload(npy(a), x=npy(np.ones(300, np.float16)), sparsity="none", repeats=1))
+    body, _ = run_job(client, **upload(npy(a), x=npy(np.ones(300, np.float16)), sparsity=None, repeats=1))
     accuracy = body["result"]["accuracy"]
     assert accuracy["outputs_out_of_range"] == 8
     assert accuracy["max_relative_error"] is None and accuracy["within_tolerance"] is False
@@ -152,7 +152,7 @@ def test_a_safetensors_tensor_by_name_in_bfloat16(make_client, rng):
     client = admin(make_client)
     weight = fmt.float32_to_bf16_bits(rng.standard_normal((40, 700)).astype(np.float32))
     data = safetensors({"model.embed": ("F32", rng.standard_normal((4, 4)).astype(np.float32)), "model.layers.0.mlp.up_proj.weight": ("BF16", weight), "bias": ("F32", np.ones(40, np.float32))})
-    body, job = run_job(client, **upload(data, "model.safetensors", tensor="model.layers.0.mlp.up_proj.weight", sparsity="0.66", seed="3", repeats="1"))
+    body, job = run_job(client, **upload(data, "model.safetensors", tensor="model.layers.0.mlp.up_proj.weight", sparsity=0.66, seed=3, repeats=1))
     assert job["params"]["file"] == "safetensors" and job["params"]["dtype"] == "bfloat16" and job["params"]["tensor"] == "model.layers.0.mlp.up_proj.weight"
     check_result(client, body, weight, make_x(700, 1, "bfloat16", 3), "bfloat16", 8, 0.66)
 
@@ -160,7 +160,7 @@ def test_a_safetensors_tensor_by_name_in_bfloat16(make_client, rng):
 def test_a_single_tensor_needs_no_name_and_dtype_rounds_float64(make_client, rng):
     client = admin(make_client)
     a = rng.standard_normal((12, 300))
-    body, job = run_job(client, **upload(safetensors({"w": ("F64", a)}), "w.safetensors", dtype="float16", sparsity="0.5", repeats="1"))
+    body, job = run_job(client, **upload(safetensors({"w": ("F64", a)}), "w.safetensors", dtype="float16", sparsity=0.5, repeats=1))
     assert job["params"]["tensor"] == "w" and job["params"]["dtype"] == "float16"
     check_result(client, body, a.astype(np.float16), make_x(300, 1, "float16", 0), "float16", 8, 0.5)
 
@@ -196,20 +196,21 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(WITH_INF)), 422, "invalid_matrix", id="inf"),
     pytest.param(upload(npy(GOOD * 1e5), dtype="float16"), 422, "invalid_matrix", id="float16-overflow"),
     pytest.param(upload(npy(np.ones((300, 300), np.float32))), 413, "too_many_elements", id="upload-too-large"),
-    pytest.param(upload(npy(GOOD), sparsity="1"), 422, "invalid_parameter", id="sparsity-1"),
-    pytest.param(upload(npy(GOOD), sparsity="-0.1"), 422, "invalid_parameter", id="sparsity-negative"),
-    pytest.param(upload(npy(GOOD), sparsity="1.5"), 422, "invalid_parameter", id="sparsity-above-1"),
-    pytest.param(upload(npy(GOOD), sparsity="nan"), 422, "invalid_parameter", id="sparsity-nan"),
+    pytest.param(upload(npy(GOOD), sparsity=1), 422, "invalid_parameter", id="sparsity-1"),
+    pytest.param(upload(npy(GOOD), sparsity=-0.1), 422, "invalid_parameter", id="sparsity-negative"),
+    pytest.param(upload(npy(GOOD), sparsity=1.5), 422, "invalid_parameter", id="sparsity-above-1"),
+    pytest.param(upload(npy(GOOD), sparsity=float("nan")), 422, "invalid_parameter", id="sparsity-nan"),
     pytest.param(upload(npy(GOOD), sparsity="half"), 422, "invalid_parameter", id="sparsity-text"),
-    pytest.param(upload(npy(GOOD), vec="5"), 422, "invalid_parameter", id="vec-5"),
-    pytest.param(upload(npy(GOOD), vectors="17"), 422, "invalid_parameter", id="vectors-17"),
-    pytest.param(upload(npy(GOOD), repeats="0"), 422, "invalid_parameter", id="repeats-0"),
+    pytest.param(upload(npy(GOOD), vec=5), 422, "invalid_parameter", id="vec-5"),
+    pytest.param(upload(npy(GOOD), vectors=17), 422, "invalid_parameter", id="vectors-17"),
+    pytest.param(upload(npy(GOOD), repeats=0), 422, "invalid_parameter", id="repeats-0"),
     pytest.param(upload(npy(GOOD), save="zip"), 422, "invalid_parameter", id="save-zip"),
-    pytest.param(upload(npy(GOOD), seed="-1"), 422, "invalid_parameter", id="seed-negative"),
+    pytest.param(upload(npy(GOOD), seed=-1), 422, "invalid_parameter", id="seed-negative"),
     pytest.param(upload(npy(GOOD), dtype="int8"), 422, "invalid_parameter", id="dtype-int8"),
-    pytest.param(upload(npy(GOOD), colour="red"), 422, "invalid_parameter", id="unknown-field"),
+    pytest.param(upload(npy(GOOD), colour="red"), 422, "invalid_parameter", id="unknown-option"),
+    pytest.param({**upload(npy(GOOD)), "data": {"sparsity": "0.5"}}, 422, "use_params_field", id="options-as-separate-fields"),
     pytest.param(upload(npy(GOOD), tensor="w"), 422, "invalid_parameter", id="tensor-for-npy"),
-    pytest.param(upload(npy(GOOD), vectors="2", variant="split4"), 422, "invalid_parameter", id="split4-several-vectors"),
+    pytest.param(upload(npy(GOOD), vectors=2, variant="split4"), 422, "invalid_parameter", id="split4-several-vectors"),
     pytest.param(upload(TWO, "m.safetensors"), 422, "missing_tensor", id="safetensors-no-tensor-name"),
     pytest.param(upload(TWO, "m.safetensors", tensor="c"), 422, "unknown_tensor", id="safetensors-unknown-tensor"),
     pytest.param(upload(safetensors({"v": ("F32", np.ones(5, np.float32))}), "m.safetensors"), 422, "not_a_matrix", id="safetensors-1-d"),
@@ -224,7 +225,7 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.int64))), 422, "invalid_x", id="x-integers"),
     pytest.param(upload(npy(GOOD), x=b"not npy"), 400, "malformed_npy", id="x-garbage"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.float32))[:128] + b"\0" * 8), 400, "malformed_npy", id="x-header-longer-than-its-data"),
-    pytest.param(upload(npy(GOOD), x=npy(np.ones((4, 2), np.float32)), vectors="3"), 422, "invalid_parameter", id="x-and-vectors-disagree"),
+    pytest.param(upload(npy(GOOD), x=npy(np.ones((4, 2), np.float32)), vectors=3), 422, "invalid_parameter", id="x-and-vectors-disagree"),
     pytest.param({"files": {"x": ("x.npy", npy(np.ones(4)), "application/octet-stream")}}, 400, "missing_matrix", id="no-matrix-field"),
     pytest.param({"files": {"other": ("o", b"1")}, "data": {"matrix": "not a file"}}, 400, "missing_matrix", id="matrix-not-a-file"),
     pytest.param({"content": b"1 2 3", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type", id="text-plain"),

@@ -26,12 +26,10 @@ DENSITIES = [1.0, 0.5, 0.1, 0.001]
 
 
 @pytest.fixture(scope="module")
-def cuda():
+def cuda(poison):
     from gpu.cs256 import cuda
 
-    cuda.POISON_OUTPUTS = True
-    yield cuda
-    cuda.POISON_OUTPUTS = False
+    return cuda
 
 
 @pytest.fixture(scope="module")

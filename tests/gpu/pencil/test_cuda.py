@@ -18,7 +18,7 @@ from gpu.backend import cuda_devices
 from gpu.pencil import reference as ref
 from gpu.pencil.params import PencilParams
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"), pytest.mark.pool(streams_per_device=8)]
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "camera")
 
@@ -29,28 +29,10 @@ def photo(name: str, height: int, width: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cuda():
+def cuda(poison):
     from gpu.pencil import cuda
 
-    cuda.POISON_ALLOCATIONS = True
-    yield cuda
-    cuda.POISON_ALLOCATIONS = False
-
-
-@pytest.fixture(scope="module")
-def pool(cuda):
-    from gpu.pool import DevicePool
-
-    return DevicePool(streams_per_device=8)
-
-
-@pytest.fixture
-def lease(pool):
-    import cupy
-
-    with pool.lease() as held, cupy.cuda.Device(held.device), held.stream:
-        yield held
-        held.stream.synchronize()
+    return cuda
 
 
 def upload(image: np.ndarray):

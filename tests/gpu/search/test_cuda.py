@@ -4,7 +4,7 @@ CUDA only (marker `gpu`; skipped without a device). Every case of the issue (fre
 texts each run), every algorithm x variant x stream count, several granularities (chunk
 and block boundaries everywhere), the fused pass, line numbers; offsets past 2^31 and
 2^32; uploads from host and file byte for byte; the resident LRU. Every device array a
-search writes is filled with 0xFF first (POISON_OUTPUTS), so an entry a kernel forgot
+search writes is filled with 0xFF first (gpu.kernels.POISON), so an entry a kernel forgot
 shows up as -1.
 """
 
@@ -20,7 +20,11 @@ from gpu.backend import cuda_devices
 from gpu.search import reference as ref
 from gpu.search.params import SearchParams
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"),
+    pytest.mark.pool(devices=[0], streams_per_device=4),  # one device: concurrent leases share its resident texts
+]
 
 ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
 VARIANTS = ("naive", "optimized")
@@ -29,23 +33,16 @@ CASE_NAMES = ("english", "random_bytes", "dna", "runs", "boundaries", "long_patt
 
 
 @pytest.fixture(scope="module")
-def cuda():
+def cuda(poison):
     from gpu.search import cuda
 
-    cuda.POISON_OUTPUTS = True
-    yield cuda
-    cuda.POISON_OUTPUTS = False
-
-
-@pytest.fixture(scope="module")
-def pool(cuda):
-    from gpu.pool import DevicePool
-
-    return DevicePool([0], streams_per_device=4)  # one device: concurrent leases share its resident texts
+    return cuda
 
 
 @pytest.fixture
 def lease(pool):
+    """Unlike tests/gpu/conftest.py's, neither the lease's device nor its stream is made
+    current: the search functions enter both themselves, as in a job."""
     with pool.lease() as held:
         yield held
         held.stream.synchronize()

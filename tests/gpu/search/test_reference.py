@@ -19,7 +19,7 @@ from gpu.search.params import (
     SLOTS_MAX,
     THREADS,
     TILE_BYTES,
-    SearchParamError,
+    ParamError,
     SearchParams,
     choose_algorithm,
     default_granularity,
@@ -225,9 +225,9 @@ def test_params_defaults_and_stream_count():
 )
 def test_bad_params_name_the_parameter(kwargs, name):
     kwargs = {"patterns": (b"abc",), **kwargs}
-    with pytest.raises(SearchParamError) as caught:
+    with pytest.raises(ParamError) as caught:
         SearchParams(**kwargs)
-    assert caught.value.name == name
+    assert caught.value.field == name
     assert str(caught.value).startswith(f"{name}: ")
 
 

@@ -26,7 +26,7 @@ from gpu.stencil.params import (
     StencilParams,
 )
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"), pytest.mark.pool(streams_per_device=2)]
 
 # (nx, ny, nz): odd sizes (36 x 12: a 32 x 8 interior); nx a multiple of 32 (aligned full
 # tiles); nx = 33 (a second x tile holding only the border); a single interior point; a
@@ -40,22 +40,6 @@ def cuda():
     from gpu.stencil import cuda
 
     return cuda
-
-
-@pytest.fixture(scope="module")
-def pool(cuda):
-    from gpu.pool import DevicePool
-
-    return DevicePool(streams_per_device=2)
-
-
-@pytest.fixture
-def lease(pool):
-    import cupy
-
-    with pool.lease() as held, cupy.cuda.Device(held.device), held.stream:
-        yield held
-        held.stream.synchronize()
 
 
 def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], sponge: int, steps: int = STEPS,

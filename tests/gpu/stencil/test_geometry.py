@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpu.stencil import geometry
-from gpu.stencil.params import MAX_PLANE, VARIANTS, ConstantModel, StencilParamError, StencilParams
+from gpu.stencil.params import MAX_PLANE, VARIANTS, ConstantModel, ParamError, StencilParams
 
 
 def covered(plan: geometry.MarchPlan) -> np.ndarray:
@@ -94,7 +94,7 @@ def test_slabs_update_every_interior_plane_once(shape):
 
 def test_every_grid_the_parameters_allow_fits_32_bit_indices():
     assert 5 * MAX_PLANE <= geometry.MAX_INDEX
-    with pytest.raises(StencilParamError, match="nx \\* ny"):
+    with pytest.raises(ParamError, match="nx \\* ny"):
         StencilParams(nx=MAX_PLANE // 5 + 1, ny=6, nz=5, h=10.0, steps=1, f0=10.0, model=ConstantModel(2000.0))
 
 

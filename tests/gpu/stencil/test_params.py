@@ -17,7 +17,7 @@ from gpu.stencil.params import (
     ArrayModel,
     ConstantModel,
     LayeredModel,
-    StencilParamError,
+    ParamError,
     StencilParams,
     receiver_line,
 )
@@ -29,8 +29,8 @@ def make(**changes) -> StencilParams:
     return StencilParams(**values)
 
 
-def refused(code: str, match: str, **changes) -> StencilParamError:
-    with pytest.raises(StencilParamError, match=match) as info:
+def refused(code: str, match: str, **changes) -> ParamError:
+    with pytest.raises(ParamError, match=match) as info:
         make(**changes)
     assert info.value.code == code, info.value
     return info.value
@@ -79,9 +79,9 @@ def test_receiver_line():
     assert receiver_line((2, 5, 3), (9, 7, 3), 1) == ((2, 5, 3),)
     line = receiver_line((3, 3, 3), (30, 20, 10), 7)
     assert line[0] == (3, 3, 3) and line[-1] == (30, 20, 10) and len(line) == 7
-    with pytest.raises(StencilParamError, match="receivers.count"):
+    with pytest.raises(ParamError, match="receivers.count"):
         receiver_line((3, 3, 3), (4, 4, 4), 0)
-    with pytest.raises(StencilParamError, match="receivers.start"):
+    with pytest.raises(ParamError, match="receivers.start"):
         receiver_line((3, 3), (4, 4, 4), 2)
 
 
@@ -106,7 +106,7 @@ def test_receiver_line():
     ],
 )
 def test_bad_values_are_refused(changes, match):
-    with pytest.raises(StencilParamError, match=match):
+    with pytest.raises(ParamError, match=match):
         make(**changes)
 
 
@@ -134,7 +134,7 @@ def test_too_many_snapshots_or_record_values():
     ],
 )
 def test_bad_models_are_refused(model, match):
-    with pytest.raises(StencilParamError, match=match) as info:
+    with pytest.raises(ParamError, match=match) as info:
         model()
     assert info.value.code == "invalid_model"
 
@@ -153,9 +153,9 @@ def test_bad_models_are_refused(model, match):
 def test_physical_quantities_have_bounds_that_keep_the_arithmetic_finite(changes, name, match):
     """Each of these once passed validation and failed (or overflowed) inside the job.
     (Models are built inside the check: their own validation is what refuses.)"""
-    with pytest.raises(StencilParamError, match=match) as info:
+    with pytest.raises(ParamError, match=match) as info:
         make(**{key: value() if callable(value) else value for key, value in changes.items()})
-    assert info.value.name == name
+    assert info.value.field == name
     assert info.value.code == ("invalid_model" if name.startswith("model") else "invalid_parameter")
 
 
@@ -171,7 +171,7 @@ def test_default_receivers_are_every_interior_x_thinned_to_the_limit():
 def test_receiver_lines_far_outside_are_named_not_overflowed():
     from gpu.stencil.params import receiver_line
 
-    with pytest.raises(StencilParamError, match=r"receivers.end\[x\]: must be <="):
+    with pytest.raises(ParamError, match=r"receivers.end\[x\]: must be <="):
         receiver_line((2, 2, 2), (10**20, 2, 2), 3)
 
 
@@ -183,10 +183,10 @@ def test_array_models(rng):
     assert params.v_max == pytest.approx(values.max(), rel=1e-6) and params.v_min == pytest.approx(values.min(), rel=1e-6)
     bad = values.copy()
     bad[3, 4, 5] = np.nan
-    with pytest.raises(StencilParamError, match="1 velocities are NaN"):
+    with pytest.raises(ParamError, match="1 velocities are NaN"):
         ArrayModel(bad)
     bad[3, 4, 5] = -1
-    with pytest.raises(StencilParamError, match="1 velocities are below 1 m/s"):
+    with pytest.raises(ParamError, match="1 velocities are below 1 m/s"):
         ArrayModel(bad)
     refused("invalid_model", r"shape \(20, 30, 39\)", model=ArrayModel(values[:, :, :39]))
 

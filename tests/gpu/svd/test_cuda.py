@@ -41,6 +41,8 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def lease():
+    """One bare Lease on device 0 for the module (no pool), unlike tests/gpu/conftest.py's
+    not made current: cuda.svd enters its device and streams itself."""
     import cupy
 
     from gpu.pool import Lease

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpu.svd import reference as ref
-from gpu.svd.params import MATRIX_KINDS, SvdParamError, SvdParams, make_matrix
+from gpu.svd.params import MATRIX_KINDS, ParamError, SvdParams, make_matrix
 
 DTYPES = (np.float32, np.float64)
 MAX_RATIO = 35  # LAPACK's threshold for its SVD test ratios
@@ -209,9 +209,9 @@ def test_params_defaults_and_validation():
         ({"compute_uv": "yes"}, "compute_uv"),
         ({"full_matrices": 1}, "full_matrices"),
     ]:
-        with pytest.raises(SvdParamError) as error:
+        with pytest.raises(ParamError) as error:
             SvdParams(**kwargs)
-        assert error.value.name == name and isinstance(error.value, ValueError)
+        assert error.value.field == name and isinstance(error.value, ValueError)
 
 
 # --------------------------------------------------------------- the diagonalization --
@@ -296,9 +296,9 @@ def test_make_matrix_validation():
         ((3, 3, np.float64, 1, "low_rank"), {"rank": 4}, "rank"),
         ((3, 3, np.float64, 1, "low_rank"), {"rank": 0}, "rank"),
     ]:
-        with pytest.raises(SvdParamError) as error:
+        with pytest.raises(ParamError) as error:
             make_matrix(*args, **kwargs)
-        assert error.value.name == name
+        assert error.value.field == name
 
 
 # ------------------------------------------------------------------ input checks --

@@ -28,11 +28,12 @@ def main() -> int:
     library, seed, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     full = sys.argv[4:] == ["full"]
     cuda = fakecupy.install(library)
-    cuda.POISON_OUTPUTS = True
+    from gpu import kernels
     from gpu.search import params as search_params
     from gpu.search import reference as ref
     from gpu.search.params import SearchParams
 
+    kernels.POISON = True
     if not full:
         search_params.THREADS = 64
 

@@ -1,0 +1,104 @@
+"""How every job kind reads its request, one way for all of them:
+
+- a JSON body, validated strictly by the kind's pydantic model (true is no number);
+- or a multipart form: the kind's input files as file parts, and the same JSON options in
+  one text field `params` (`curl -F matrix=@a.npy -F params='{"method": "lapack"}'`).
+
+Errors: 400 bad_request (malformed JSON or form), 400 missing_<file> (a required file
+part is missing), 415 (neither JSON nor a form), 422 invalid_parameter (the options),
+422 use_params_field (options sent as separate form fields, the form before 0.2).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import UploadFile
+
+from app.errors import ApiError
+from app.forms import read_form
+from app.jobs.kinds import validation_detail
+
+Model = TypeVar("Model", bound=BaseModel)
+PARAMS_FIELD = "params"
+
+
+def is_json(request: Request) -> bool:
+    return request.headers.get("content-type", "").lower().startswith("application/json")
+
+
+def is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").lower().startswith("multipart/form-data")
+
+
+def validated(model: type[Model], body: Any, where: str = "") -> Model:
+    """`body` (decoded JSON) as `model`, strictly; ApiError 422 naming the field otherwise."""
+    try:
+        return model.model_validate(body, strict=True)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_parameter", f"{where}{validation_detail(exc)}") from None
+
+
+async def json_body(request: Request, model: type[Model]) -> Model:
+    """The JSON body as `model`: 400 when it is not JSON, 422 when it does not validate."""
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", f"the body is not JSON: {exc}") from None
+    return validated(model, body)
+
+
+@dataclass
+class Upload:
+    """A job's multipart form: its file parts (name -> bytes) and its decoded `params` JSON."""
+
+    files: dict[str, bytes]
+    params: dict[str, Any]
+
+
+async def upload_form(request: Request, required: tuple[str, ...], optional: tuple[str, ...] = (), example: str = "") -> Upload:
+    """The form of a job with input files: every `required` file part, the `optional` ones
+    present, and the options as JSON in the field `params` (absent: {}). `example` is the
+    curl form the error messages show."""
+    hint = f"Send the files as file parts and the options as JSON in the field 'params': {example}"
+    form = await read_form(request, max_files=len(required) + len(optional), max_fields=len(required) + len(optional) + 8, hint=hint)
+    try:
+        files = {}
+        for name in (*required, *optional):
+            part = form.get(name)
+            if part is None and name in optional:
+                continue
+            if not isinstance(part, UploadFile):
+                raise ApiError(400, f"missing_{name}", f"the form needs a file part named '{name}'. {hint}")
+            files[name] = await part.read()
+        text = form.get(PARAMS_FIELD, "")
+        if not isinstance(text, str):
+            raise ApiError(400, "bad_request", f"the field '{PARAMS_FIELD}' must be JSON text, not a file. {hint}")
+        extra = sorted(key for key in form if key not in files and key != PARAMS_FIELD)
+    finally:
+        await form.close()
+    if extra:
+        raise ApiError(422, "use_params_field", f"unknown form field(s) {', '.join(extra)}: options go as one JSON object in the field '{PARAMS_FIELD}'. {hint}")
+    try:
+        params = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", f"the field '{PARAMS_FIELD}' is not JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise ApiError(422, "invalid_parameter", f"{PARAMS_FIELD}: expected a JSON object")
+    return Upload(files, params)
+
+
+def unsupported(detail: str) -> ApiError:
+    """415 for a body that is neither JSON nor a form; `detail` says what to send."""
+    return ApiError(415, "unsupported_media_type", detail)
+
+
+def form_schema(files: dict[str, str], required: tuple[str, ...], params_doc: str) -> dict[str, Any]:
+    """The OpenAPI schema of a job's multipart form: file parts and the `params` JSON field."""
+    properties: dict[str, Any] = {name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()}
+    properties[PARAMS_FIELD] = {"type": "string", "description": params_doc}
+    return {"type": "object", "required": list(required), "properties": properties}

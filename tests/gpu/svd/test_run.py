@@ -1,0 +1,76 @@
+"""gpu.svd's front door on the CPU: a job stored and rehydrated as the service does,
+decomposed, its files and summary checked against NumPy's LAPACK."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu import svd
+from gpu.errors import ParamError
+from tests.gpu.jobkit import stored_and_back, written
+
+
+@pytest.mark.parametrize("method", ["lapack", "golub_reinsch", "auto"])
+def test_an_uploaded_matrix_round_trips_and_decomposes(tmp_path, rng, method):
+    a = rng.standard_normal((30, 18)).astype(np.float32)
+    job = stored_and_back(svd.SvdJob(svd.SvdParams(method=method), matrix=a.astype(">f4")), tmp_path / "in")
+    assert job.to_json() == {"source": "upload", "m": 30, "n": 18, "dtype": "float32", "compute_uv": True, "full_matrices": False, "method": method}
+    result = svd.run(job)
+    files = written(result, tmp_path / "out")
+    s = np.load(files["s.npy"])
+    np.testing.assert_allclose(s, np.linalg.svd(a.astype(np.float64), compute_uv=False), rtol=2e-5)
+    u, vt = np.load(files["u.npy"]), np.load(files["vt.npy"])
+    np.testing.assert_allclose((u * s) @ vt, a, atol=1e-4 * s[0])
+    summary = result.summary
+    assert summary["method"] == ("lapack" if method == "auto" else method) and summary["backend"] == "cpu"
+    assert summary["singular_values"] == s.astype(float).tolist() and max(summary["accuracy"].values()) < 35
+
+
+def test_a_spec_is_stored_as_json_and_builds_the_same_matrix(tmp_path):
+    spec = svd.MatrixSpec(m=12, n=20, dtype="float64", seed=5, kind="low_rank", rank=3)
+    job = stored_and_back(svd.SvdJob(svd.SvdParams(compute_uv=False), spec=spec), tmp_path)
+    assert job.input_files() == {} and job.spec == spec
+    result = svd.run(job)
+    assert set(result.files) == {"s.npy"} and result.summary["accuracy"] is None
+    values = np.asarray(result.summary["singular_values"])
+    assert np.count_nonzero(values > 1e-10 * values[0]) == 3  # rank 3
+
+
+def test_methods_the_cpu_cannot_run_are_refused_before_the_job_exists():
+    big = svd.SvdJob(svd.SvdParams(method="golub_reinsch"), spec=svd.MatrixSpec(m=600, n=520))
+    for job in (svd.SvdJob(svd.SvdParams(method="cusolver"), spec=svd.MatrixSpec(m=4, n=4)), big):
+        with pytest.raises(ParamError) as caught:
+            job.check_backend("cpu")
+        assert caught.value.field == "method"
+        job.check_backend("cuda")
+
+
+@pytest.mark.parametrize(("matrix", "spec", "field", "code"), [
+    (np.array([[1.0, np.nan]]), None, "matrix", "invalid_matrix"),
+    (np.ones((0, 3)), None, "matrix", "invalid_matrix"),
+    (None, None, "matrix", "invalid_parameter"),
+    (np.ones((2, 2)), svd.MatrixSpec(m=2, n=2), "matrix", "invalid_parameter"),
+])
+def test_a_job_needs_exactly_one_valid_matrix(matrix, spec, field, code):
+    with pytest.raises(ParamError) as caught:
+        svd.SvdJob(svd.SvdParams(), spec=spec, matrix=matrix)
+    assert (caught.value.field, caught.value.code) == (field, code)
+
+
+@pytest.mark.parametrize(("changes", "field"), [({"rank": 5}, "spec.rank"), ({"cond": 0.5}, "spec.cond"), ({"kind": "hilbert"}, "spec.kind"), ({"m": 0}, "spec.m")])
+def test_a_spec_out_of_range_names_its_field(changes, field):
+    with pytest.raises(ParamError) as caught:
+        svd.MatrixSpec(**{"m": 4, "n": 3, **changes})
+    assert caught.value.field == field
+
+
+def test_progress_that_raises_stops_the_job(rng):
+    class Stop(Exception):
+        pass
+
+    def cancel(fraction):
+        raise Stop
+
+    with pytest.raises(Stop):
+        svd.run(svd.SvdJob(svd.SvdParams(), matrix=rng.standard_normal((5, 4))), progress=cancel)
