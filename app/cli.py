@@ -2,6 +2,7 @@
 
     pencil-gpu serve [--host 127.0.0.1] [--port 8000]
     pencil-gpu sketch photo1.jpg photo2.png -o drawings/ [--mode color --tone dark ...]
+    pencil-gpu --version
 
 The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`.
 """
@@ -9,10 +10,10 @@ The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from tqdm import tqdm
@@ -37,8 +38,18 @@ def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
     )
 
 
+def package_version() -> str:
+    """The installed package's version, looked up as app.main's VERSION is (without
+    importing the web app)."""
+    try:
+        return version("pencil-gpu")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+source"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pencil-gpu", description="Photos to pencil drawings (Lu, Xu & Jia 2012).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the web service (settings: PENCIL_* environment variables)")
@@ -59,9 +70,11 @@ def serve(host: str | None, port: int | None) -> int:
 
     import uvicorn
 
+    from app.logs import configure_logging
     from app.serve import resolve_processes, run_processes, start_mps
 
     settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)  # this process's and uvicorn's lines
     host, port = host or settings.host, port or settings.port
     try:
         chosen = select_backend(settings.backend)
@@ -72,9 +85,10 @@ def serve(host: str | None, port: int | None) -> int:
     processes = resolve_processes(settings, backend, len(chosen.devices))
     os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
     if processes == 1:
-        uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level=settings.log_level, proxy_headers=True)
+        # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
+        uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level=settings.log_level,
+                    proxy_headers=True, log_config=None, access_log=False)
         return 0
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         mps = start_mps(settings, processes, backend)
     except RuntimeError as exc:

@@ -8,6 +8,7 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
+from asgi_correlation_id.context import correlation_id
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -15,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from gpu.codec.errors import ImageError
+from gpu.errors import ParamError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
 
 log = logging.getLogger("pencil.errors")
@@ -25,6 +27,7 @@ ERROR_SCHEMA = {
     "properties": {
         "error": {"type": "string", "description": "stable machine-readable code", "example": "unsupported_format"},
         "detail": {"type": "string", "description": "what went wrong, for a person", "example": "only JPEG, PNG and WebP images are accepted"},
+        "field": {"type": "string", "description": "the parameter at fault, as the request spells it (some 422s)", "example": "method"},
     },
 }
 
@@ -83,6 +86,14 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
     return _rejected(request, exc.status, exc.code, exc.detail, exc.headers)
 
 
+async def _param_error(request: Request, exc: ParamError) -> JSONResponse:
+    """A parameter of a sketch or a job that its kind refuses: 422 naming the field."""
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.rejected.labels(exc.code).inc()
+    return JSONResponse({"error": exc.code, "detail": str(exc), "field": exc.field}, status_code=422)
+
+
 async def _image_error(request: Request, exc: ImageError) -> JSONResponse:
     return _rejected(request, IMAGE_ERROR_STATUS.get(exc.code, 400), exc.code, exc.detail)
 
@@ -111,7 +122,11 @@ async def _client_disconnect(request: Request, exc: ClientDisconnect) -> JSONRes
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(500, "internal_error", "the server failed to handle this request; it has been logged")
+    # Starlette sends this answer outside the middlewares, the request id's included: add it here.
+    request_id = correlation_id.get()
+    headers = {"X-Request-ID": request_id} if request_id else None
+    detail = "the server failed to handle this request; it has been logged"
+    return error_response(500, "internal_error", detail, headers)
 
 
 async def _pool_busy(request: Request, exc: PoolBusy) -> JSONResponse:
@@ -128,6 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DeviceOutOfMemory, _out_of_memory)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(ImageError, _image_error)
+    app.add_exception_handler(ParamError, _param_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(ClientDisconnect, _client_disconnect)

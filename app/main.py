@@ -15,6 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.body_limit import RequestBodyLimitResponder
 
@@ -28,6 +29,7 @@ from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
 from app.jobs.store import JobStore
 from app.jobs.svd import SVD
+from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
 from app.render_queue import RenderQueue
 from gpu import pencil
@@ -39,6 +41,12 @@ log = logging.getLogger("pencil")
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
 JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH)}
+OPENAPI_TAGS = [
+    {"name": "sketch", "description": "Photos to pencil drawings."},
+    {"name": "jobs", "description": "Batch jobs (SVD, stencil, CS256, search): Bearer PENCIL_ADMIN_TOKEN."},
+    {"name": "corpora", "description": "Texts stored once for POST /jobs/search: Bearer PENCIL_ADMIN_TOKEN."},
+    {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
+]
 # With several server processes on a card, the one running the batch jobs may hold this
 # share of PENCIL_GPU_MEMORY_FRACTION (big SVDs, resident corpora); the renders of all of
 # them share the rest.
@@ -86,7 +94,7 @@ class BodyLimit:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     backend, pool = _backend_and_pool(settings)
     metrics = Metrics()
     if pool is not None:
@@ -96,27 +104,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # The data directory holds the batch jobs' store, the runner's lock and the corpora:
+        # it is made only where jobs are on (PENCIL_ADMIN_TOKEN), before the warm-up so that
+        # an unusable one stops the start at once. Without jobs nothing is stored.
+        jobs_enabled = bool(settings.admin_token)
+        if jobs_enabled:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(pencil.warm_up, backend.name, pool)
         app.state.warmed_up = True  # /readyz says ready from here on
-        store = app.state.jobs = JobStore(settings.data_dir)
-        metrics.watch_jobs(store)
-        job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None  # see render_memory_fraction
-        runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400, job_memory)
-        runner.start()
+        store = runner = None
+        if jobs_enabled:  # without a token every /jobs and /corpora route answers 503 before it reads these
+            store = app.state.jobs = JobStore(settings.data_dir)
+            metrics.watch_jobs(store)
+            job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None  # see render_memory_fraction
+            runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400, job_memory)
+            runner.start()
         log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)
         if settings.admin_token is None:
             log.info("batch jobs are disabled until PENCIL_ADMIN_TOKEN is set")
         yield
         app.state.render_queue.shutdown()
-        if await asyncio.to_thread(runner.stop):
+        if runner is not None and await asyncio.to_thread(runner.stop):
             store.close()
 
-    app = FastAPI(
+    # fastapi-offline: a maintained package that bundles the Swagger UI and ReDoc assets and serves
+    # /docs and /redoc from the app (under /static-offline-docs), so the docs work with no internet.
+    app = FastAPIOffline(
         title="pencil-gpu",
         version=VERSION,
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
         description="Errors are JSON `{\"error\": code, \"detail\": sentence}` with status 400, 413, 415, 422, 499, 500 or 503 (see POST /sketch for the codes).",
+        openapi_tags=OPENAPI_TAGS,
+        favicon_url="/favicon.ico",
         lifespan=lifespan,
     )
     app.state.settings = settings
@@ -136,6 +155,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(AccessLogMiddleware, backend=backend.name)
+    add_request_id_middleware(app)  # outermost: the 413s above and every log line get the id
     return app
 
 
@@ -194,7 +215,7 @@ def _add_service_routes(app: FastAPI) -> None:
     async def favicon() -> FileResponse:
         return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
-    @app.get("/healthz", summary="Liveness, backend and version")
+    @app.get("/healthz", summary="Liveness, backend and version", tags=["operations"])
     async def healthz(request: Request) -> dict:
         state = request.app.state
         return {
@@ -211,13 +232,14 @@ def _add_service_routes(app: FastAPI) -> None:
             "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
         }
 
-    @app.get("/readyz", summary="Readiness: can take a render now", responses={503: {"description": "not ready"}})
+    @app.get("/readyz", summary="Readiness: can take a render now", tags=["operations"],
+             responses={503: {"description": "not ready"}})
     async def readyz(request: Request) -> JSONResponse:
         state = request.app.state
         problems = []
         if not state.warmed_up:
             problems.append("warming up (kernels, codecs, first renders)")
-        if not state.settings.data_dir.is_dir():
+        if state.settings.admin_token and not state.settings.data_dir.is_dir():  # only batch jobs need it
             problems.append(f"data directory {state.settings.data_dir} is missing")
         if state.render_queue.is_full():
             problems.append("render queue is full")
@@ -225,6 +247,6 @@ def _add_service_routes(app: FastAPI) -> None:
             return JSONResponse({"ready": False, "problems": problems}, status_code=503, headers={"Retry-After": "1"})
         return JSONResponse({"ready": True})
 
-    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    @app.get("/metrics", summary="Prometheus metrics", tags=["operations"], response_class=Response)
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ All bookkeeping happens on the event loop; worker threads only run jobs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import time
 from collections import deque
@@ -218,7 +219,7 @@ class RenderQueue:
 
     def _submit(self, timed_job: Callable[[], T]):
         try:
-            return self._executor.submit(timed_job)
+            return self._executor.submit(contextvars.copy_context().run, timed_job)  # logs keep the request id
         except RuntimeError:  # the executor was shut down: the server is stopping
             raise ShuttingDown() from None
 

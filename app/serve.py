@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.config import Settings
+from app.config import Settings, get_settings
+from app.logs import configure_logging
 
 log = logging.getLogger("pencil.serve")
 
@@ -98,7 +99,11 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
     if os.getppid() != supervisor:  # it died before prctl took effect
         return
     os.environ["PENCIL_PROCESS_INDEX"] = str(index)  # its home GPU: app.main.home_devices
-    config = uvicorn.Config("app.main:create_app", factory=True, log_level=log_level, proxy_headers=True)
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)  # a spawned process starts with none
+    # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
+    config = uvicorn.Config("app.main:create_app", factory=True, log_level=log_level, proxy_headers=True,
+                            log_config=None, access_log=False)
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
 
 

@@ -183,6 +183,7 @@ def install(app: FastAPI) -> None:
     app.post(
         "/sketch",
         summary="Turn a photo into a pencil drawing",
+        tags=["sketch"],
         description="Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be a form field or a query parameter.",
         openapi_extra=OPENAPI,
         response_class=Response,

@@ -15,31 +15,65 @@ from __future__ import annotations
 
 import hmac
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
 
 from app.errors import INVALID_PARAMETER, ApiError, error_responses
 from app.jobs.kinds import JobKind
 from app.jobs.store import STATUSES, IdempotencyConflict, Job
+from app.logs import current_request_id
 
 RETRY_AFTER_S = "2"
 MAX_IDEMPOTENCY_KEY = 200
 
 
-def require_admin(request: Request) -> None:
+# Declares the scheme in the OpenAPI (Swagger UI's "Authorize"); require_admin answers in our error shape.
+BEARER = HTTPBearer(auto_error=False, scheme_name="adminToken", description="the PENCIL_ADMIN_TOKEN of the server")
+
+
+def require_admin(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+) -> None:
     """The Bearer token of PENCIL_ADMIN_TOKEN, compared in constant time."""
     token = request.app.state.settings.admin_token
     if not token:
         raise ApiError(503, "admin_disabled", "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart, then send it as 'Authorization: Bearer <token>'")
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
         raise ApiError(401, "unauthorized", "this endpoint needs 'Authorization: Bearer <PENCIL_ADMIN_TOKEN>'", {"WWW-Authenticate": "Bearer"})
 
 
 def _iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds") if t is not None else None
+
+
+class JobStatus(BaseModel):
+    """A job as the API shows it (job_body); documentation only, the routes build the body."""
+
+    id: str
+    kind: str = Field(description="the job kind, the {kind} of POST /jobs/{kind}")
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    params: dict[str, Any] = Field(description="the parameters the job runs with, as its kind parsed them")
+    created: datetime
+    started: datetime | None
+    finished: datetime | None
+    progress: float = Field(ge=0, le=1, description="0 to 1")
+    cancel_requested: bool = Field(description="DELETE was asked while it ran; it stops at its next checkpoint")
+    error: str | None = Field(description="why it failed, when it did")
+    result_url: str | None = Field(
+        description="GET it for the result once the job has succeeded", examples=["/jobs/0f3e2d1c/result"]
+    )
+
+
+class JobList(BaseModel):
+    """A page of GET /jobs."""
+
+    jobs: list[JobStatus] = Field(description="newest first")
+    next_page_token: str | None = Field(description="the page_token of the next page; null on the last page")
 
 
 def job_body(job: Job) -> dict[str, Any]:
@@ -86,6 +120,21 @@ _SUBMIT_ERRORS = error_responses({
 })
 
 
+def _job_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
+    """OpenAPI `responses` whose body is a JobStatus."""
+    return {status: {"model": JobStatus, "description": text} for status, text in descriptions.items()}
+
+
+_LOCATION = {"Location": {"description": "the job's URL, /jobs/{id}", "schema": {"type": "string"}}}
+_SUBMITTED = {
+    status: {**response, "headers": _LOCATION}
+    for status, response in _job_responses({
+        202: "the job, queued; poll its Location",
+        200: "an Idempotency-Key seen before: the job it made",
+    }).items()
+}
+
+
 def _submit_route(kind: JobKind):
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
@@ -94,7 +143,9 @@ def _submit_route(kind: JobKind):
             raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
         submission = await kind.parse(request, state.settings)
         try:
-            job, created = state.jobs.create(kind.name, submission.params, submission.inputs, key, submission.digest(kind.name) if key else None)
+            digest = submission.digest(kind.name) if key else None
+            job, created = state.jobs.create(kind.name, submission.params, submission.inputs, key, digest,
+                                             request_id=current_request_id())
         except IdempotencyConflict as exc:
             raise ApiError(409, "idempotency_conflict", f"Idempotency-Key {key!r} was used for a different request (job {exc.job.id})") from None
         if created:
@@ -112,13 +163,16 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
     for kind in kinds.values():
-        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi, response_class=JSONResponse, responses=_SUBMIT_ERRORS)(_submit_route(kind))
+        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi,
+                    response_class=JSONResponse, responses={**_SUBMITTED, **_SUBMIT_ERRORS})(_submit_route(kind))
 
     @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
     async def unknown_kind(kind: str) -> None:
         raise ApiError(404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}")
 
-    @router.get("", summary="List jobs, newest first", responses=error_responses({400: "bad_page_token: not a next_page_token of this list"}))
+    @router.get("", summary="List jobs, newest first", response_model=None,  # the body stays job_body's, as built
+                responses={200: {"model": JobList, "description": "a page of jobs"},
+                           **error_responses({400: "bad_page_token: not a next_page_token of this list"})})
     async def list_jobs(
         request: Request,
         status: Annotated[str | None, Query(description="only jobs in this state", json_schema_extra={"enum": list(STATUSES)})] = None,
@@ -133,7 +187,8 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         jobs, next_token = request.app.state.jobs.page(status, kind, page_size, page_token)
         return {"jobs": [job_body(job) for job in jobs], "next_page_token": next_token}
 
-    @router.get("/{job_id}", summary="A job's status and progress")
+    @router.get("/{job_id}", summary="A job's status and progress",
+                responses=_job_responses({200: "the job (with Retry-After until it has finished)"}))
     async def get_job(request: Request, job_id: str) -> JSONResponse:
         return _job_response(_found(request, job_id))
 
@@ -160,7 +215,10 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         return FileResponse(path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition)
 
     @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)",
-                   responses={200: {"description": "canceled (it was queued)"}, 202: {"description": "a running job: the cancel is asked for and honoured at its next checkpoint; poll the job"}})
+                   responses=_job_responses({
+                       200: "canceled (it was queued)",
+                       202: "a running job: the cancel is asked for and honoured at its next checkpoint; poll the job",
+                   }))
     async def cancel_job(request: Request, job_id: str) -> JSONResponse:
         job = _found(request, job_id)
         if job.is_finished:

@@ -4,7 +4,7 @@ each job holds one batch-priority lease of the device pool while it runs, so at 
 priority, for /sketch. Without a GPU, jobs run on the CPU backend.
 
 A job that raises fails with the message; one that is canceled stops at its next
-checkpoint (JobContext.progress). A process stop leaves running jobs in the table as
+checkpoint (the progress callback its front door calls). A process stop leaves running jobs in the table as
 running: the next start re-queues them (JobStore.recover).
 
 With several server processes (PENCIL_PROCESSES) on one data directory, only the
@@ -16,13 +16,17 @@ submitted to another process is seen at the runner's next poll (POLL_S).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
-from app.jobs.kinds import JobCanceled, JobContext, JobKind
+from app.corpora import corpus_text
+from app.jobs.kinds import JobCanceled, JobKind
 from app.jobs.leader import RunnerLock
 from app.jobs.store import Job, JobStore
+from app.logs import request_context
 from app.metrics import Metrics
 from gpu.pool import BATCH, DevicePool
 
@@ -114,11 +118,18 @@ class JobRunner:
             self.run(job)
 
     def run(self, job: Job) -> None:
-        """Run one claimed job to its end state."""
+        """Run one claimed job to its end state; its log lines carry the request id of its submission."""
+        with request_context(job.request_id):
+            self._run(job)
+
+    def _run(self, job: Job) -> None:
         kind = self.kinds.get(job.kind)
-        self.metrics.job_queue_wait.labels(job.kind).observe(max(0.0, (job.started or time.time()) - job.created))
+        queue_s = max(0.0, (job.started or time.time()) - job.created)
+        self.metrics.job_queue_wait.labels(job.kind).observe(queue_s)
+        fields = {"job_id": job.id, "kind": job.kind, "queue_s": round(queue_s, 3)}
+        log.info("job %s (%s) started", job.id, job.kind, extra=fields)
         start = time.perf_counter()
-        status = "failed"
+        status, failure = "failed", None
         try:
             if kind is None:
                 raise RuntimeError(f"this server has no job kind {job.kind!r}")
@@ -128,23 +139,55 @@ class JobRunner:
         except JobCanceled:
             self.store.mark_canceled(job.id)
             status = "canceled"
-        except Exception as exc:  # a job's failure is its own: report it, keep the worker
-            log.warning("job %s (%s) failed: %s", job.id, job.kind, exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+        except Exception as exc:  # noqa: BLE001  # a job's failure is its own: _log_end reports it
+            failure = exc
             self.store.fail(job.id, f"{type(exc).__name__}: {exc}")
         finally:
+            seconds = time.perf_counter() - start
             self.metrics.jobs_finished.labels(job.kind, status).inc()
-            self.metrics.job_run_time.labels(job.kind).observe(time.perf_counter() - start)
+            self.metrics.job_run_time.labels(job.kind).observe(seconds)
+            self._log_end(job, status, seconds, failure)
+
+    @staticmethod
+    def _log_end(job: Job, status: str, seconds: float, failure: Exception | None) -> None:
+        """One line per finished job; a failure's traceback unless it is a plain ValueError or RuntimeError."""
+        fields = {"job_id": job.id, "kind": job.kind, "status": status, "seconds": round(seconds, 3)}
+        if failure is None:
+            log.info("job %s (%s) %s in %.2f s", job.id, job.kind, status, seconds, extra=fields)
+            return
+        trace = failure if not isinstance(failure, (ValueError, RuntimeError)) else None
+        fields["error"] = f"{type(failure).__name__}: {failure}"
+        log.warning("job %s (%s) failed in %.2f s: %s", job.id, job.kind, seconds, failure,
+                    exc_info=trace, extra=fields)
 
     def _execute(self, kind: JobKind, job: Job) -> Mapping:
-        results = self.store.result_dir(job.id)
-        results.mkdir(parents=True, exist_ok=True)
+        """Rehydrate the job, run its kind's front door (on a batch lease with CUDA), write
+        its result files and return its JSON summary."""
+        loaded = kind.load(job.params, self._input_files(job))
 
-        def context(lease) -> JobContext:
-            return JobContext(job, self.store.input_dir(job.id), results, self.store.data_dir, self.backend, lease, lambda f: self.store.set_progress(job.id, f))
+        def progress(fraction: float) -> None:
+            if not self.store.set_progress(job.id, fraction):
+                raise JobCanceled()
 
         if self.pool is None:
-            return kind.run(context(None))
-        return self.pool.run(lambda lease: kind.run(context(lease)), priority=BATCH, timeout=365 * 24 * 3600.0)
+            result = kind.run(loaded, None, progress)
+        else:
+            result = self.pool.run(lambda lease: kind.run(loaded, lease, progress), priority=BATCH, timeout=365 * 24 * 3600.0)
+        results = self.store.result_dir(job.id)
+        results.mkdir(parents=True, exist_ok=True)
+        for name, write in result.files.items():
+            _write_atomically(results / name, write)
+        return result.summary
+
+    def _input_files(self, job: Job) -> dict[str, Path]:
+        """The job's stored input files by name and, for a job on a stored corpus, its text
+        as `corpus`."""
+        folder = self.store.input_dir(job.id)
+        files = {path.name: path for path in folder.iterdir()} if folder.is_dir() else {}
+        corpus_id = job.params.get("corpus_id")
+        if corpus_id:
+            files["corpus"] = corpus_text(self.store.data_dir, corpus_id)
+        return files
 
     def _purge(self) -> None:
         now = time.monotonic()
@@ -154,3 +197,16 @@ class JobRunner:
         removed = self.store.purge(self.retention_s)
         if removed:
             log.info("removed %d job(s) finished more than %.0f days ago", removed, self.retention_s / 86400)
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write one result file under a temporary name, then rename it: a reader never sees a
+    half-written file, and a failed write leaves none."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            write(handle)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     result TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     idempotency_key TEXT UNIQUE,
-    request_digest TEXT
+    request_digest TEXT,
+    request_id TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created, id);
@@ -69,6 +70,7 @@ class Job:
     cancel_requested: bool
     idempotency_key: str | None
     request_digest: str | None
+    request_id: str | None = None  # X-Request-ID of the submission, for the job's log lines
 
     @property
     def is_finished(self) -> bool:
@@ -94,6 +96,17 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._add_column("request_id", "TEXT")  # databases made before the column: add it, keep the rows
+
+    def _add_column(self, name: str, declaration: str) -> None:
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if name in columns:
+            return
+        try:
+            self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+        except sqlite3.OperationalError as exc:  # another server process added it first
+            if "duplicate column" not in str(exc):
+                raise
 
     def close(self) -> None:
         with self._lock:
@@ -119,11 +132,13 @@ class JobStore:
     # -------------------------------------------------------------- writing --
 
     def create(self, kind: str, params: Mapping[str, Any], inputs: Mapping[str, bytes] | None = None,
-               idempotency_key: str | None = None, request_digest: str | None = None) -> tuple[Job, bool]:
+               idempotency_key: str | None = None, request_digest: str | None = None,
+               request_id: str | None = None) -> tuple[Job, bool]:
         """Store a queued job with its input files (written first, then the row, so a job
         in the table always has its inputs). Returns (job, created); with an
         Idempotency-Key seen before for the same request digest, the earlier job and
-        False; for another digest, raises IdempotencyConflict."""
+        False; for another digest, raises IdempotencyConflict. `request_id`: the submitting
+        request's X-Request-ID, which the runner logs the job with."""
         if idempotency_key is not None:
             earlier = self._by_key(idempotency_key)
             if earlier is not None:
@@ -139,12 +154,13 @@ class JobStore:
         try:
             with self._lock:
                 self._db.execute(
-                    "INSERT INTO jobs (id, kind, status, params, created, idempotency_key, request_digest) VALUES (?, ?, 'queued', ?, ?, ?, ?)",
-                    (job_id, kind, json.dumps(dict(params)), time.time(), idempotency_key, request_digest),
+                    "INSERT INTO jobs (id, kind, status, params, created, idempotency_key, request_digest, request_id) "
+                    "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)",
+                    (job_id, kind, json.dumps(dict(params)), time.time(), idempotency_key, request_digest, request_id),
                 )
         except sqlite3.IntegrityError:  # the same key raced us in: answer as for a retry
             shutil.rmtree(self.jobs_dir / job_id, ignore_errors=True)
-            return self.create(kind, params, inputs, idempotency_key, request_digest)
+            return self.create(kind, params, inputs, idempotency_key, request_digest, request_id)
         return self.get(job_id), True
 
     def claim_next(self) -> Job | None:
@@ -263,6 +279,7 @@ def _job(row: sqlite3.Row) -> Job:
         created=row["created"], started=row["started"], finished=row["finished"], progress=row["progress"],
         error=row["error"], result=json.loads(row["result"]) if row["result"] else None,
         cancel_requested=bool(row["cancel_requested"]), idempotency_key=row["idempotency_key"], request_digest=row["request_digest"],
+        request_id=row["request_id"],
     )
 
 

@@ -384,3 +384,60 @@ def test_jobs_page_stores_a_text_and_searches_it(jobs_server, web_page, page_err
     page.click("#corpora li:has-text('zen') button:text-is('Delete')")
     page.wait_for_function("!document.querySelector('#corpora').textContent.includes('zen')")
     assert page_errors == []
+
+
+# ------------------------------------------------------------- the API docs --
+
+
+def _offline(page, base: str) -> list[tuple[str, str]]:
+    """Abort every request to another host than the server's; (resource type, URL) of those aborted."""
+    host = httpx.URL(base).host
+    blocked: list[tuple[str, str]] = []
+
+    def route(r):
+        if httpx.URL(r.request.url).host in (host, "localhost"):
+            r.continue_()
+        else:
+            blocked.append((r.request.resource_type, r.request.url))
+            r.abort()
+
+    page.route("**/*", route)
+    return blocked
+
+
+def test_swagger_ui_renders_offline(server, web_page, page_errors):
+    page = web_page
+    base, _ = server
+    blocked = _offline(page, base)
+    page.goto(f"{base}/docs")
+    page.wait_for_selector(".swagger-ui .information-container .title", timeout=RENDER_TIMEOUT_MS)
+    assert "pencil-gpu" in page.inner_text(".swagger-ui .information-container .title")
+    page.wait_for_selector(".swagger-ui .opblock-summary-path[data-path='/sketch']")
+    for tag in ("sketch", "jobs", "corpora", "operations"):
+        assert page.is_visible(f".swagger-ui h3.opblock-tag[data-tag='{tag}']"), tag
+    assert page.locator(".swagger-ui .opblock").count() >= 10
+    authorize = page.locator(".swagger-ui button.authorize").first
+    assert authorize.is_visible()
+    authorize.click()
+    page.wait_for_selector(".swagger-ui .modal-ux")
+    assert "Bearer" in page.inner_text(".swagger-ui .modal-ux")
+    _shot(page, "docs-swagger-offline.png")
+    assert blocked == [], blocked
+    assert not page_errors, page_errors
+
+
+def test_redoc_renders_offline(server, web_page, page_errors):
+    page = web_page
+    base, _ = server
+    blocked = _offline(page, base)
+    page.goto(f"{base}/redoc")
+    page.wait_for_selector(".api-content h1", timeout=RENDER_TIMEOUT_MS)
+    assert "pencil-gpu" in page.inner_text(".api-content h1")
+    menu = page.inner_text(".menu-content")
+    assert all(tag in menu.lower() for tag in ("sketch", "jobs", "corpora", "operations")), menu
+    assert "adminToken" in page.inner_text(".api-content")  # the Authentication section
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "docs-redoc-offline.png"))  # the viewport: the whole page is very long
+    # only ReDoc's "API docs by Redocly" logo comes from elsewhere; it hides itself when it fails
+    assert all(kind == "image" and "redoc.ly/" in url for kind, url in blocked), blocked
+    assert not page_errors, page_errors

@@ -203,3 +203,35 @@ def test_inputs_with_the_same_name_do_not_overwrite_each_other(tmp_path):
 def test_output_names_ignore_case():
     paths = cli.output_paths([Path("X.jpg"), Path("d/x.png"), Path("y.webp")], Path("out"), "png")
     assert [p.name for p in paths] == ["X-sketch.png", "x-sketch-2.png", "y-sketch.png"]
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    from app.main import VERSION
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"pencil-gpu {VERSION}\n"
+    # as a user runs it: a command, no subcommand needed, nothing on stderr
+    result = subprocess.run([sys.executable, "-m", "app.cli", "--version"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"pencil-gpu {VERSION}\n" and result.stderr == ""
+
+
+def test_serve_without_batch_jobs_makes_no_data_directory(tmp_path):
+    """`pencil-gpu serve` with the default PENCIL_DATA_DIR (./data) and no admin token
+    draws and is ready, and leaves the directory it runs in as it found it."""
+    import httpx
+    from pencil_testkit import free_port, photo_bytes, server_env, server_process, sketch_files
+
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    port = free_port()
+    env = server_env(workdir, port=str(port))
+    del env["PENCIL_DATA_DIR"]  # the default, relative to the working directory
+    base = f"http://127.0.0.1:{port}"
+    with server_process([sys.executable, "-m", "app.cli", "serve"], workdir, env, base, ready_path="/readyz"):
+        response = httpx.post(f"{base}/sketch", files=sketch_files(photo_bytes("chelsea", "jpeg", 96)), timeout=30)
+        assert response.status_code == 200
+        assert httpx.get(f"{base}/readyz", timeout=10).json() == {"ready": True}
+    assert sorted(p.name for p in workdir.iterdir()) == ["server.log"]

@@ -132,6 +132,7 @@ def test_create_app_reads_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("PENCIL_MAX_QUEUE", "1")
     monkeypatch.setenv("PENCIL_DATA_DIR", str(tmp_path / "env-data"))
     monkeypatch.setenv("PENCIL_LOG_LEVEL", "warning")
+    monkeypatch.setenv("PENCIL_ADMIN_TOKEN", "jobs-on")  # the data directory is made for the batch jobs
     with TestClient(create_app()) as client:
         body = client.get("/healthz").json()
     assert body["workers"] == 3 and body["queue"]["limit"] == 1 and body["backend"] == "cpu"

@@ -194,7 +194,7 @@ def test_each_of_several_processes_renders_on_its_home_gpu(fake_cuda, tmp_path, 
 def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp_path):
     from fastapi.testclient import TestClient
 
-    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=4, process_index=1))
+    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=4, process_index=1, admin_token="jobs-on"))
     assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5 / 2)  # 2 processes render on each card
     with TestClient(application):
         assert application.state.job_runner.leading

@@ -36,8 +36,12 @@ def health_by_pid(base: str, want: int, timeout_s: float = 30) -> dict[int, dict
     deadline = time.monotonic() + timeout_s
     while len(seen) < want:
         assert time.monotonic() < deadline, f"only processes {sorted(seen)} answered"
-        with httpx.Client(base_url=base, timeout=5) as client:  # a new connection each time
-            body = client.get("/healthz").json()
+        try:
+            with httpx.Client(base_url=base, timeout=5) as client:  # a new connection each time
+                body = client.get("/healthz").json()
+        except httpx.TransportError:  # a connection queued on a process just killed: try again
+            time.sleep(0.05)
+            continue
         seen[body["pid"]] = body
     return seen
 
@@ -67,6 +71,7 @@ def test_both_processes_draw_and_one_runs_the_jobs(two_processes):
 
 def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
     base, log_path, *_ = two_processes
+    health_by_pid(base, 2)  # both serve: the survivor is listening when the leader dies
     first_leader = leader_pid(base)
     with httpx.Client(base_url=base, timeout=30, headers=AUTH) as client:
         # About 10 s of LAPACK on two cores: long enough to be killed while running.
@@ -126,7 +131,8 @@ def test_the_processes_stop_when_their_supervisor_is_killed(two_processes):
 def test_processes_dying_at_start_end_the_server_instead_of_looping(tmp_path):
     not_a_directory = tmp_path / "data"
     not_a_directory.write_text("a file where the data directory should be")
-    env = server_env(tmp_path, processes="2", port=str(free_port()), data_dir=str(not_a_directory))
+    # with batch jobs on: only they use the data directory
+    env = server_env(tmp_path, processes="2", port=str(free_port()), data_dir=str(not_a_directory), admin_token=TOKEN)
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr[-2000:]

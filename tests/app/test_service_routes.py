@@ -34,9 +34,9 @@ def test_readyz(client):
     assert response.json() == {"ready": True}
 
 
-def test_readyz_without_data_dir_is_503(make_client, tmp_path):
-    client = make_client(data_dir=tmp_path / "store")
-    assert (tmp_path / "store").is_dir()  # created at start-up
+def test_readyz_without_data_dir_is_503_when_jobs_are_on(make_client, tmp_path):
+    client = make_client(data_dir=tmp_path / "store", admin_token="jobs-on")
+    assert (tmp_path / "store").is_dir()  # created at start-up: the job store lives there
     assert client.get("/readyz").status_code == 200
     shutil.rmtree(tmp_path / "store")
     response = client.get("/readyz")
@@ -47,9 +47,32 @@ def test_readyz_without_data_dir_is_503(make_client, tmp_path):
     assert client.get("/healthz").status_code == 200  # alive, just not ready
 
 
-def test_lifespan_creates_nested_data_dir(make_client, tmp_path):
-    make_client(data_dir=tmp_path / "a" / "b" / "c")
+def test_lifespan_creates_nested_data_dir_when_jobs_are_on(make_client, tmp_path):
+    make_client(data_dir=tmp_path / "a" / "b" / "c", admin_token="jobs-on")
     assert (tmp_path / "a" / "b" / "c").is_dir()
+
+
+def test_jobs_off_stores_nothing(tmp_path):
+    """Without PENCIL_ADMIN_TOKEN the server draws and is ready, and no data directory
+    appears: not at start-up, not after a sketch or a refused job or corpus, not at the stop."""
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+
+    data_dir = tmp_path / "never" / "data"
+    settings = Settings(backend="cpu", workers=2, data_dir=data_dir, log_level="warning", admin_token=None)
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/readyz").json() == {"ready": True}
+        response = client.post("/sketch", files=sketch_files(photo_bytes("chelsea", "jpeg", 96)))
+        assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+        assert client.get("/healthz").json()["runs_jobs"] is False
+        assert client.post("/jobs/svd", json={"spec": {"m": 8, "n": 8}}).status_code == 503
+        assert client.post("/corpora", content=b"text", headers={"Authorization": "Bearer x"}).status_code == 503
+        assert "pencil_jobs{" not in client.get("/metrics").text
+        assert not (tmp_path / "never").exists()
+    assert not (tmp_path / "never").exists()
 
 
 def test_metrics_after_a_sketch(client):

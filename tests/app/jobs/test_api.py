@@ -8,6 +8,7 @@ that runs until released), restart recovery on the same data directory, SVD jobs
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from pencil_testkit import admin_client, assert_api_error, fetch_npy, metric_val
 import app.main
 from app.jobs.kinds import JobKind, Submission
 from app.jobs.runner import JobRunner
+from gpu.jobs import JobResult
 from gpu.svd.params import make_matrix
 
 TOKEN = "test-admin-token-0123"
@@ -40,9 +42,10 @@ def npy(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def upload(data: bytes, **fields: str) -> dict:
-    """Keyword arguments of client.post for a multipart upload of `data` as `matrix`."""
-    return {"files": {"matrix": ("a.npy", data, "application/octet-stream")}, "data": fields}
+def upload(data: bytes, **options) -> dict:
+    """Keyword arguments of client.post for a multipart upload of `data` as `matrix`, with
+    the options as JSON in the field `params`."""
+    return {"files": {"matrix": ("a.npy", data, "application/octet-stream")}, "data": {"params": json.dumps(options)} if options else {}}
 
 
 def spec(m=24, n=16, dtype="float64", seed=0, kind="gaussian", **extra) -> dict:
@@ -165,9 +168,9 @@ def test_svd_of_a_generated_matrix(make_client, rng, method, dtype, m, n, rtol):
 @pytest.mark.parametrize(
     ("shape", "fields"),
     [
-        ((24, 24), {"compute_uv": "false"}),
+        ((24, 24), {"compute_uv": False}),
         ((48, 12), {"method": "golub_reinsch"}),
-        ((12, 48), {"method": "auto", "full_matrices": "true"}),
+        ((12, 48), {"method": "auto", "full_matrices": True}),
     ],
     ids=["square-values-only", "tall-golub-reinsch", "wide-full-matrices"],
 )
@@ -176,9 +179,9 @@ def test_svd_of_an_uploaded_matrix(make_client, rng, shape, fields):
     a = (rng.standard_normal(shape) + 0.5).astype(np.float32)
     job_id = submit(client, **upload(npy(a), **fields))
     params = client.get(f"/jobs/{job_id}").json()["params"]
-    compute_uv = fields.get("compute_uv") != "false"
+    compute_uv = fields.get("compute_uv", True)
     assert params["source"] == "upload" and (params["m"], params["n"], params["dtype"]) == (*shape, "float32")
-    assert params["compute_uv"] is compute_uv and params["full_matrices"] is (fields.get("full_matrices") == "true")
+    assert params["compute_uv"] is compute_uv and params["full_matrices"] is fields.get("full_matrices", False)
 
     body = result_of(client, job_id)
     result = body["result"]
@@ -194,7 +197,7 @@ def test_svd_of_an_uploaded_matrix(make_client, rng, shape, fields):
     assert all(0 <= ratio <= 35 for ratio in result["accuracy"].values()), result["accuracy"]
     u, s, vt = (fetch_npy(client, body["files"][name]) for name in ("u.npy", "s.npy", "vt.npy"))
     k = min(shape)
-    assert (u.shape, vt.shape) == (((m, m), (n, n)) if fields.get("full_matrices") == "true" else ((m, k), (k, n)))
+    assert (u.shape, vt.shape) == (((m, m), (n, n)) if fields.get("full_matrices") else ((m, k), (k, n)))
     np.testing.assert_allclose((u[:, :k].astype(np.float64) * s) @ vt[:k], a, atol=1e-4 * expected[0])
 
 
@@ -251,6 +254,9 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(GOOD), method="cusolver"), 422, "invalid_parameter", id="upload-cusolver-on-cpu"),
     pytest.param(upload(npy(GOOD), method="jacobi"), 422, "invalid_parameter", id="unknown-method"),
     pytest.param(upload(npy(GOOD), compute_uv="maybe"), 422, "invalid_parameter", id="compute-uv-not-bool"),
+    pytest.param({**upload(npy(GOOD)), "data": {"method": "lapack"}}, 422, "use_params_field", id="options-as-separate-fields"),
+    pytest.param({**upload(npy(GOOD)), "data": {"params": "{method: lapack}"}}, 400, "bad_request", id="params-not-json"),
+    pytest.param({**upload(npy(GOOD)), "data": {"params": "[1]"}}, 422, "invalid_parameter", id="params-not-an-object"),
     pytest.param({"json": {"spec": spec()}, "headers": {"Idempotency-Key": "k" * 201}}, 400, "bad_idempotency_key", id="idempotency-key-too-long"),
 ]
 
@@ -311,11 +317,11 @@ def test_idempotency_key_replays_the_job_and_refuses_another_body(make_client, r
     assert other_key.status_code == 202 and other_key.json()["id"] != first.json()["id"]
 
     a = npy(rng.standard_normal((6, 5)).astype(np.float32))  # the multipart boundary differs per request
-    uploads = [client.post("/jobs/svd", **upload(a, compute_uv="false"), headers={"Idempotency-Key": "up"}) for _ in range(2)]
+    uploads = [client.post("/jobs/svd", **upload(a, compute_uv=False), headers={"Idempotency-Key": "up"}) for _ in range(2)]
     assert [r.status_code for r in uploads] == [202, 200] and uploads[0].json()["id"] == uploads[1].json()["id"]
-    assert_api_error(client.post("/jobs/svd", **upload(a, compute_uv="true"), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
+    assert_api_error(client.post("/jobs/svd", **upload(a, compute_uv=True), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
     other_matrix = npy(rng.standard_normal((6, 5)).astype(np.float32))  # same shape, dtype and options
-    assert_api_error(client.post("/jobs/svd", **upload(other_matrix, compute_uv="false"), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
+    assert_api_error(client.post("/jobs/svd", **upload(other_matrix, compute_uv=False), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
 
     assert sorted(job_ids(client)) == sorted({first.json()["id"], other_key.json()["id"], uploads[0].json()["id"]})
     finished_ok(client, first.json()["id"])
@@ -373,15 +379,20 @@ def slow_kind(monkeypatch):
     async def parse(request, settings):
         return Submission({"note": "slow"})
 
-    def run(ctx):
+    class SlowJob:
+        @classmethod
+        def from_json(cls, stored, files):
+            return cls()
+
+    def run(job, lease, progress):
         steps = 3000
         for i in range(steps):
-            ctx.progress(i / steps)
+            progress(i / steps)
             if release.wait(0.01):
-                return {"steps": i}
+                return JobResult({"steps": i})
         raise RuntimeError("the test never released the slow job")
 
-    monkeypatch.setattr(app.main, "JOB_KINDS", {**app.main.JOB_KINDS, "slow": JobKind("slow", "a test job", parse, run)})
+    monkeypatch.setattr(app.main, "JOB_KINDS", {**app.main.JOB_KINDS, "slow": JobKind("slow", "a test job", parse, SlowJob, run)})
     yield release
     release.set()
 
@@ -519,7 +530,7 @@ def test_result_files_carry_their_media_type(make_client, tmp_path):
 
 def test_auto_picks_the_faster_gpu_method_measured():
     """bench/svd.py on the H200: ours for float32 from 4096 columns on, cuSOLVER elsewhere."""
-    from app.jobs.svd import auto_gpu_method
+    from gpu.svd import auto_gpu_method
 
     assert auto_gpu_method(4096, 4096, np.dtype(np.float32)) == "golub_reinsch"
     assert auto_gpu_method(4096, 9000, np.dtype(np.float32)) == "golub_reinsch"

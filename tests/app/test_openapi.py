@@ -1,0 +1,134 @@
+"""The OpenAPI document and the API docs: the Bearer scheme on the admin routes, one tag per
+operation, the job status schemas, and /docs and /redoc served with assets of this server
+only (so they work with no internet)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+from pencil_testkit import admin_client, assert_api_error, wait_for_job
+
+from app.jobs.api import JobList, JobStatus
+from app.jobs.store import STATUSES
+
+TOKEN = "openapi-test-token"
+TAGS = {"sketch", "jobs", "corpora", "operations"}
+ADMIN_PREFIXES = ("/jobs", "/corpora")
+ASSET_URL = re.compile(r'(?:src|href)="([^"]+)"')
+SMALL_SVD = {"spec": {"m": 12, "n": 8, "dtype": "float64", "seed": 0, "kind": "gaussian"}, "method": "lapack"}
+
+
+@pytest.fixture
+def spec(client) -> dict:
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def operations(spec: dict):
+    """(path, method, operation) of every operation in the document."""
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            yield path, method, operation
+
+
+def bearer_scheme(spec: dict) -> str:
+    schemes = spec["components"]["securitySchemes"]
+    names = [name for name, s in schemes.items() if s["type"] == "http" and s["scheme"].lower() == "bearer"]
+    assert len(names) == 1, schemes
+    return names[0]
+
+
+def test_admin_routes_declare_the_bearer_scheme(spec):
+    scheme = bearer_scheme(spec)
+    admin = [(path, method, op) for path, method, op in operations(spec) if path.startswith(ADMIN_PREFIXES)]
+    assert {"/jobs", "/jobs/{job_id}", "/corpora"} <= {path for path, _, _ in admin}
+    for path, method, op in operations(spec):
+        requirements = op.get("security", [])
+        if path.startswith(ADMIN_PREFIXES):
+            assert {scheme: []} in requirements, (method, path)
+        else:
+            assert not requirements, (method, path)
+
+
+def test_every_operation_has_one_documented_tag(spec):
+    assert {tag["name"] for tag in spec["tags"]} == TAGS
+    assert all(tag["description"] for tag in spec["tags"])
+    tags = {}
+    for path, method, op in operations(spec):
+        assert len(op.get("tags", [])) == 1 and op["tags"][0] in TAGS, (method, path, op.get("tags"))
+        tags[path] = op["tags"][0]
+    assert tags["/sketch"] == "sketch"
+    assert tags["/healthz"] == tags["/readyz"] == tags["/metrics"] == "operations"
+    assert all(tag == "jobs" for path, tag in tags.items() if path.startswith("/jobs"))
+    assert all(tag == "corpora" for path, tag in tags.items() if path.startswith("/corpora"))
+
+
+def response_schema(operation: dict, status: str) -> dict:
+    return operation["responses"][status]["content"]["application/json"]["schema"]
+
+
+def test_job_routes_reference_the_job_schemas(spec):
+    job_status, job_list = "#/components/schemas/JobStatus", "#/components/schemas/JobList"
+    paths = spec["paths"]
+    assert response_schema(paths["/jobs"]["get"], "200") == {"$ref": job_list}
+    assert response_schema(paths["/jobs/{job_id}"]["get"], "200") == {"$ref": job_status}
+    assert response_schema(paths["/jobs/{job_id}"]["delete"], "202") == {"$ref": job_status}
+    kinds = [path for path in paths if path.startswith("/jobs/") and "{" not in path]
+    assert {"/jobs/svd", "/jobs/search"} <= set(kinds)
+    for path in kinds:
+        post = paths[path]["post"]
+        assert response_schema(post, "202") == response_schema(post, "200") == {"$ref": job_status}, path
+        assert "Location" in post["responses"]["202"]["headers"]
+    schemas = spec["components"]["schemas"]
+    assert schemas["JobStatus"]["properties"]["status"]["enum"] == list(STATUSES)
+    assert schemas["JobList"]["properties"]["jobs"]["items"] == {"$ref": job_status}
+
+
+def test_job_bodies_match_the_schemas(make_client):
+    """What the routes answer (queued and finished) has exactly the fields of JobStatus."""
+    client = admin_client(make_client, TOKEN)
+    submitted = client.post("/jobs/svd", json=SMALL_SVD)
+    assert submitted.status_code == 202, submitted.text
+    fields = set(JobStatus.model_fields)
+    assert set(submitted.json()) == fields
+    JobStatus.model_validate(submitted.json())
+    finished = wait_for_job(client, submitted.json()["id"])
+    assert finished["status"] == "succeeded" and set(finished) == fields
+    JobStatus.model_validate(finished)
+    listed = client.get("/jobs").json()
+    assert set(listed) == set(JobList.model_fields)
+    assert JobList.model_validate(listed).jobs[0].id == finished["id"]
+
+
+@pytest.mark.parametrize("authorization", [f"bearer {TOKEN}", f"Bearer  {TOKEN} ", f"BEARER {TOKEN}"])
+def test_the_bearer_scheme_is_read_as_before(make_client, authorization):
+    client = make_client(admin_token=TOKEN)
+    assert client.get("/jobs", headers={"Authorization": authorization}).status_code == 200
+    assert_api_error(client.get("/corpora"), 401, "unauthorized")
+    assert_api_error(make_client(admin_token=None).get("/corpora"), 503, "admin_disabled")
+
+
+ASSET_TYPES = {".js": "javascript", ".css": "text/css"}
+
+
+@pytest.mark.parametrize(("page", "script"), [("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")])
+def test_docs_pages_load_only_local_assets(client, page, script):
+    response = client.get(page)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    html = response.text
+    assert "/openapi.json" in html
+    assert not re.search(r"https?://", html), "the page names another host"
+    urls = ASSET_URL.findall(html)
+    assert any(url.endswith(script) for url in urls), urls
+    for url in urls:
+        parts = urlsplit(url)
+        assert not parts.scheme and not parts.netloc and url.startswith("/"), url
+        asset = client.get(url)
+        assert asset.status_code == 200, url
+        media = next((kind for ext, kind in ASSET_TYPES.items() if parts.path.endswith(ext)), None)
+        if media:
+            assert media in asset.headers["content-type"], (url, asset.headers["content-type"])
+            assert len(asset.content) > 10_000, url
