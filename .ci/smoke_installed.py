@@ -48,10 +48,16 @@ def main() -> int:
         assert b"<html" in get(f"{base}/").lower(), "the page is not served"
         assert len(get(f"{base}/static/app.js")) > 1000, "the page's script is not served"
         sketch = workdir / "sketch.png"
-        subprocess.run(["curl", "-sf", "-F", f"image=@{photo}", f"localhost:{port}/sketch", "-o", str(sketch)], check=True, timeout=60)
+        subprocess.run(
+            ["curl", "-sf", "-F", f"image=@{photo}", f"localhost:{port}/sketch", "-o", str(sketch)],
+            check=True,
+            timeout=60,
+        )
         drawing = Image.open(io.BytesIO(sketch.read_bytes()))
         assert drawing.format == "PNG" and drawing.size == (451, 300), (drawing.format, drawing.size)
-        print(f"smoke: installed server on :{port} served the page and drew a {drawing.size[0]}x{drawing.size[1]} sketch")
+        print(
+            f"smoke: installed server on :{port} served the page and drew a {drawing.size[0]}x{drawing.size[1]} sketch"
+        )
         return 0
     finally:
         server.terminate()

@@ -20,10 +20,10 @@ from tqdm import tqdm
 
 from app.config import get_settings
 from gpu import pencil
+from gpu.backend import BackendUnavailable, select_backend
 from gpu.codec.decode import open_image
 from gpu.codec.encode import ENCODE_OPTIONS, EXTENSIONS, parse_encode_options
 from gpu.codec.errors import ImageError
-from gpu.backend import BackendUnavailable, select_backend
 from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
 
 
@@ -49,7 +49,9 @@ def package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pencil-gpu", description="Photos to pencil drawings (Lu, Xu & Jia 2012).")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}", help="print the version and exit")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {package_version()}", help="print the version and exit"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the web service (settings: PENCIL_* environment variables)")
@@ -58,7 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sketch = commands.add_parser("sketch", help="draw image files into a directory")
     sketch.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="JPEG, PNG or WebP files")
-    sketch.add_argument("-o", "--out", type=Path, required=True, metavar="OUT_DIR", help="directory for the drawings (created if missing)")
+    sketch.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        required=True,
+        metavar="OUT_DIR",
+        help="directory for the drawings (created if missing)",
+    )
     for option in PENCIL_OPTIONS + ENCODE_OPTIONS:
         _add_option(sketch, option)
     return parser
@@ -86,8 +95,16 @@ def serve(host: str | None, port: int | None) -> int:
     os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
     if processes == 1:
         # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
-        uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level=settings.log_level,
-                    proxy_headers=True, log_config=None, access_log=False)
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            log_level=settings.log_level,
+            proxy_headers=True,
+            log_config=None,
+            access_log=False,
+        )
         return 0
     try:
         mps = start_mps(settings, processes, backend)
@@ -138,7 +155,9 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
         for path, target in zip(progress, targets, strict=True):
             try:
                 data = path.read_bytes()
-                drawing = pencil.draw_bytes(data, open_image(data, settings.max_pixels), params, fmt, quality, backend.name)
+                drawing = pencil.draw_bytes(
+                    data, open_image(data, settings.max_pixels), params, fmt, quality, backend.name
+                )
                 target.write_bytes(drawing.data)
             except (OSError, ImageError) as exc:
                 failures += 1

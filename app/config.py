@@ -20,36 +20,122 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address `pencil-gpu serve` binds")
     port: int = Field(8000, ge=1, le=65535, description="port `pencil-gpu serve` listens on")
-    processes: int = Field(0, ge=0, le=256, description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool, so the host's codecs and Python use several cores; one of them runs the batch jobs. 0: three for every four host cores with CUDA, one on the CPU backend")
-    process_index: int | None = Field(None, ge=0, description="set by `pencil-gpu serve` for each of its processes (0, 1, ...): with several GPUs, process i renders on the i-th device of PENCIL_DEVICES, round robin")
-    mps: Literal["auto", "on", "off"] = Field("auto", description="CUDA MPS for several server processes on one GPU: auto starts a private daemon when nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires it")
+    processes: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool, so the host's codecs and Python use several cores; one of them runs the batch jobs. 0: three for every four host cores with CUDA, one on the CPU backend",
+    )
+    process_index: int | None = Field(
+        None,
+        ge=0,
+        description="set by `pencil-gpu serve` for each of its processes (0, 1, ...): with several GPUs, process i renders on the i-th device of PENCIL_DEVICES, round robin",
+    )
+    mps: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="CUDA MPS for several server processes on one GPU: auto starts a private daemon when nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires it",
+    )
     backend: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: CUDA when a device answers, else CPU")
-    workers: int = Field(2, ge=1, le=256, description="renders running at once (threads); with CUDA, when not set, one per GPU lease (devices x streams)")
+    workers: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="renders running at once (threads); with CUDA, when not set, one per GPU lease (devices x streams)",
+    )
     max_queue: int = Field(16, ge=0, le=10_000, description="renders allowed to wait; past it /sketch answers 503")
     max_upload_bytes: int = Field(25 * MIB, ge=1024, description="largest uploaded image in bytes (413 past it)")
-    max_pixels: int = Field(50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)")
-    max_concurrent_pixels: int = Field(50_000_000, ge=256, description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)")
-    devices: str = Field("all", pattern=r"^\s*(all|\d+(\s*,\s*\d+)*)\s*$", description="CUDA devices to use: 'all' or a list like '0,1'")
-    streams: int = Field(4, ge=1, le=64, description="leases (stream pairs) per GPU: renders and jobs running at once on one device")
-    gpu_memory_fraction: float = Field(0.9, gt=0.0, le=1.0, description="share of each GPU's memory the pools of all server processes may hold together: with several processes on a card their renders share half, the process running the batch jobs holds the other half")
-    batch_share: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's leases batch jobs may hold at once, so /sketch is never starved")
-    lease_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="longest wait for a GPU lease before a render answers 503")
-    admin_token: SecretStr | None = Field(None, description="Bearer token of the /jobs endpoints; unset, they answer 503")
-    job_streams: int = Field(2, ge=1, le=64, description="jobs running at once, each on one GPU lease at batch priority")
-    max_job_upload_bytes: int = Field(512 * MIB, ge=1024, description="largest request body of POST /jobs/* in bytes (413 past it)")
-    max_matrix_elements: int = Field(67_108_864, ge=1, description="largest matrix an SVD job takes, in elements (m x n)")
-    job_retention_days: float = Field(7.0, gt=0.0, description="finished jobs and their files are deleted after this many days")
-    data_dir: Path = Field(Path("data"), description="directory for the service's persistent data: jobs and corpora (created at start-up when PENCIL_ADMIN_TOKEN turns the jobs on)")
+    max_pixels: int = Field(
+        50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)"
+    )
+    max_concurrent_pixels: int = Field(
+        50_000_000,
+        ge=256,
+        description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)",
+    )
+    devices: str = Field(
+        "all", pattern=r"^\s*(all|\d+(\s*,\s*\d+)*)\s*$", description="CUDA devices to use: 'all' or a list like '0,1'"
+    )
+    streams: int = Field(
+        4, ge=1, le=64, description="leases (stream pairs) per GPU: renders and jobs running at once on one device"
+    )
+    gpu_memory_fraction: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="share of each GPU's memory the pools of all server processes may hold together: with several processes on a card their renders share half, the process running the batch jobs holds the other half",
+    )
+    batch_share: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="share of each GPU's leases batch jobs may hold at once, so /sketch is never starved",
+    )
+    lease_timeout_s: float = Field(
+        30.0, gt=0.0, le=3600.0, description="longest wait for a GPU lease before a render answers 503"
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token of the /jobs endpoints; unset, they answer 503"
+    )
+    job_streams: int = Field(
+        2, ge=1, le=64, description="jobs running at once, each on one GPU lease at batch priority"
+    )
+    max_job_upload_bytes: int = Field(
+        512 * MIB, ge=1024, description="largest request body of POST /jobs/* in bytes (413 past it)"
+    )
+    max_matrix_elements: int = Field(
+        67_108_864, ge=1, description="largest matrix an SVD job takes, in elements (m x n)"
+    )
+    job_retention_days: float = Field(
+        7.0, gt=0.0, description="finished jobs and their files are deleted after this many days"
+    )
+    data_dir: Path = Field(
+        Path("data"),
+        description="directory for the service's persistent data: jobs and corpora (created at start-up when PENCIL_ADMIN_TOKEN turns the jobs on)",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
-    log_format: Literal["auto", "json", "text"] = Field("auto", description="log lines as JSON (one object a line) or text for a person; auto: text when stderr is a terminal, else JSON")
-    max_stencil_points: int = Field(1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)")
-    max_stencil_cpu_points: int = Field(1 << 24, ge=125, description="largest stencil grid on the CPU backend (the NumPy reference: about 28 bytes a point)")
-    max_stencil_point_steps: int = Field(10**14, ge=1, description="most interior points x steps one stencil job may run on a GPU (about 8 min at 200 GPts/s)")
-    max_stencil_cpu_point_steps: int = Field(2 * 10**10, ge=1, description="the same on the CPU backend (about 6 min at the NumPy reference's 50 MPts/s on 2 cores)")
-    max_cs256_elements: int = Field(67_108_864, ge=1, description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes")
-    max_corpus_bytes: int = Field(4 * 1024 * MIB, ge=1, description="largest corpus POST /corpora stores, in bytes (413 past it); streamed to disk")
-    max_search_text_bytes: int = Field(64 * MIB, ge=1, description="largest text a search job takes inline (`text`), in bytes; larger texts go through /corpora")
-    search_resident_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of each GPU's pool memory that corpora kept resident between searches may hold (least recently used evicted first)")
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="log lines as JSON (one object a line) or text for a person; auto: text when stderr is a terminal, else JSON",
+    )
+    max_stencil_points: int = Field(
+        1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)"
+    )
+    max_stencil_cpu_points: int = Field(
+        1 << 24,
+        ge=125,
+        description="largest stencil grid on the CPU backend (the NumPy reference: about 28 bytes a point)",
+    )
+    max_stencil_point_steps: int = Field(
+        10**14,
+        ge=1,
+        description="most interior points x steps one stencil job may run on a GPU (about 8 min at 200 GPts/s)",
+    )
+    max_stencil_cpu_point_steps: int = Field(
+        2 * 10**10,
+        ge=1,
+        description="the same on the CPU backend (about 6 min at the NumPy reference's 50 MPts/s on 2 cores)",
+    )
+    max_cs256_elements: int = Field(
+        67_108_864,
+        ge=1,
+        description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes",
+    )
+    max_corpus_bytes: int = Field(
+        4 * 1024 * MIB,
+        ge=1,
+        description="largest corpus POST /corpora stores, in bytes (413 past it); streamed to disk",
+    )
+    max_search_text_bytes: int = Field(
+        64 * MIB,
+        ge=1,
+        description="largest text a search job takes inline (`text`), in bytes; larger texts go through /corpora",
+    )
+    search_resident_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="share of each GPU's pool memory that corpora kept resident between searches may hold (least recently used evicted first)",
+    )
 
     def upload_limit(self, path: str) -> int:
         """Largest upload, in bytes, for a request to `path`: jobs take big matrices, corpora big texts."""

@@ -146,7 +146,7 @@ class CorpusStore:
         def write(block: bytes) -> int:
             view = memoryview(block)
             while view:
-                view = view[handle.write(view):]
+                view = view[handle.write(view) :]
             digest.update(block)
             return block.count(b"\n")
 
@@ -163,14 +163,20 @@ class CorpusStore:
             if block:
                 newlines += await asyncio.to_thread(write, bytes(block))
             if size == 0:
-                raise ApiError(400, "empty_corpus", "the request body is empty: send the text as the raw body (curl --data-binary @big.txt)")
+                raise ApiError(
+                    400,
+                    "empty_corpus",
+                    "the request body is empty: send the text as the raw body (curl --data-binary @big.txt)",
+                )
             await asyncio.to_thread(_flush, handle)
             handle.close()
             text = self.text_path(corpus_id)
             partial.rename(text)
             await asyncio.to_thread(_fsync_directory, self.root)
             corpus = Corpus(corpus_id, name, size, digest.hexdigest(), newlines, time.time())
-            await asyncio.to_thread(_write_atomically, self.root / f"{corpus_id}.json", json.dumps(asdict(corpus)).encode())
+            await asyncio.to_thread(
+                _write_atomically, self.root / f"{corpus_id}.json", json.dumps(asdict(corpus)).encode()
+            )
             return corpus
         except BaseException:
             handle.close()
@@ -233,12 +239,14 @@ def corpus_text(data_dir: Path, corpus_id: str) -> Path:
 
 # --------------------------------------------------------------------- routes --
 
-_ERRORS = error_responses({
-    401: "no or wrong Bearer token",
-    404: "no such corpus",
-    422: INVALID_PARAMETER,
-    503: "PENCIL_ADMIN_TOKEN is not set: corpora are disabled",
-})
+_ERRORS = error_responses(
+    {
+        401: "no or wrong Bearer token",
+        404: "no such corpus",
+        422: INVALID_PARAMETER,
+        503: "PENCIL_ADMIN_TOKEN is not set: corpora are disabled",
+    }
+)
 
 CORPUS_SCHEMA = {
     "type": "object",
@@ -249,7 +257,11 @@ CORPUS_SCHEMA = {
         "sha256": {"type": "string"},
         "newlines": {"type": "integer"},
         "created": {"type": "string", "format": "date-time"},
-        "resident_on": {"type": "array", "items": {"type": "integer"}, "description": "GPUs holding it in memory now (searches there skip the upload)"},
+        "resident_on": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "GPUs holding it in memory now (searches there skip the upload)",
+        },
         "url": {"type": "string"},
     },
 }
@@ -258,13 +270,25 @@ UPLOAD_OPENAPI = {
     "requestBody": {
         "required": True,
         "description": "the text itself, any bytes (curl --data-binary @big.txt); not a multipart form",
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}, "text/plain": {"schema": {"type": "string"}}},
+        "content": {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "text/plain": {"schema": {"type": "string"}},
+        },
     },
     "responses": {
-        "201": {"description": "stored; Location: /corpora/{id}", "content": {"application/json": {"schema": CORPUS_SCHEMA}}},
+        "201": {
+            "description": "stored; Location: /corpora/{id}",
+            "content": {"application/json": {"schema": CORPUS_SCHEMA}},
+        },
         "400": {"description": "empty body", "content": {"application/json": {"schema": ERROR_SCHEMA}}},
-        "413": {"description": "larger than PENCIL_MAX_CORPUS_BYTES", "content": {"application/json": {"schema": ERROR_SCHEMA}}},
-        "415": {"description": "a multipart form instead of the raw text", "content": {"application/json": {"schema": ERROR_SCHEMA}}},
+        "413": {
+            "description": "larger than PENCIL_MAX_CORPUS_BYTES",
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        },
+        "415": {
+            "description": "a multipart form instead of the raw text",
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        },
     },
 }
 
@@ -304,12 +328,25 @@ def install(app: FastAPI) -> None:
     RESIDENT.configure(settings.search_resident_fraction)
     router = APIRouter(prefix="/corpora", tags=["corpora"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
-    @router.post("", summary="Store a text to search (the raw request body)", status_code=201, openapi_extra=UPLOAD_OPENAPI, response_class=JSONResponse)
-    async def upload(request: Request, name: Annotated[str | None, Query(max_length=MAX_NAME, description="a label for the corpus")] = None) -> JSONResponse:
+    @router.post(
+        "",
+        summary="Store a text to search (the raw request body)",
+        status_code=201,
+        openapi_extra=UPLOAD_OPENAPI,
+        response_class=JSONResponse,
+    )
+    async def upload(
+        request: Request,
+        name: Annotated[str | None, Query(max_length=MAX_NAME, description="a label for the corpus")] = None,
+    ) -> JSONResponse:
         if name is not None and (not name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name)):
             raise ApiError(422, "invalid_parameter", "name: must be non-blank printable text")
         if request.headers.get("content-type", "").lower().startswith("multipart/"):
-            raise ApiError(415, "unsupported_media_type", "send the text as the raw request body (curl --data-binary @big.txt), not as a multipart form")
+            raise ApiError(
+                415,
+                "unsupported_media_type",
+                "send the text as the raw request body (curl --data-binary @big.txt), not as a multipart form",
+            )
         limit = request.app.state.settings.max_corpus_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -326,16 +363,28 @@ def install(app: FastAPI) -> None:
         corpora = await asyncio.to_thread(_store(request).list)
         return {"corpora": [c.body() for c in corpora], "total_bytes": sum(c.bytes for c in corpora)}
 
-    @router.get("/{corpus_id}", summary="One corpus", responses={200: {"content": {"application/json": {"schema": CORPUS_SCHEMA}}}})
+    @router.get(
+        "/{corpus_id}",
+        summary="One corpus",
+        responses={200: {"content": {"application/json": {"schema": CORPUS_SCHEMA}}}},
+    )
     async def get_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
         return _found(request, corpus_id).body()
 
-    @router.delete("/{corpus_id}", summary="Delete a corpus (not while a queued or running search uses it)", responses=error_responses({409: "a search job uses it"}))
+    @router.delete(
+        "/{corpus_id}",
+        summary="Delete a corpus (not while a queued or running search uses it)",
+        responses=error_responses({409: "a search job uses it"}),
+    )
     async def delete_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
         corpus = _found(request, corpus_id)
         using = _jobs_using(request, corpus_id)
         if using:
-            raise ApiError(409, "corpus_in_use", f"search job(s) {', '.join(using[:5])}{' and more' if len(using) > 5 else ''} use corpus {corpus_id}; cancel them or wait, then delete")
+            raise ApiError(
+                409,
+                "corpus_in_use",
+                f"search job(s) {', '.join(using[:5])}{' and more' if len(using) > 5 else ''} use corpus {corpus_id}; cancel them or wait, then delete",
+            )
         body = corpus.body()
         # No await between the check above and the unlisting: a search submitted meanwhile
         # either came first (409 above) or finds no corpus (404), never one being deleted.

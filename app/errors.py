@@ -26,8 +26,16 @@ ERROR_SCHEMA = {
     "required": ["error", "detail"],
     "properties": {
         "error": {"type": "string", "description": "stable machine-readable code", "example": "unsupported_format"},
-        "detail": {"type": "string", "description": "what went wrong, for a person", "example": "only JPEG, PNG and WebP images are accepted"},
-        "field": {"type": "string", "description": "the parameter at fault, as the request spells it (some 422s)", "example": "method"},
+        "detail": {
+            "type": "string",
+            "description": "what went wrong, for a person",
+            "example": "only JPEG, PNG and WebP images are accepted",
+        },
+        "field": {
+            "type": "string",
+            "description": "the parameter at fault, as the request spells it (some 422s)",
+            "example": "method",
+        },
     },
 }
 
@@ -44,7 +52,10 @@ def error_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
     """OpenAPI `responses` for error statuses, each with the one error body ERROR_SCHEMA.
     Routes that declare 422 here also replace FastAPI's default 422 (a pydantic error list
     this service never sends)."""
-    return {status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}} for status, text in descriptions.items()}
+    return {
+        status: {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+        for status, text in descriptions.items()
+    }
 
 
 INVALID_PARAMETER = "invalid_parameter: a parameter out of range or of the wrong type (detail names it)"
@@ -74,7 +85,9 @@ IMAGE_ERROR_STATUS = {
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_format"}
 
 
-def _rejected(request: Request, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _rejected(
+    request: Request, status: int, code: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     """The error response, counted in the metrics as a rejected request by its code."""
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
@@ -135,7 +148,13 @@ async def _pool_busy(request: Request, exc: PoolBusy) -> JSONResponse:
 
 async def _out_of_memory(request: Request, exc: DeviceOutOfMemory) -> JSONResponse:
     log.warning("%s", exc)
-    return _rejected(request, 503, "gpu_out_of_memory", "the GPU ran out of memory for this render; retry shortly, or send a smaller image (or max_side)", {"Retry-After": "5"})
+    return _rejected(
+        request,
+        503,
+        "gpu_out_of_memory",
+        "the GPU ran out of memory for this render; retry shortly, or send a smaller image (or max_side)",
+        {"Retry-After": "5"},
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -188,8 +188,16 @@ class AccessLogMiddleware:
         finally:
             self._log(scope, request_scope, status, sent, received, headers, start)
 
-    def _log(self, scope: Scope, request_scope: Scope, status: int, sent: int, received: int,
-             headers: dict[bytes, bytes], start: float) -> None:
+    def _log(
+        self,
+        scope: Scope,
+        request_scope: Scope,
+        status: int,
+        sent: int,
+        received: int,
+        headers: dict[bytes, bytes],
+        start: float,
+    ) -> None:
         if not access_log.isEnabledFor(logging.INFO):
             return
         fields = {
@@ -208,4 +216,3 @@ class AccessLogMiddleware:
             if value is not None:
                 fields[key] = value
         access_log.info("%s %s %d", fields["method"], fields["path"], status, extra=fields)
-

@@ -70,7 +70,11 @@ class DeclaredLengthGuard:
             length = dict(scope["headers"]).get(b"content-length", b"")
             limit = self.settings.upload_limit(scope["path"])
             if length.isdigit() and int(length) > limit + MULTIPART_OVERHEAD:
-                response = error_response(413, "too_large", too_large_detail(int(length), limit, self.settings.upload_limit_variable(scope["path"])))
+                response = error_response(
+                    413,
+                    "too_large",
+                    too_large_detail(int(length), limit, self.settings.upload_limit_variable(scope["path"])),
+                )
                 self.metrics.rejected.labels("too_large").inc()
                 await response(scope, receive, send)
                 return
@@ -116,10 +120,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if jobs_enabled:  # without a token every /jobs and /corpora route answers 503 before it reads these
             store = app.state.jobs = JobStore(settings.data_dir)
             metrics.watch_jobs(store)
-            job_memory = settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None  # see render_memory_fraction
-            runner = app.state.job_runner = JobRunner(store, JOB_KINDS, settings.job_streams, backend.name, pool, metrics, settings.job_retention_days * 86400, job_memory)
+            job_memory = (
+                settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None
+            )  # see render_memory_fraction
+            runner = app.state.job_runner = JobRunner(
+                store,
+                JOB_KINDS,
+                settings.job_streams,
+                backend.name,
+                pool,
+                metrics,
+                settings.job_retention_days * 86400,
+                job_memory,
+            )
             runner.start()
-        log.info("pencil-gpu %s: backend %s%s, %d render workers, queue %d", VERSION, backend.name, f" on {', '.join(backend.devices)}" if backend.devices else "", workers, settings.max_queue)
+        log.info(
+            "pencil-gpu %s: backend %s%s, %d render workers, queue %d",
+            VERSION,
+            backend.name,
+            f" on {', '.join(backend.devices)}" if backend.devices else "",
+            workers,
+            settings.max_queue,
+        )
         if settings.admin_token is None:
             log.info("batch jobs are disabled until PENCIL_ADMIN_TOKEN is set")
         yield
@@ -133,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="pencil-gpu",
         version=VERSION,
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
-        description="Errors are JSON `{\"error\": code, \"detail\": sentence}` with status 400, 413, 415, 422, 499, 500 or 503 (see POST /sketch for the codes).",
+        description='Errors are JSON `{"error": code, "detail": sentence}` with status 400, 413, 415, 422, 499, 500 or 503 (see POST /sketch for the codes).',
         openapi_tags=OPENAPI_TAGS,
         favicon_url="/favicon.ico",
         lifespan=lifespan,
@@ -144,7 +166,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
     app.state.workers = workers
     app.state.warmed_up = False
-    app.state.render_queue = RenderQueue(workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name)
+    app.state.render_queue = RenderQueue(
+        workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name
+    )
     install_error_handlers(app)
     sketch.install(app)
     jobs_api.install(app, JOB_KINDS)
@@ -169,7 +193,9 @@ def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
     try:
         devices, sharing = home_devices(settings, len(backend.devices))
         memory_fraction = render_memory_fraction(settings.gpu_memory_fraction, sharing)
-        pool = DevicePool(devices, settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s)
+        pool = DevicePool(
+            devices, settings.streams, memory_fraction, settings.batch_share, lease_timeout=settings.lease_timeout_s
+        )
     except Exception as exc:  # no pool means no GPU backend, whatever the cause
         if settings.backend == "cuda":
             raise BackendUnavailable(f"PENCIL_BACKEND=cuda but the GPU pool could not be built: {exc}") from exc
@@ -229,11 +255,19 @@ def _add_service_routes(app: FastAPI) -> None:
             "runs_jobs": state.job_runner.leading if hasattr(state, "job_runner") else False,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
             "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
-            "queue": {"waiting": state.render_queue.waiting, "running": state.render_queue.running, "limit": state.settings.max_queue},
+            "queue": {
+                "waiting": state.render_queue.waiting,
+                "running": state.render_queue.running,
+                "limit": state.settings.max_queue,
+            },
         }
 
-    @app.get("/readyz", summary="Readiness: can take a render now", tags=["operations"],
-             responses={503: {"description": "not ready"}})
+    @app.get(
+        "/readyz",
+        summary="Readiness: can take a render now",
+        tags=["operations"],
+        responses={503: {"description": "not ready"}},
+    )
     async def readyz(request: Request) -> JSONResponse:
         state = request.app.state
         problems = []

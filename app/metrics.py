@@ -18,17 +18,48 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("pencil_http_requests", "HTTP requests by route template, method and status", ["route", "method", "status"], registry=r)
-        self.latency = Histogram("pencil_http_request_seconds", "HTTP request latency, whole request", ["route", "method", "status"], buckets=_RENDER_BUCKETS, registry=r)
+        self.requests = Counter(
+            "pencil_http_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "pencil_http_request_seconds",
+            "HTTP request latency, whole request",
+            ["route", "method", "status"],
+            buckets=_RENDER_BUCKETS,
+            registry=r,
+        )
         self.in_flight = Gauge("pencil_http_in_flight", "HTTP requests being handled now", registry=r)
-        self.rejected = Counter("pencil_rejected_requests", "Requests refused with a 4xx/503, by error code", ["code"], registry=r)
-        self.queue_wait = Histogram("pencil_render_queue_wait_seconds", "Time a render waited for a worker", buckets=_RENDER_BUCKETS, registry=r)
-        self.render_time = Histogram("pencil_render_seconds", "Decode + render + encode time of one render, excluding queue wait", ["backend"], buckets=_RENDER_BUCKETS, registry=r)
+        self.rejected = Counter(
+            "pencil_rejected_requests", "Requests refused with a 4xx/503, by error code", ["code"], registry=r
+        )
+        self.queue_wait = Histogram(
+            "pencil_render_queue_wait_seconds", "Time a render waited for a worker", buckets=_RENDER_BUCKETS, registry=r
+        )
+        self.render_time = Histogram(
+            "pencil_render_seconds",
+            "Decode + render + encode time of one render, excluding queue wait",
+            ["backend"],
+            buckets=_RENDER_BUCKETS,
+            registry=r,
+        )
         self.queue_depth = Gauge("pencil_render_queue_depth", "Renders waiting for a worker", registry=r)
         self.renders_running = Gauge("pencil_renders_running", "Renders running now", registry=r)
-        self.jobs_finished = Counter("pencil_jobs_finished", "Batch jobs that ended, by kind and end state", ["kind", "status"], registry=r)
-        self.job_queue_wait = Histogram("pencil_job_queue_wait_seconds", "Time a batch job waited before it started", ["kind"], buckets=_JOB_BUCKETS, registry=r)
-        self.job_run_time = Histogram("pencil_job_run_seconds", "Run time of a batch job", ["kind"], buckets=_JOB_BUCKETS, registry=r)
+        self.jobs_finished = Counter(
+            "pencil_jobs_finished", "Batch jobs that ended, by kind and end state", ["kind", "status"], registry=r
+        )
+        self.job_queue_wait = Histogram(
+            "pencil_job_queue_wait_seconds",
+            "Time a batch job waited before it started",
+            ["kind"],
+            buckets=_JOB_BUCKETS,
+            registry=r,
+        )
+        self.job_run_time = Histogram(
+            "pencil_job_run_seconds", "Run time of a batch job", ["kind"], buckets=_JOB_BUCKETS, registry=r
+        )
 
     def watch_jobs(self, store) -> None:
         """Export the number of jobs per kind and state (read from the store at each scrape)."""
@@ -60,7 +91,9 @@ class _PoolCollector:
             for row in rows:
                 gauge.add_metric([str(row["device"])], row[key])
             yield gauge
-        granted = CounterMetricFamily("pencil_gpu_leases_granted", "GPU leases handed out since start", labels=["device"])
+        granted = CounterMetricFamily(
+            "pencil_gpu_leases_granted", "GPU leases handed out since start", labels=["device"]
+        )
         for row in rows:
             granted.add_metric([str(row["device"])], row["leases_granted"])
         yield granted

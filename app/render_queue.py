@@ -126,7 +126,12 @@ class RenderQueue:
             raise ShuttingDown()
         if self.is_full():
             retry = self.retry_after_s()
-            raise ApiError(503, "overloaded", f"the server is busy ({self._waiting} renders waiting); retry in {retry} s", {"Retry-After": str(retry)})
+            raise ApiError(
+                503,
+                "overloaded",
+                f"the server is busy ({self._waiting} renders waiting); retry in {retry} s",
+                {"Retry-After": str(retry)},
+            )
 
     async def run(self, job: Callable[[], T], pixels: int, receive: Receive | None = None) -> Timed[T]:
         """Admit `job` (503 when full), wait for `pixels` of the budget and a worker, run it

@@ -102,8 +102,9 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts with none
     # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
-    config = uvicorn.Config("app.main:create_app", factory=True, log_level=log_level, proxy_headers=True,
-                            log_config=None, access_log=False)
+    config = uvicorn.Config(
+        "app.main:create_app", factory=True, log_level=log_level, proxy_headers=True, log_config=None, access_log=False
+    )
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
 
 
@@ -113,7 +114,10 @@ class MpsDaemon:
 
     def __init__(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="pencil-mps-"))
-        self.environment = {"CUDA_MPS_PIPE_DIRECTORY": str(self.directory / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(self.directory / "log")}
+        self.environment = {
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.directory / "pipe"),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.directory / "log"),
+        }
 
     def start(self) -> None:
         """Start the daemon and check that a CUDA client gets through it (a daemon that
@@ -129,7 +133,13 @@ class MpsDaemon:
 
     def stop(self) -> None:
         try:
-            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env={**os.environ, **self.environment}, capture_output=True, timeout=30)
+            subprocess.run(
+                ["nvidia-cuda-mps-control"],
+                input=b"quit\n",
+                env={**os.environ, **self.environment},
+                capture_output=True,
+                timeout=30,
+            )
         finally:
             for key in self.environment:
                 os.environ.pop(key, None)
@@ -147,7 +157,9 @@ def start_mps(settings: Settings, processes: int, backend: str) -> MpsDaemon | N
     if shutil.which("nvidia-cuda-mps-control") is None:
         if settings.mps == "on":
             raise RuntimeError("PENCIL_MPS=on but nvidia-cuda-mps-control is not on PATH")
-        log.warning("CUDA MPS is not available (no nvidia-cuda-mps-control): the %d processes time-slice the GPU", processes)
+        log.warning(
+            "CUDA MPS is not available (no nvidia-cuda-mps-control): the %d processes time-slice the GPU", processes
+        )
         return None
     daemon = MpsDaemon()
     try:
@@ -184,7 +196,13 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     children = [start(index) for index in range(processes)]
-    log.info("serving on http://%s:%d with %d processes (pids %s)", host, port, processes, ", ".join(str(c.pid) for c, _ in children))
+    log.info(
+        "serving on http://%s:%d with %d processes (pids %s)",
+        host,
+        port,
+        processes,
+        ", ".join(str(c.pid) for c, _ in children),
+    )
     deaths: list[float] = []  # when young processes died
     pause = RESTART_PAUSE_S
     status = 0
@@ -195,11 +213,17 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
                 if child.is_alive() or stopping:
                     continue
                 now = time.monotonic()
-                log.warning("server process %d exited with %s; starting another in %.0f s", child.pid, child.exitcode, pause)
+                log.warning(
+                    "server process %d exited with %s; starting another in %.0f s", child.pid, child.exitcode, pause
+                )
                 if now - started < CRASH_LOOP[1]:
                     deaths = [t for t in deaths if now - t < CRASH_LOOP[1]] + [now]
                     if len(deaths) >= CRASH_LOOP[0]:
-                        log.error("%d server processes died within %.0f s of starting; giving up (see the errors above)", len(deaths), CRASH_LOOP[1])
+                        log.error(
+                            "%d server processes died within %.0f s of starting; giving up (see the errors above)",
+                            len(deaths),
+                            CRASH_LOOP[1],
+                        )
                         stopping, status = True, 1
                         break
                     time.sleep(pause)

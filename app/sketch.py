@@ -33,7 +33,10 @@ _OPTION_NAMES = {option.name for option in ALL_OPTIONS}
 
 
 def _option_schema(option: Option) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": {str: "string", int: "integer", float: "number"}[option.type], "description": option.describe()}
+    schema: dict[str, Any] = {
+        "type": {str: "string", int: "integer", float: "number"}[option.type],
+        "description": option.describe(),
+    }
     if option.choices:
         schema["enum"] = list(option.choices)
     if option.minimum is not None:
@@ -46,20 +49,34 @@ def _option_schema(option: Option) -> dict[str, Any]:
 
 
 def _error_response(description: str, codes: tuple[str, ...]) -> dict[str, Any]:
-    schema = {**ERROR_SCHEMA, "properties": {**ERROR_SCHEMA["properties"], "error": {"type": "string", "enum": list(codes)}}}
-    return {"description": f"{description}. Codes: {', '.join(codes)}", "content": {"application/json": {"schema": schema}}}
+    schema = {
+        **ERROR_SCHEMA,
+        "properties": {**ERROR_SCHEMA["properties"], "error": {"type": "string", "enum": list(codes)}},
+    }
+    return {
+        "description": f"{description}. Codes: {', '.join(codes)}",
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 _image_headers = {
     "X-Backend": {"description": "backend that rendered: cuda or cpu", "schema": {"type": "string"}},
-    "X-Render-Ms": {"description": "decode + render + encode time in ms, excluding queue wait", "schema": {"type": "number"}},
+    "X-Render-Ms": {
+        "description": "decode + render + encode time in ms, excluding queue wait",
+        "schema": {"type": "number"},
+    },
     "X-Queue-Ms": {"description": "time spent waiting for a render worker, in ms", "schema": {"type": "number"}},
     "X-Image-Size": {"description": "size of the drawing, WIDTHxHEIGHT in px", "schema": {"type": "string"}},
-    "X-Codecs": {"description": "where the photo was decoded and the drawing encoded: `decode gpu|cpu, encode gpu|cpu`", "schema": {"type": "string"}},
+    "X-Codecs": {
+        "description": "where the photo was decoded and the drawing encoded: `decode gpu|cpu, encode gpu|cpu`",
+        "schema": {"type": "string"},
+    },
 }
 
 OPENAPI = {
-    "parameters": [{"name": o.name, "in": "query", "required": False, "schema": _option_schema(o)} for o in ALL_OPTIONS],
+    "parameters": [
+        {"name": o.name, "in": "query", "required": False, "schema": _option_schema(o)} for o in ALL_OPTIONS
+    ],
     "requestBody": {
         "required": True,
         "content": {
@@ -73,7 +90,13 @@ OPENAPI = {
                     },
                 },
             },
-            "image/*": {"schema": {"type": "string", "format": "binary", "description": "the photo as the raw body (options as query parameters)"}},
+            "image/*": {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "the photo as the raw body (options as query parameters)",
+                }
+            },
         },
     },
     "responses": {
@@ -82,12 +105,27 @@ OPENAPI = {
             "headers": _image_headers,
             "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in MEDIA_TYPES.values()},
         },
-        "400": _error_response("no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form", ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request")),
-        "413": _error_response("image larger than PENCIL_MAX_UPLOAD_BYTES (with or without Content-Length), or more pixels than PENCIL_MAX_PIXELS (decided from the header, before decoding)", ("too_large", "too_many_pixels")),
-        "415": _error_response("not a JPEG, PNG or WebP, or a request body that is neither a form nor an image", ("unsupported_format", "unsupported_media_type")),
-        "422": _error_response("an option out of range or not one of its choices (`detail` names it), or a drawing too large for the chosen format (WebP: 16383 px a side, JPEG: 65500)", ("invalid_parameter", "too_large_for_format")),
+        "400": _error_response(
+            "no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form",
+            ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request"),
+        ),
+        "413": _error_response(
+            "image larger than PENCIL_MAX_UPLOAD_BYTES (with or without Content-Length), or more pixels than PENCIL_MAX_PIXELS (decided from the header, before decoding)",
+            ("too_large", "too_many_pixels"),
+        ),
+        "415": _error_response(
+            "not a JPEG, PNG or WebP, or a request body that is neither a form nor an image",
+            ("unsupported_format", "unsupported_media_type"),
+        ),
+        "422": _error_response(
+            "an option out of range or not one of its choices (`detail` names it), or a drawing too large for the chosen format (WebP: 16383 px a side, JPEG: 65500)",
+            ("invalid_parameter", "too_large_for_format"),
+        ),
         "500": _error_response("a bug: the server logged it and keeps serving", ("internal_error",)),
-        "503": _error_response("too many renders already waiting, no GPU free in time, the GPU out of memory, or the server is stopping; see the Retry-After header", ("overloaded", "shutting_down", "gpu_out_of_memory")),
+        "503": _error_response(
+            "too many renders already waiting, no GPU free in time, the GPU out of memory, or the server is stopping; see the Retry-After header",
+            ("overloaded", "shutting_down", "gpu_out_of_memory"),
+        ),
     },
 }
 
@@ -100,21 +138,36 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, di
     elif content_type.startswith("multipart/form-data"):
         data, filename, fields = await _read_form(request)
     else:
-        raise ApiError(415, "unsupported_media_type", "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the raw body with an image/* Content-Type")
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the raw body with an image/* Content-Type",
+        )
     if len(data) > max_bytes:
-        raise ApiError(413, "too_large", f"the image is {len(data):,} bytes; uploads are limited to {max_bytes:,} bytes")
+        raise ApiError(
+            413, "too_large", f"the image is {len(data):,} bytes; uploads are limited to {max_bytes:,} bytes"
+        )
     return data, filename, fields
 
 
 async def _read_form(request: Request) -> tuple[bytes, str, dict[str, str]]:
-    form = await read_form(request, max_files=4, max_fields=len(ALL_OPTIONS) + 8, hint="The photo must be a file part: curl -F image=@photo.jpg")
+    form = await read_form(
+        request,
+        max_files=4,
+        max_fields=len(ALL_OPTIONS) + 8,
+        hint="The photo must be a file part: curl -F image=@photo.jpg",
+    )
     try:
         upload = form.get("image")
         if upload is None:
             given = ", ".join(sorted(set(form.keys()))) or "none"
             raise ApiError(400, "missing_image", f"the form has no field named 'image' (fields sent: {given})")
         if not isinstance(upload, UploadFile):
-            raise ApiError(400, "missing_image", "the 'image' field must be a file upload, not a text value (curl -F image=@photo.jpg)")
+            raise ApiError(
+                400,
+                "missing_image",
+                "the 'image' field must be a file upload, not a text value (curl -F image=@photo.jpg)",
+            )
         data = await upload.read()
         fields = {key: value for key, value in form.multi_items() if key in _OPTION_NAMES and isinstance(value, str)}
         return data, upload.filename or "image", fields

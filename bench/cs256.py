@@ -45,7 +45,9 @@ from gpu.cs256 import reference
 def exact_product(cupy, dense, x, dtype: str) -> np.ndarray:
     """A x in float64 on the GPU, 4096 rows at a time."""
     x64 = fmt.to_float32(x, dtype).astype(cupy.float64)
-    return cupy.concatenate([fmt.to_float32(dense[r : r + 4096], dtype).astype(cupy.float64) @ x64 for r in range(0, dense.shape[0], 4096)]).get()
+    return cupy.concatenate(
+        [fmt.to_float32(dense[r : r + 4096], dtype).astype(cupy.float64) @ x64 for r in range(0, dense.shape[0], 4096)]
+    ).get()
 
 
 def main() -> None:
@@ -71,11 +73,15 @@ def main() -> None:
     timer = anchors.ColdTimer()
     dtype, k = args.dtype, args.vectors
     item = fmt.STORAGE[dtype].itemsize
-    print(f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
-          f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), read-only kernel {read_bw / 1e9:.0f} GB/s; "
-          f"{dtype}, vec {args.vec}, {k} vector(s); medians of {args.repeats} cold-L2 runs")
-    print("shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
-          "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan")
+    print(
+        f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
+        f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), read-only kernel {read_bw / 1e9:.0f} GB/s; "
+        f"{dtype}, vec {args.vec}, {k} vector(s); medians of {args.repeats} cold-L2 runs"
+    )
+    print(
+        "shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
+        "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan"
+    )
     rng = cupy.random.default_rng(args.seed)
     summary = []
     for shape in args.shapes.split(","):
@@ -108,19 +114,26 @@ def main() -> None:
             cs_bytes = cuda.bytes_moved(cs, k)
             dense_bytes = m * n * item + vectors_bytes
             cs_bw, dense_bw = cs_bytes / (cs_ms * 1e-3), dense_bytes / (dense_ms * 1e-3)
-            print(f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
-                  f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, {dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
-                  f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | {', '.join(f'{e:.1e}' for e in errors)} | "
-                  f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s", flush=True)
+            print(
+                f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
+                f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, {dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
+                f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | {', '.join(f'{e:.1e}' for e in errors)} | "
+                f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s",
+                flush=True,
+            )
             summary.append((shape, sparsity, dense_ms / cs_ms, cs_bw / copy_bw, cs.nbytes / (m * n * item)))
             if args.tune:
                 tune(cuda, timer, cs, x, k, cs_bytes, copy_bw, args.repeats)
             del cs, dense, csr
-    print("# targets (issue 7): dense/CS256 >= 1.6 at 66 %, >= 1.2 at 50 %; CS256 >= 80 % of copy bandwidth; memory <= 0.55 of dense at 66 %")
+    print(
+        "# targets (issue 7): dense/CS256 >= 1.6 at 66 %, >= 1.2 at 50 %; CS256 >= 80 % of copy bandwidth; memory <= 0.55 of dense at 66 %"
+    )
     for shape, sparsity, speedup, fraction, memory in summary:
         goal = 1.6 if abs(sparsity - 0.66) < 0.005 else 1.2 if abs(sparsity - 0.5) < 0.005 else None
-        checks = [f"speed-up {speedup:.2f}" + ("" if goal is None else f" {'meets' if speedup >= goal else 'MISSES'} {goal}"),
-                  f"bandwidth {100 * fraction:.0f} % {'meets' if fraction >= 0.8 else 'MISSES'} 80 %"]
+        checks = [
+            f"speed-up {speedup:.2f}" + ("" if goal is None else f" {'meets' if speedup >= goal else 'MISSES'} {goal}"),
+            f"bandwidth {100 * fraction:.0f} % {'meets' if fraction >= 0.8 else 'MISSES'} 80 %",
+        ]
         if goal == 1.6:
             checks.append(f"memory {memory:.3f} {'meets' if memory <= 0.55 else 'MISSES'} 0.55")
         print(f"#   {shape} at {sparsity:.2f}: " + "; ".join(checks))
@@ -136,7 +149,14 @@ def tune(cuda, timer, cs, x, k: int, cs_bytes: int, copy_bw: float, repeats: int
         ms = timer.median_ms(lambda plan=plan: cuda.spmm(cs, x, plan), repeats)
         rows.append((ms, lanes, chunk, blocks))
     rows.sort()
-    print("    tune (us, lanes, chunk, blocks/SM, % copy): " + "; ".join(f"{ms * 1e3:.1f} {lanes} {chunk} {blocks} {100 * cs_bytes / (ms * 1e-3) / copy_bw:.0f}%" for ms, lanes, chunk, blocks in rows[:8]), flush=True)
+    print(
+        "    tune (us, lanes, chunk, blocks/SM, % copy): "
+        + "; ".join(
+            f"{ms * 1e3:.1f} {lanes} {chunk} {blocks} {100 * cs_bytes / (ms * 1e-3) / copy_bw:.0f}%"
+            for ms, lanes, chunk, blocks in rows[:8]
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,13 @@ def variant_function(ring: int, l2: int, min_blocks: int):
     from gpu.cs256 import cuda
 
     source = cuda.SOURCE.read_text()
-    head = source[:source.index("#define GROUP_ENTRIES(")]
-    options = (*kernels.COMPILE_OPTIONS, f"-DCS256_RING={ring}", f"-DCS256_L2_FETCH={l2}", f"-DCS256_MIN_BLOCKS={min_blocks}")
+    head = source[: source.index("#define GROUP_ENTRIES(")]
+    options = (
+        *kernels.COMPILE_OPTIONS,
+        f"-DCS256_RING={ring}",
+        f"-DCS256_L2_FETCH={l2}",
+        f"-DCS256_MIN_BLOCKS={min_blocks}",
+    )
     module = cupy.RawModule(code=head + "\n" + ENTRY + "\n", options=options)
     function = module.get_function(KERNEL)
     function.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - function.shared_size_bytes
@@ -73,24 +78,39 @@ def main() -> None:
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",")]
     functions = {c: variant_function(*c) for c in configs}
     for c, f in functions.items():
-        print(f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local", flush=True)
+        print(
+            f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local",
+            flush=True,
+        )
     rng = cupy.random.default_rng(7)
     print("shape | lanes | ring:l2:min_blocks | blocks/SM | us | % copy | vs default build")
     for shape in args.shapes.split(","):
         m, n = (int(v) for v in shape.split("x"))
-        cs = fmt.prune(fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16")
+        cs = fmt.prune(
+            fmt.from_float(rng.standard_normal((m, n), dtype=cupy.float32), "float16"), args.sparsity, 8, "float16"
+        )
         x = fmt.from_float(rng.standard_normal(n, dtype=cupy.float32), "float16")
         base = cuda.make_plan(cs, 1)
         expected = cuda.spmm(cs, x, base).get()
         scale = float(np.abs(expected.astype(np.float32)).max())
         # the default build launched as the variants are (no spmm around it: its host work
         # is then not in the comparison)
-        base_ms = timer.median_ms(group_launch(kernels.kernel(cuda.SOURCE, base.kernel), base.grid, cs, x, cupy.empty(m, cupy.uint16), base, base.lanes),
-                                  args.repeats)
+        base_ms = timer.median_ms(
+            group_launch(
+                kernels.kernel(cuda.SOURCE, base.kernel), base.grid, cs, x, cupy.empty(m, cupy.uint16), base, base.lanes
+            ),
+            args.repeats,
+        )
         moved = cuda.bytes_moved(cs, 1)
         floor_ms = timer.median_ms(anchors.ReadFloor(cs, base.blocks_per_sm), args.repeats)
-        print(f"{shape} | - | read floor | {base.blocks_per_sm} | {floor_ms * 1e3:.1f} | {100 * moved / (floor_ms * 1e-3) / copy_bw:.0f} | {base_ms / floor_ms:.2f}", flush=True)
-        print(f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00", flush=True)
+        print(
+            f"{shape} | - | read floor | {base.blocks_per_sm} | {floor_ms * 1e3:.1f} | {100 * moved / (floor_ms * 1e-3) / copy_bw:.0f} | {base_ms / floor_ms:.2f}",
+            flush=True,
+        )
+        print(
+            f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00",
+            flush=True,
+        )
         lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
         for config, function in functions.items():
             resident = kernels.blocks_per_sm(function, cuda.GROUP_BLOCK, base.shared_bytes)
@@ -101,12 +121,19 @@ def main() -> None:
                 run()
                 got = y.get().view(np.float16)
                 # the same lanes: the same order of arithmetic, the same bits; other lanes sum in another order
-                same = np.array_equal(got.view(np.uint16), expected.view(np.uint16)) if lanes == base.lanes else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
+                same = (
+                    np.array_equal(got.view(np.uint16), expected.view(np.uint16))
+                    if lanes == base.lanes
+                    else float(np.abs(got.astype(np.float32) - expected.astype(np.float32)).max()) <= 1e-3 * scale
+                )
                 if not same:
                     print(f"{shape} | {lanes} | {':'.join(map(str, config))} | WRONG RESULT", flush=True)
                     continue
                 ms = timer.median_ms(run, args.repeats)
-                print(f"{shape} | {lanes} | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | {100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}", flush=True)
+                print(
+                    f"{shape} | {lanes} | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | {100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu.codec import nvjpeg  # noqa: E402
-from gpu.codec.decode import open_image  # noqa: E402
-from gpu.codec.encode import encode_image  # noqa: E402
-from gpu.pencil import cuda, draw_bytes, warm_up  # noqa: E402
-from gpu.pencil.draw import host_pixels  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
-from gpu.pool import DevicePool  # noqa: E402
-from timing import median_ms  # noqa: E402  (bench/timing.py)
+from timing import median_ms
+
+from gpu.codec import nvjpeg
+from gpu.codec.decode import open_image
+from gpu.codec.encode import encode_image
+from gpu.pencil import cuda, draw_bytes, warm_up
+from gpu.pencil.draw import host_pixels
+from gpu.pencil.params import PencilParams
+from gpu.pool import DevicePool
 
 MAX_PIXELS = 50_000_000
 
@@ -41,8 +42,12 @@ def main() -> None:
     pool = DevicePool([args.device], streams_per_device=1)
     warm_up("cuda", pool)
     lease = pool.leases()[0]
-    print(f"# phases of one request on an idle lease of device {args.device}, median of {args.repeats} ms; nvImageCodec: {nvjpeg.available()}")
-    print("| size | texture | in -> out | host decode | device decode | render | download | host encode | device encode | draw_bytes total |")
+    print(
+        f"# phases of one request on an idle lease of device {args.device}, median of {args.repeats} ms; nvImageCodec: {nvjpeg.available()}"
+    )
+    print(
+        "| size | texture | in -> out | host decode | device decode | render | download | host encode | device encode | draw_bytes total |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):
         width, height = (int(v) for v in size.split("x"))
@@ -63,6 +68,7 @@ def main() -> None:
                             result = work()
                             lease.stream.synchronize()
                             return result
+
                         return run
 
                     if fmt == "jpeg" and nvjpeg.available():
@@ -72,8 +78,12 @@ def main() -> None:
                     download = median_ms(lambda: cuda.download(lease, out), args.repeats)
                 host = cuda.download(lease, out)
                 host_encode = median_ms(lambda: encode_image(host, fmt, 90), args.repeats)
-                total = median_ms(lambda: draw_bytes(data, open_image(data, MAX_PIXELS), params, fmt, 90, "cuda", pool), args.repeats)
-                print(f"| {size} | {texture} | {label} | {host_decode:.1f} | {device_decode:.2f} | {render:.2f} | {download:.2f} | {host_encode:.1f} | {device_encode:.2f} | {total:.1f} |")
+                total = median_ms(
+                    lambda: draw_bytes(data, open_image(data, MAX_PIXELS), params, fmt, 90, "cuda", pool), args.repeats
+                )
+                print(
+                    f"| {size} | {texture} | {label} | {host_decode:.1f} | {device_decode:.2f} | {render:.2f} | {download:.2f} | {host_encode:.1f} | {device_encode:.2f} | {total:.1f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,8 @@ import numpy as np
 import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import loadgen  # noqa: E402  (bench/loadgen.py, beside this file)
-from timing import median_ms  # noqa: E402  (bench/timing.py)
+import loadgen
+from timing import median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_S = 0.1  # sampling period of GPU utilisation, GPU memory and server CPU time
@@ -254,13 +254,21 @@ def start_server(env: dict[str, str], port: int, log_path: Path, ready_timeout: 
     /healthz, so that no load lands on the first process alone while the others still warm
     up (raises if it exits or `ready_timeout` s pass first)."""
     with log_path.open("wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     processes = 1  # until a process says how many there are
     seen: set[int] = set()
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"the server exited with status {server.returncode}; its log:\n{log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"the server exited with status {server.returncode}; its log:\n{log_path.read_text()[-3000:]}"
+            )
         try:
             if get(port, "/readyz")[0] == 200:
                 health = json.loads(get(port, "/healthz")[1])  # a new connection each time
@@ -317,7 +325,12 @@ def start_profile(pyspy: str, pid: int, seconds: int, out_dir: Path, name: str) 
     recorders = []
     for suffix, extra in (("svg", []), ("txt", ["--format", "raw"])):
         path = out_dir / f"pyspy-{name}.{suffix}"
-        recorders.append((subprocess.Popen([*common, *extra, "-o", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT), path))
+        recorders.append(
+            (
+                subprocess.Popen([*common, *extra, "-o", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+                path,
+            )
+        )
     return recorders
 
 
@@ -344,7 +357,10 @@ def profile_summary(raw: Path, top: int = 12) -> str:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        frames = [frame.rsplit(":", 1)[0] + ")" if frame.endswith(")") and ":" in frame else frame for frame in stack.split(";")]
+        frames = [
+            frame.rsplit(":", 1)[0] + ")" if frame.endswith(")") and ":" in frame else frame
+            for frame in stack.split(";")
+        ]
         samples += int(count)
         own[frames[-1]] += int(count)
         for frame in set(frames):
@@ -364,7 +380,9 @@ def profile_summary(raw: Path, top: int = 12) -> str:
 
 def failures(run: dict) -> str:
     """Non-200 statuses and client-side errors of a run, e.g. '503x12 EOFErrorx1', or 0."""
-    parts = [f"{status}x{n}" for status, n in run["non_200"].items()] + [f"{name}x{n}" for name, n in run["errors"].items()]
+    parts = [f"{status}x{n}" for status, n in run["non_200"].items()] + [
+        f"{name}x{n}" for name, n in run["errors"].items()
+    ]
     return " ".join(parts) or "0"
 
 
@@ -386,23 +404,65 @@ def table(name: str, runs: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()), formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--backend", choices=("auto", "cpu", "cuda"), default=None, help="PENCIL_BACKEND of the server [the shipped default, auto]")
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "cpu", "cuda"),
+        default=None,
+        help="PENCIL_BACKEND of the server [the shipped default, auto]",
+    )
     parser.add_argument("--e2e-size", default="1920x1080", help="WxH of the photo sent [1920x1080]")
-    parser.add_argument("--photo", choices=("astronaut", "coffee"), default="astronaut", help="scikit-image photograph [astronaut]")
+    parser.add_argument(
+        "--photo", choices=("astronaut", "coffee"), default="astronaut", help="scikit-image photograph [astronaut]"
+    )
     parser.add_argument("--textures", default="lu,fast", help="textures to load-test, in order [lu,fast]")
     parser.add_argument("--duration", type=float, default=15.0, help="measured seconds per run, and of the anchor [15]")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each run [3]")
-    parser.add_argument("--rates", default="300", help="open-loop offered rates, req/s, comma-separated; '' for none [300]")
+    parser.add_argument(
+        "--rates", default="300", help="open-loop offered rates, req/s, comma-separated; '' for none [300]"
+    )
     parser.add_argument("--processes", type=int, default=2, help="client processes [2]")
-    parser.add_argument("--connections", type=int, default=None, help="closed-loop connections [the server's workers + queue limit, from /healthz]")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        help="closed-loop connections [the server's workers + queue limit, from /healthz]",
+    )
     parser.add_argument("--open-connections", type=int, default=128, help="open-loop connections [128]")
-    parser.add_argument("--setting", action="append", default=[], metavar="NAME:KEY=V,KEY=V", help="a server setting to measure (repeatable; each restarts the server) [default: no extra variables]")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a variable for the server in every setting (repeatable)")
-    parser.add_argument("--anchor-processes", type=int, default=os.cpu_count(), help=f"processes of the cv2.pencilSketch anchor [{os.cpu_count()}, the host's cores]")
-    parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for GET /readyz == 200 [600]")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=V,KEY=V",
+        help="a server setting to measure (repeatable; each restarts the server) [default: no extra variables]",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for the server in every setting (repeatable)",
+    )
+    parser.add_argument(
+        "--anchor-processes",
+        type=int,
+        default=os.cpu_count(),
+        help=f"processes of the cv2.pencilSketch anchor [{os.cpu_count()}, the host's cores]",
+    )
+    parser.add_argument(
+        "--ready-timeout", type=float, default=600.0, help="seconds to wait for GET /readyz == 200 [600]"
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the server during the saturated lu run")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or tempfile.gettempdir()), help="directory for the JSON, server logs and profiles [$OUT or /tmp]")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("OUT") or tempfile.gettempdir()),
+        help="directory for the JSON, server logs and profiles [$OUT or /tmp]",
+    )
     args = parser.parse_args(argv)
 
     width, height = (int(v) for v in args.e2e_size.lower().split("x"))
@@ -420,23 +480,36 @@ def main(argv: list[str] | None = None) -> None:
     # The single-request PNG figure of issue 18 was taken on a 1000x872 photo: measured too.
     small_png = cv2.imencode(".png", photo(args.photo, 1000, 872))[1].tobytes()
     gpus = nvml_devices()
-    pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))  # pip puts it beside python
+    pyspy = shutil.which("py-spy") or shutil.which(
+        "py-spy", path=str(Path(sys.executable).parent)
+    )  # pip puts it beside python
 
-    print(f"# POST /sketch end to end: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, OpenCV {cv2.__version__}")
+    print(
+        f"# POST /sketch end to end: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, OpenCV {cv2.__version__}"
+    )
     if gpus:
         print(f"# GPUs (NVML): {', '.join(gpu_name(h) for h in gpus)}")
     else:
         print("# GPU utilisation: not measured (no pynvml or no GPU)")
-    print(f"# photo: {args.photo} {width}x{height}, JPEG q90 {len(jpeg):,} bytes, PNG {len(png):,} bytes; {args.warmup:g} s warm-up + {args.duration:g} s per run; {args.processes} client processes")
+    print(
+        f"# photo: {args.photo} {width}x{height}, JPEG q90 {len(jpeg):,} bytes, PNG {len(png):,} bytes; {args.warmup:g} s warm-up + {args.duration:g} s per run; {args.processes} client processes"
+    )
     if args.profile and not pyspy:
         print("# --profile: py-spy is not on PATH; no profile")
 
     print(host_codec_floors(jpeg, png, small_png))
     anchor = anchor_rate(jpeg, args.anchor_processes, args.duration)
-    print(f"# anchor: cv2.pencilSketch with imdecode + JPEG q90 imencode on {args.anchor_processes} processes x 1 thread: {anchor:.1f} req/s")
+    print(
+        f"# anchor: cv2.pencilSketch with imdecode + JPEG q90 imencode on {args.anchor_processes} processes x 1 thread: {anchor:.1f} req/s"
+    )
 
     report = {
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "opencv": cv2.__version__, "gpus": [gpu_name(h) for h in gpus]},
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "opencv": cv2.__version__,
+            "gpus": [gpu_name(h) for h in gpus],
+        },
         "args": {k: str(v) for k, v in vars(args).items()},
         "photo": {"name": args.photo, "width": width, "height": height, "jpeg_bytes": len(jpeg), "png_bytes": len(png)},
         "anchor_rps": anchor,
@@ -445,38 +518,83 @@ def main(argv: list[str] | None = None) -> None:
     path = args.out / f"e2e-{stamp}.json"
     with tempfile.TemporaryDirectory(prefix="pencil-e2e-") as scratch:
         for name, setting_env in settings:
-            env = {**os.environ, "PENCIL_DATA_DIR": str(Path(scratch) / name), **shared_env, **setting_env}  # no data/ left in the tree
+            env = {
+                **os.environ,
+                "PENCIL_DATA_DIR": str(Path(scratch) / name),
+                **shared_env,
+                **setting_env,
+            }  # no data/ left in the tree
             port = free_port()
             log_path = args.out / f"server-{name}-{stamp}.log"
             server = start_server(env, port, log_path, args.ready_timeout)
             try:
-                entry = measure(args, name, {**shared_env, **setting_env}, server, port, gpus, jpeg, png, small_png, textures, rates, pyspy, anchor)
+                entry = measure(
+                    args,
+                    name,
+                    {**shared_env, **setting_env},
+                    server,
+                    port,
+                    gpus,
+                    jpeg,
+                    png,
+                    small_png,
+                    textures,
+                    rates,
+                    pyspy,
+                    anchor,
+                )
             finally:
                 stop_server(server)
             entry["server_log"] = str(log_path)
             report["settings"].append(entry)
-            path.write_text(json.dumps(report, indent=2, default=str))  # after each setting: a later failure keeps these
+            path.write_text(
+                json.dumps(report, indent=2, default=str)
+            )  # after each setting: a later failure keeps these
     print(f"\n# figures: {path}")
 
 
-def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port: int, gpus: list, jpeg: bytes, png: bytes, small_png: bytes, textures: list[str], rates: list[float], pyspy: str | None, anchor: float) -> dict:
+def measure(
+    args,
+    name: str,
+    env: dict[str, str],
+    server: subprocess.Popen,
+    port: int,
+    gpus: list,
+    jpeg: bytes,
+    png: bytes,
+    small_png: bytes,
+    textures: list[str],
+    rates: list[float],
+    pyspy: str | None,
+    anchor: float,
+) -> dict:
     """One setting (`env`: its variables beyond the shipped defaults) against its running
     server: idle figures, then the loaded runs; prints its tables, returns its figures."""
     health = json.loads(get(port, "/healthz")[1])
     connections = args.connections or max(args.processes, health["workers"] + health["queue"]["limit"])
     url = f"http://127.0.0.1:{port}/sketch"
     print(f"\n## setting {name}: {' '.join(f'{k}={v}' for k, v in env.items()) or 'shipped defaults'}")
-    print(f"backend {' '.join([health['backend'], *health['devices']])}, {health['workers']} workers, queue limit {health['queue']['limit']}; closed loop on {connections} connections, open loop on {args.open_connections}")
+    print(
+        f"backend {' '.join([health['backend'], *health['devices']])}, {health['workers']} workers, queue limit {health['queue']['limit']}; closed loop on {connections} connections, open loop on {args.open_connections}"
+    )
 
     idle = []
     for texture in textures:
-        for label, data, filename, fmt in (("jpeg -> jpeg", jpeg, "photo.jpg", "jpeg"), ("png -> png", png, "photo.png", "png"), ("png -> png, 1000x872", small_png, "photo.png", "png")):
+        for label, data, filename, fmt in (
+            ("jpeg -> jpeg", jpeg, "photo.jpg", "jpeg"),
+            ("png -> png", png, "photo.png", "png"),
+            ("png -> png, 1000x872", small_png, "photo.png", "png"),
+        ):
             content_type, body = loadgen.multipart(data, filename, {"format": fmt, "texture": texture})
             render_ms, latency_ms = sequential(port, content_type, body)
-            idle.append({"texture": texture, "formats": label, "median_render_ms": render_ms, "median_latency_ms": latency_ms})
+            idle.append(
+                {"texture": texture, "formats": label, "median_render_ms": render_ms, "median_latency_ms": latency_ms}
+            )
     print("\n| setting | texture | in -> out | median X-Render-Ms | median latency ms |\n|---|---|---|---|---|")
     for row in idle:
-        print(f"| {name} | {row['texture']} | {row['formats']} | {row['median_render_ms']:.1f} | {row['median_latency_ms']:.1f} |")
+        print(
+            f"| {name} | {row['texture']} | {row['formats']} | {row['median_render_ms']:.1f} | {row['median_latency_ms']:.1f} |"
+        )
 
     runs, profile = [], []
     with Sampler(server.pid, gpus) as sampler:
@@ -485,7 +603,12 @@ def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port
             for rate in [None, *rates]:
                 profiled = bool(args.profile and pyspy and texture == "lu" and rate is None)
                 recorders: list[tuple[subprocess.Popen, Path]] = []
-                timer = threading.Timer(args.warmup, lambda into=recorders: into.extend(start_profile(pyspy, server.pid, min(10, math.ceil(args.duration)), args.out, name)))
+                timer = threading.Timer(
+                    args.warmup,
+                    lambda into=recorders: into.extend(
+                        start_profile(pyspy, server.pid, min(10, math.ceil(args.duration)), args.out, name)
+                    ),
+                )
                 result = loadgen.run(
                     url,
                     jpeg,
@@ -507,11 +630,21 @@ def measure(args, name: str, env: dict[str, str], server: subprocess.Popen, port
     print(table(name, runs))
     for texture in textures:
         saturated = next(r for r in runs if r["texture"] == texture and r["mode"] == "closed")
-        print(f"ours/anchor, {texture} saturated: {saturated['rps']:.1f} / {anchor:.1f} = {saturated['rps'] / anchor:.2f}")
+        print(
+            f"ours/anchor, {texture} saturated: {saturated['rps']:.1f} / {anchor:.1f} = {saturated['rps'] / anchor:.2f}"
+        )
     for path in profile:
         if path.endswith(".txt"):
             print(f"\n### py-spy, saturated lu ({path}; flame graph beside it)\n{profile_summary(Path(path))}")
-    return {"name": name, "env": env, "health": health, "connections": connections, "idle": idle, "runs": runs, "profile": profile}
+    return {
+        "name": name,
+        "env": env,
+        "health": health,
+        "connections": connections,
+        "idle": idle,
+        "runs": runs,
+        "profile": profile,
+    }
 
 
 if __name__ == "__main__":

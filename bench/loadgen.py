@@ -79,8 +79,15 @@ def multipart(image: bytes, filename: str, fields: dict[str, str]) -> tuple[str,
     """(Content-Type header value, body) of a form with the file field `image` and `fields`."""
     boundary = uuid.uuid4().hex
     media = mimetypes.guess_type(filename)[0] or "application/octet-stream"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode() for name, value in fields.items()]
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: {media}\r\n\r\n'.encode() + image + b"\r\n")
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: {media}\r\n\r\n'.encode()
+        + image
+        + b"\r\n"
+    )
     parts.append(f"--{boundary}--\r\n".encode())
     return f"multipart/form-data; boundary={boundary}", b"".join(parts)
 
@@ -106,7 +113,9 @@ class Connection:
 
     async def exchange(self, request: bytes) -> tuple[int, float | None, float | None]:
         """Send `request`, read the whole answer; (status, X-Render-Ms, X-Queue-Ms)."""
-        if self._wire is None or self._wire.transport.is_closing():  # never opened, or closed (by the server while idle)
+        if (
+            self._wire is None or self._wire.transport.is_closing()
+        ):  # never opened, or closed (by the server while idle)
             await self.connect()
         status, render_ms, queue_ms, close = await self._wire.exchange(request)
         if close:
@@ -129,7 +138,9 @@ class _Wire(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._answer: asyncio.Future | None = None
         self._head = bytearray()
-        self._parsed: tuple[int, float | None, float | None, bool] | None = None  # status, X-Render-Ms, X-Queue-Ms, close
+        self._parsed: tuple[int, float | None, float | None, bool] | None = (
+            None  # status, X-Render-Ms, X-Queue-Ms, close
+        )
         self._remaining = 0.0  # body bytes still due; inf: until the server closes
 
     def exchange(self, request: bytes) -> asyncio.Future:
@@ -354,7 +365,9 @@ def _collect(results, workers: list, kind: str, deadline: float) -> list:
     return values
 
 
-def spawn_together(target: Callable, arguments: list[tuple], timeout: float, started: Callable[[], None] | None = None) -> list:
+def spawn_together(
+    target: Callable, arguments: list[tuple], timeout: float, started: Callable[[], None] | None = None
+) -> list:
     """Run `target(*args, gate)` in one spawned process per args and return their results.
     Each calls `gate()` once ready, which returns when all are, after `started()` here.
     Raises RuntimeError when one fails, TimeoutError past `timeout` s."""
@@ -468,17 +481,34 @@ def summary(result: LoadResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()), formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
     parser.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8000/sketch")
     parser.add_argument("--image", type=Path, required=True, help="the file sent as the field `image`")
-    parser.add_argument("--field", action="append", default=[], metavar="NAME=VALUE", help="a form field sent with it (repeatable)")
+    parser.add_argument(
+        "--field", action="append", default=[], metavar="NAME=VALUE", help="a form field sent with it (repeatable)"
+    )
     parser.add_argument("--processes", type=int, default=2, help="client processes [2]")
-    parser.add_argument("--connections", type=int, default=64, help="keep-alive connections, all processes together [64]")
+    parser.add_argument(
+        "--connections", type=int, default=64, help="keep-alive connections, all processes together [64]"
+    )
     parser.add_argument("--duration", type=float, default=15.0, help="measured seconds [15]")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds run before the measurement [2]")
-    parser.add_argument("--rate", type=float, default=None, help="open loop at this many requests a second (default: closed loop)")
-    parser.add_argument("--arrivals", choices=("poisson", "even"), default="poisson", help="open loop: Poisson or evenly spaced due times [poisson]")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds one exchange may take before it counts as an error [60]")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="open loop at this many requests a second (default: closed loop)"
+    )
+    parser.add_argument(
+        "--arrivals",
+        choices=("poisson", "even"),
+        default="poisson",
+        help="open loop: Poisson or evenly spaced due times [poisson]",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds one exchange may take before it counts as an error [60]"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     fields = dict(field.split("=", 1) for field in args.field)

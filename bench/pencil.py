@@ -34,10 +34,10 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import median_ms  # noqa: E402  (bench/timing.py)
+from timing import median_ms
 
-from gpu.pencil import reference as ref  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
+from gpu.pencil import reference as ref
+from gpu.pencil.params import PencilParams
 
 
 def photo(width: int, height: int) -> np.ndarray:
@@ -62,15 +62,23 @@ def strokes_fft(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     length = params.line_length(height, width)
     magnitude = ref.gradient(ref.median3(luma_u8))
     label = ref.classify(magnitude, ref.LineFilter(height, width, length, 0))
-    return ref.stroke_map(magnitude, label, ref.LineFilter(height, width, length, params.stroke_width), params.stroke_gamma)
+    return ref.stroke_map(
+        magnitude, label, ref.LineFilter(height, width, length, params.stroke_width), params.stroke_gamma
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--sizes", default=None, help="WxH,... (default: per backend)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (default: 3 on the CPU, 30 on the GPU)")
-    parser.add_argument("--e2e", action="store_true", help="load-test POST /sketch on a local server instead (bench/e2e.py; --e2e --help lists its options)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed runs per figure (default: 3 on the CPU, 30 on the GPU)"
+    )
+    parser.add_argument(
+        "--e2e",
+        action="store_true",
+        help="load-test POST /sketch on a local server instead (bench/e2e.py; --e2e --help lists its options)",
+    )
     if "--e2e" in sys.argv[1:]:
         import e2e  # beside this script
 
@@ -82,11 +90,15 @@ def main() -> None:
 
         pencil_cuda.main(args)
         return
-    sizes = [tuple(int(v) for v in s.split("x")) for s in (args.sizes or "640x480,1280x720,1920x1080,2560x1920").split(",")]
+    sizes = [
+        tuple(int(v) for v in s.split("x")) for s in (args.sizes or "640x480,1280x720,1920x1080,2560x1920").split(",")
+    ]
     args.repeats = args.repeats or 3
     params, fast = PencilParams(), PencilParams(texture="fast")
 
-    print(f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}")
+    print(
+        f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}"
+    )
     print(f"# median of {args.repeats} after a warm-up; ratio = ours / anchor (below 1: ours is faster)")
     header = f"{'size':>10} | {'render lu ms':>12} | {'render fast ms':>14} | {'cv2.pencilSketch ms':>19} | {'lu / pencilSketch':>17} | {'strokes fft ms':>14} | {'strokes direct ms':>17} | {'fft / direct':>12}"
     print(header)
@@ -99,7 +111,9 @@ def main() -> None:
         t_cv = median_ms(lambda: cv2.pencilSketch(cv2.cvtColor(image, cv2.COLOR_RGB2BGR)), args.repeats)
         t_fft = median_ms(lambda: strokes_fft(luma, params), args.repeats)
         t_direct = median_ms(lambda: strokes_direct(luma, params), args.repeats)
-        print(f"{width:>5}x{height:<4} | {t_lu:12.0f} | {t_fast:14.0f} | {t_cv:19.0f} | {t_lu / t_cv:17.2f} | {t_fft:14.0f} | {t_direct:17.0f} | {t_fft / t_direct:12.2f}")
+        print(
+            f"{width:>5}x{height:<4} | {t_lu:12.0f} | {t_fast:14.0f} | {t_cv:19.0f} | {t_lu / t_cv:17.2f} | {t_fft:14.0f} | {t_direct:17.0f} | {t_fft / t_direct:12.2f}"
+        )
 
     width, height = sizes[-1]
     image = photo(width, height)
@@ -113,7 +127,9 @@ def main() -> None:
 
     smooth = stage("1 median 3x3", lambda: ref.median3(luma))
     magnitude = stage("2 gradient", lambda: ref.gradient(smooth))
-    label = stage("3-4 responses + argmax (FFT)", lambda: ref.classify(magnitude, ref.LineFilter(height, width, length, 0)))
+    label = stage(
+        "3-4 responses + argmax (FFT)", lambda: ref.classify(magnitude, ref.LineFilter(height, width, length, 0))
+    )
     stage("5 stroke map (FFT)", lambda: ref.stroke_map(magnitude, label, ref.LineFilter(height, width, length, 1), 1.0))
     tone = stage("6-8 histogram, LUT, blur", lambda: ref.tone_map(luma, params))
     stage("9 texture lu (CG)", lambda: ref.texture_rendering(tone, "lu"))

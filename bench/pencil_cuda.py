@@ -26,12 +26,12 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import device_median_ms  # noqa: E402  (bench/timing.py)
+from timing import device_median_ms
 
-from gpu.pencil import cuda  # noqa: E402
-from gpu.pencil import reference as ref  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
-from gpu.pool import DevicePool  # noqa: E402
+from gpu.pencil import cuda
+from gpu.pencil import reference as ref
+from gpu.pencil.params import PencilParams
+from gpu.pool import DevicePool
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
 DEFAULT_SIZES = "1024x768,1920x1080,2560x1920,4096x3072"
@@ -151,8 +151,12 @@ def main(args) -> None:
     device = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(device.id)["name"].decode()
     bandwidth = copy_bandwidth()
-    print(f"# pencil GPU benchmark: {name}, CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, {os.cpu_count()} CPU cores")
-    print(f"# device-to-device copy: {bandwidth / 1e12:.2f} TB/s (read + write); medians of {repeats} after a warm-up; inputs rotate among {len(PHOTOS)} photos")
+    print(
+        f"# pencil GPU benchmark: {name}, CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, {os.cpu_count()} CPU cores"
+    )
+    print(
+        f"# device-to-device copy: {bandwidth / 1e12:.2f} TB/s (read + write); medians of {repeats} after a warm-up; inputs rotate among {len(PHOTOS)} photos"
+    )
     pool = DevicePool(streams_per_device=8)
     rows = []
     for width, height in sizes:
@@ -176,15 +180,21 @@ def main(args) -> None:
             print(f"render host wall | {wall:.3f}")
             print(f"CPU reference | {cpu_ms:.0f}  (x{cpu_ms / compute:.0f} ours compute)")
             if anchor:
-                print(f"cupyx stroke stages | {anchor['strokes']:.1f}  (x{anchor['strokes'] / stroke_ms:.0f} ours stroke stages)")
-                print(f"cupyx tone + fast texture | {anchor['tone+fast texture']:.2f}  (x{anchor['tone+fast texture'] / stages['tone']:.1f} ours tone)")
+                print(
+                    f"cupyx stroke stages | {anchor['strokes']:.1f}  (x{anchor['strokes'] / stroke_ms:.0f} ours stroke stages)"
+                )
+                print(
+                    f"cupyx tone + fast texture | {anchor['tone+fast texture']:.2f}  (x{anchor['tone+fast texture'] / stages['tone']:.1f} ours tone)"
+                )
 
     print("\n# summary: ms (compute | with transfers | host wall); ratios are anchor / ours")
     print("size | texture | compute | +transfers | wall | CPU ref | CPU/ours | cupyx strokes | cupyx/ours strokes")
     for width, height, texture, stages, compute, transfers, wall, anchor, cpu_ms in rows:
         stroke_ms = stages["median+gradient"] + stages["responses+argmax"] + stages["stroke map"]
         cupyx = f"{anchor['strokes']:.1f} | {anchor['strokes'] / stroke_ms:.0f}" if anchor else "- | -"
-        print(f"{width}x{height} | {texture} | {compute:.3f} | {transfers:.3f} | {wall:.2f} | {cpu_ms:.0f} | {cpu_ms / compute:.0f} | {cupyx}")
+        print(
+            f"{width}x{height} | {texture} | {compute:.3f} | {transfers:.3f} | {wall:.2f} | {cpu_ms:.0f} | {cpu_ms / compute:.0f} | {cupyx}"
+        )
 
     print("\n# throughput, renders/s (threads each on its own lease of one device)")
     print("size | texture | 1 | 2 | 4 | 8")

@@ -21,11 +21,12 @@ import cupy
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu import kernels  # noqa: E402
-from gpu.pencil import cuda  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
-from gpu.pool import CupyRuntime, DevicePool  # noqa: E402
-from pencil_cuda import photos  # noqa: E402
+from pencil_cuda import photos
+
+from gpu import kernels
+from gpu.pencil import cuda
+from gpu.pencil.params import PencilParams
+from gpu.pool import CupyRuntime, DevicePool
 
 
 class PriorityRuntime(CupyRuntime):

@@ -22,11 +22,11 @@ import skimage.data
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import device_median_ms  # noqa: E402  (bench/timing.py)
+from timing import device_median_ms
 
-from gpu import kernels  # noqa: E402
-from gpu.pencil import cuda, reference  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
+from gpu import kernels
+from gpu.pencil import cuda, reference
+from gpu.pencil.params import PencilParams
 
 VARIANTS = [(8, 3, 8, ()), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ()), (2, 3, 8, ())]  # (rows, cols, warps, options)
 
@@ -34,7 +34,16 @@ VARIANTS = [(8, 3, 8, ()), (4, 3, 8, ()), (4, 5, 8, ()), (8, 5, 8, ()), (2, 3, 8
 def line_variant(luma, length, rows, cols, warps, extra=()):
     """(pass 1 ms, pass 2 ms, label, strokes) with rows x cols px per thread, warps per block."""
     source = cuda.SOURCE.read_text()
-    module = cupy.RawModule(code=source, options=(*kernels.COMPILE_OPTIONS, f"-DLINE_ROWS={rows}", f"-DLINE_COLS={cols}", f"-DLINE_WARPS={warps}", *extra))
+    module = cupy.RawModule(
+        code=source,
+        options=(
+            *kernels.COMPILE_OPTIONS,
+            f"-DLINE_ROWS={rows}",
+            f"-DLINE_COLS={cols}",
+            f"-DLINE_WARPS={warps}",
+            *extra,
+        ),
+    )
     height, width = luma.shape
     tile_w, tile_h = 32 * cols, warps * rows
     assets = cuda.assets(cupy.cuda.Device().id)
@@ -42,7 +51,11 @@ def line_variant(luma, length, rows, cols, warps, extra=()):
     halo = thin.halo
     pitch, padded_rows = -(-width // tile_w) * tile_w + 2 * halo, -(-height // tile_h) * tile_h + 2 * halo
     magnitude = cupy.empty((padded_rows, pitch), cupy.float32)
-    cuda._k("median_gradient")((-(-pitch // 32), -(-padded_rows // 8)), (32, 8), (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(padded_rows), np.int32(halo)))
+    cuda._k("median_gradient")(
+        (-(-pitch // 32), -(-padded_rows // 8)),
+        (32, 8),
+        (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(padded_rows), np.int32(halo)),
+    )
     label = cupy.empty((height, width), cupy.uint8)
     packed = cupy.zeros_like(magnitude)
     strokes = cupy.empty((height, width), cupy.float32)
@@ -56,7 +69,19 @@ def line_variant(luma, length, rows, cols, warps, extra=()):
         shared = (tile_w + 2 * halo) * (tile_h + 2 * halo) * 4 + (table.runs + table.terms) * 12 + table.weights * 4
         kernel = module.get_function(name)
         kernel.max_dynamic_shared_size_bytes = kernels.max_shared_bytes() - kernel.shared_size_bytes
-        args = (src, np.int32(pitch), np.int32(halo), np.int32(height), np.int32(width), table.table, lab, pk, st, ex, factor)
+        args = (
+            src,
+            np.int32(pitch),
+            np.int32(halo),
+            np.int32(height),
+            np.int32(width),
+            table.table,
+            lab,
+            pk,
+            st,
+            ex,
+            factor,
+        )
         return lambda: kernel(grid, (32, warps), args, shared_mem=shared)
 
     first = run("line_label_tiled", thin, magnitude, label, packed, null, null)
@@ -71,7 +96,9 @@ def line_variant(luma, length, rows, cols, warps, extra=()):
 def cg_timing(luma, params):
     planes = cuda.luma_and_histogram(cupy.asarray(luma))
     assets = cuda.assets(cupy.cuda.Device().id)
-    _, log_j, _ = cuda.tone(planes, assets.target_cdf(params.tone_weights), params.tone_blur_size(*luma.shape), 1.0, True)
+    _, log_j, _ = cuda.tone(
+        planes, assets.target_cdf(params.tone_weights), params.tone_blur_size(*luma.shape), 1.0, True
+    )
     staging = cupy.cuda.alloc_pinned_memory(8)
     flag = np.frombuffer(staging, np.uint8, 8)
     result = {}
@@ -99,15 +126,21 @@ def main() -> None:
         baseline = None
         for rows, cols, warps, extra in VARIANTS:
             try:
-                t1, t2, t1_runs, t2_runs, label, strokes = line_variant(cupy.asarray(luma), length, rows, cols, warps, extra)
+                t1, t2, t1_runs, t2_runs, label, strokes = line_variant(
+                    cupy.asarray(luma), length, rows, cols, warps, extra
+                )
             except cupy.cuda.driver.CUDADriverError as exc:
                 print(f"{rows} x {cols} x {warps} {' '.join(extra)} | failed: {exc}")
                 continue
             baseline = baseline or (label, strokes)
             same = np.array_equal(label, baseline[0]) and np.array_equal(strokes, baseline[1])
-            print(f"{rows} x {cols} x {warps} {' '.join(extra)} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}")
+            print(
+                f"{rows} x {cols} x {warps} {' '.join(extra)} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}"
+            )
         ms, iterations = cg_timing(luma, PencilParams())
-        print(f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us per iteration")
+        print(
+            f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us per iteration"
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu.codec import png  # noqa: E402
-from timing import median_ms  # noqa: E402  (bench/timing.py)
+from timing import median_ms
+
+from gpu.codec import png
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
 VARIANTS = {"gray-lu": {}, "gray-fast": {"texture": "fast"}, "color": {"mode": "color"}}
@@ -92,8 +93,16 @@ def compare(images: dict[str, np.ndarray], repeats: int) -> None:
         "Pillow": lambda img, bgr: pillow_png(img),
     }
     anchors = [name for name in encoders if name != "ours"]
-    print(f"{'drawing':18s}" + "".join(f" | {name:>17s}" for name in encoders) + "".join(f" | ours/{name:<11s}" for name in anchors))
-    print(f"{'':18s}" + " | {:>6s} {:>10s}".format("ms", "bytes") * len(encoders) + " | {:>5s} {:>5s}".format("time", "size") * len(anchors))
+    print(
+        f"{'drawing':18s}"
+        + "".join(f" | {name:>17s}" for name in encoders)
+        + "".join(f" | ours/{name:<11s}" for name in anchors)
+    )
+    print(
+        f"{'':18s}"
+        + " | {:>6s} {:>10s}".format("ms", "bytes") * len(encoders)
+        + " | {:>5s} {:>5s}".format("time", "size") * len(anchors)
+    )
     for name, image in images.items():
         bgr = cv2.cvtColor(image, cv2.COLOR_RGB2BGR) if image.ndim == 3 else image
         figures = {}
@@ -114,17 +123,22 @@ def deflaters() -> dict[str, Callable[[np.ndarray], bytes]]:
 
     from isal import isal_zlib
 
-    result: dict[str, Callable[[np.ndarray], bytes]] = {f"isal {level}": (lambda d, level=level: isal_zlib.compress(d, level)) for level in range(4)}
+    result: dict[str, Callable[[np.ndarray], bytes]] = {
+        f"isal {level}": (lambda d, level=level: isal_zlib.compress(d, level)) for level in range(4)
+    }
     try:
         from zlib_ng import zlib_ng
     except ImportError:
         pass
     else:
+
         def zng_strategy(strategy: int) -> Callable[[np.ndarray], bytes]:
             def compress(data: np.ndarray) -> bytes:
                 stream = zlib_ng.compressobj(1, zlib_ng.DEFLATED, 15, 9, strategy)
                 return stream.compress(data) + stream.flush()
+
             return compress
+
         result.update({f"zlib-ng {level}": (lambda d, level=level: zlib_ng.compress(d, level)) for level in (1, 2, 3)})
         result["zlib-ng huffman"] = zng_strategy(zlib_ng.Z_HUFFMAN_ONLY)
         result["zlib-ng rle"] = zng_strategy(zlib_ng.Z_RLE)
@@ -133,7 +147,9 @@ def deflaters() -> dict[str, Callable[[np.ndarray], bytes]]:
     except ImportError:
         pass
     else:
-        result.update({f"libdeflate {level}": (lambda d, level=level: deflate.zlib_compress(d, level)) for level in (1, 2, 4)})
+        result.update(
+            {f"libdeflate {level}": (lambda d, level=level: deflate.zlib_compress(d, level)) for level in (1, 2, 4)}
+        )
     result["zlib 1"] = lambda d: zlib.compress(d, 1)
     return result
 
@@ -142,8 +158,17 @@ def sweep(images: dict[str, np.ndarray], repeats: int) -> None:
     compressors = deflaters()
     for kind in ("gray", "color"):
         group = {name: image for name, image in images.items() if ("color" in name) == (kind == "color")}
-        reference_bytes = {name: len(cv2_png(cv2.cvtColor(img, cv2.COLOR_RGB2BGR) if img.ndim == 3 else img, [cv2.IMWRITE_PNG_COMPRESSION, 3])) for name, img in group.items()}
-        print(f"\n{kind}: {len(group)} drawings; ms = mean over them of median(filter) + median(deflate); size / cv2 level 3: min .. max")
+        reference_bytes = {
+            name: len(
+                cv2_png(
+                    cv2.cvtColor(img, cv2.COLOR_RGB2BGR) if img.ndim == 3 else img, [cv2.IMWRITE_PNG_COMPRESSION, 3]
+                )
+            )
+            for name, img in group.items()
+        }
+        print(
+            f"\n{kind}: {len(group)} drawings; ms = mean over them of median(filter) + median(deflate); size / cv2 level 3: min .. max"
+        )
         print(f"{'filter':8s} {'filter ms':>9s}" + "".join(f" | {name:>16s}" for name in compressors))
         for row_filter in png.FILTER_TYPES:
             filter_ms, total_ms, ratios = [], {c: [] for c in compressors}, {c: [] for c in compressors}
@@ -154,7 +179,10 @@ def sweep(images: dict[str, np.ndarray], repeats: int) -> None:
                     total_ms[compressor].append(filter_ms[-1] + median_ms(lambda: compress(rows), repeats))
                     ratios[compressor].append((len(compress(rows)) + CONTAINER_BYTES) / reference_bytes[name])
             line = f"{row_filter:8s} {statistics.mean(filter_ms):9.2f}"
-            line += "".join(f" | {statistics.mean(total_ms[c]):5.1f} {min(ratios[c]):.2f}..{max(ratios[c]):.2f}" for c in compressors)
+            line += "".join(
+                f" | {statistics.mean(total_ms[c]):5.1f} {min(ratios[c]):.2f}..{max(ratios[c]):.2f}"
+                for c in compressors
+            )
             print(line, flush=True)
 
 
@@ -162,14 +190,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per figure")
     parser.add_argument("--cpu", type=int, default=0, help="the core to pin the process to")
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/pencil-png-drawings"), help="folder of the rendered drawings")
+    parser.add_argument(
+        "--cache", type=Path, default=Path("/tmp/pencil-png-drawings"), help="folder of the rendered drawings"
+    )
     parser.add_argument("--sweep", action="store_true", help="also time every filter x deflate library x level")
     args = parser.parse_args()
 
     images = drawings(args.cache)  # rendering may use every core; timing does not
     os.sched_setaffinity(0, {args.cpu})
     cv2.setNumThreads(1)
-    print(f"{platform.processor() or platform.machine()}, pinned to cpu {args.cpu}; OpenCV {cv2.__version__}; median of {args.repeats} runs")
+    print(
+        f"{platform.processor() or platform.machine()}, pinned to cpu {args.cpu}; OpenCV {cv2.__version__}; median of {args.repeats} runs"
+    )
     compare(images, args.repeats)
     if args.sweep:
         sweep(images, args.repeats)

@@ -16,9 +16,9 @@ import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu.pencil import cuda  # noqa: E402
-from gpu.pencil.params import PencilParams  # noqa: E402
-from gpu.pool import DevicePool  # noqa: E402
+from gpu.pencil import cuda
+from gpu.pencil.params import PencilParams
+from gpu.pool import DevicePool
 
 
 def main() -> None:
@@ -36,7 +36,9 @@ def main() -> None:
         cuda.FORCE_UNTILED_LINE_PASSES = untiled
         for image, params in cases:
             drawing = pool.run(lambda lease, image=image, params=params: cuda.render_on(lease, image, params))
-            print(f"untiled={untiled} {image.shape} {params.texture}/{params.mode}: {drawing.shape} mean {drawing.mean():.1f}")
+            print(
+                f"untiled={untiled} {image.shape} {params.texture}/{params.mode}: {drawing.shape} mean {drawing.mean():.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def window(text: bytes, anchor: bytes, length: int) -> bytes:
     without a newline (ripgrep matches within lines)."""
     start = text.find(anchor)
     while start != -1:
-        piece = text[start:start + length]
+        piece = text[start : start + length]
         if len(piece) == length and b"\n" not in piece:
             return piece
         start = text.find(anchor, start + 1)
@@ -140,21 +140,33 @@ class Gpu:
             self.host = cupyx.empty_pinned(self.n, np.uint8)
             self.host[:] = np.frombuffer(text, np.uint8)
             data = cuda._allocate_text(self.n)
-            cupy.cuda.runtime.memcpyAsync(data.data.ptr, self.host.ctypes.data, self.n, cupy.cuda.runtime.memcpyHostToDevice, self.lease.stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                data.data.ptr,
+                self.host.ctypes.data,
+                self.n,
+                cupy.cuda.runtime.memcpyHostToDevice,
+                self.lease.stream.ptr,
+            )
             self.device_text = cuda.finish_text(data, self.n, self.lease)
 
     def copy_bandwidth(self, repeats: int) -> float:
         """Device copy rate, bytes/ms counting read + write."""
         cupy = self.cupy
         with cupy.cuda.Device(0), self.lease.stream:
-            src = self.device_text.data[:self.n]
+            src = self.device_text.data[: self.n]
             dst = cupy.empty_like(src)
             ms = device_median_ms(lambda: cupy.copyto(dst, src), repeats)
         return 2 * self.n / ms
 
     def upload(self) -> None:
         cupy = self.cupy
-        cupy.cuda.runtime.memcpyAsync(self.device_text.data.data.ptr, self.host.ctypes.data, self.n, cupy.cuda.runtime.memcpyHostToDevice, self.lease.stream.ptr)
+        cupy.cuda.runtime.memcpyAsync(
+            self.device_text.data.data.ptr,
+            self.host.ctypes.data,
+            self.n,
+            cupy.cuda.runtime.memcpyHostToDevice,
+            self.lease.stream.ptr,
+        )
 
     def h2d_bandwidth(self, repeats: int) -> float:
         with self.cupy.cuda.Device(0), self.lease.stream:
@@ -174,7 +186,9 @@ class Gpu:
         or of the fused pass over all patterns."""
         patterns = list(params.patterns) if params.fused else [params.patterns[0]]
         with self.cupy.cuda.Device(0), self.lease.stream:
-            one = self.cuda._Pass(self.device_text, params, patterns, params.algorithm_for(patterns[0]), self.lease.stream)
+            one = self.cuda._Pass(
+                self.device_text, params, patterns, params.algorithm_for(patterns[0]), self.lease.stream
+            )
             one.upload()
             return device_median_ms(one.count_kernel, repeats)
 
@@ -206,13 +220,17 @@ def main() -> None:
         device = gpu.name
     except (ImportError, RuntimeError) as exc:  # no CuPy, or no device / driver (CUDARuntimeError): the host rows only
         gpu, device = None, f"no GPU ({type(exc).__name__}: {exc})"
-    print(f"# String search: {n / GIB:.3f} GiB of English (CPython pydoc topics + Zen of Python, repeated); {device}; {cores} CPU cores; medians of {args.repeats}")
+    print(
+        f"# String search: {n / GIB:.3f} GiB of English (CPython pydoc topics + Zen of Python, repeated); {device}; {cores} CPU cores; medians of {args.repeats}"
+    )
 
     copy_bw = h2d_bw = float("nan")
     if gpu is not None:
         copy_bw, h2d_bw = gpu.copy_bandwidth(args.repeats), gpu.h2d_bandwidth(args.repeats)
-        print(f"floors: device copy {copy_bw * 1e3 / 1e12:.2f} TB/s (read + write) -> resident floor {n / copy_bw:.3f} ms ({copy_bw * 1e3 / 1e12:.2f} TB/s of text); "
-              f"pinned host->device {h2d_bw * 1e3 / 1e9:.1f} GB/s -> upload floor {n / h2d_bw:.1f} ms")
+        print(
+            f"floors: device copy {copy_bw * 1e3 / 1e12:.2f} TB/s (read + write) -> resident floor {n / copy_bw:.3f} ms ({copy_bw * 1e3 / 1e12:.2f} TB/s of text); "
+            f"pinned host->device {h2d_bw * 1e3 / 1e9:.1f} GB/s -> upload floor {n / h2d_bw:.1f} ms"
+        )
     floor_ms, upload_floor_ms = n / copy_bw, n / h2d_bw
 
     # Host anchors first (they also give the counts every GPU row must reproduce).
@@ -225,34 +243,52 @@ def main() -> None:
             pieces = tmp / "pieces"
             pieces.mkdir()
             step = -(-n // cores)
-            for k in range(cores):  # one file per core, overlapping by 255 bytes (a match across a cut is found once or twice)
-                (pieces / f"{k:03d}.txt").write_bytes(text[k * step:(k + 1) * step + max(LENGTHS) - 1])
+            for k in range(
+                cores
+            ):  # one file per core, overlapping by 255 bytes (a match across a cut is found once or twice)
+                (pieces / f"{k:03d}.txt").write_bytes(text[k * step : (k + 1) * step + max(LENGTHS) - 1])
         for m, pattern in zip(LENGTHS, patterns, strict=True):
             row: dict[str, float] = {}
             if not args.skip_find:
                 row["find"], counts[m] = find_loop_ms(text, pattern)
             if args.rg:
-                row["rg_c"], row["rg_c_lines"] = ripgrep_ms(args.rg, ["-c", "-F", "-a"], pattern, str(tmp / "text.txt"), False)
-                row["rg_ob"], row["rg_ob_matches"] = ripgrep_ms(args.rg, ["-o", "-b", "-F", "-a"], pattern, str(tmp / "text.txt"), True)
-                row["rg_c_cores"], _ = ripgrep_ms(args.rg, ["-c", "-F", "-a", "-j", str(cores)], pattern, str(pieces), False)
+                row["rg_c"], row["rg_c_lines"] = ripgrep_ms(
+                    args.rg, ["-c", "-F", "-a"], pattern, str(tmp / "text.txt"), False
+                )
+                row["rg_ob"], row["rg_ob_matches"] = ripgrep_ms(
+                    args.rg, ["-o", "-b", "-F", "-a"], pattern, str(tmp / "text.txt"), True
+                )
+                row["rg_c_cores"], _ = ripgrep_ms(
+                    args.rg, ["-c", "-F", "-a", "-j", str(cores)], pattern, str(pieces), False
+                )
             host[m] = row
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if not args.rg:
-        print("ripgrep: not installed here (rg not on PATH, no --rg): its rows are skipped. To include it: apt-get install ripgrep, or --rg PATH to a binary")
+        print(
+            "ripgrep: not installed here (rg not on PATH, no --rg): its rows are skipped. To include it: apt-get install ripgrep, or --rg PATH to a binary"
+        )
 
     print("\n## Host anchors (one thread unless said)")
-    print("m | count (overlapping) | bytes.find loop ms | GB/s | rg -c -F ms | GB/s | rg -o -b -F ms (matches) | rg -c -F, text in per-core files, -j cores ms | GB/s")
+    print(
+        "m | count (overlapping) | bytes.find loop ms | GB/s | rg -c -F ms | GB/s | rg -o -b -F ms (matches) | rg -c -F, text in per-core files, -j cores ms | GB/s"
+    )
     for m in LENGTHS:
         row = host[m]
-        print(f"{m} | {counts.get(m, '-')} | {row.get('find', float('nan')):.0f} | {gbps(n, row.get('find', 0)):.2f} | "
-              f"{row.get('rg_c', float('nan')):.0f} | {gbps(n, row.get('rg_c', 0)):.2f} | {row.get('rg_ob', float('nan')):.0f} ({int(row.get('rg_ob_matches', -1))}) | "
-              f"{row.get('rg_c_cores', float('nan')):.0f} | {gbps(n, row.get('rg_c_cores', 0)):.2f}")
+        print(
+            f"{m} | {counts.get(m, '-')} | {row.get('find', float('nan')):.0f} | {gbps(n, row.get('find', 0)):.2f} | "
+            f"{row.get('rg_c', float('nan')):.0f} | {gbps(n, row.get('rg_c', 0)):.2f} | {row.get('rg_ob', float('nan')):.0f} ({int(row.get('rg_ob_matches', -1))}) | "
+            f"{row.get('rg_c_cores', float('nan')):.0f} | {gbps(n, row.get('rg_c_cores', 0)):.2f}"
+        )
     if gpu is None:
         return
 
-    print("\n## GPU, one pattern (resident: text in device memory; with upload: pinned host -> device + search + positions back)")
-    print("m | algorithm | variant | granularity x threads | count | resident ms | resident GB/s | x floor | with upload ms | GB/s | x upload floor | vs find | vs rg -c | vs rg -c cores")
+    print(
+        "\n## GPU, one pattern (resident: text in device memory; with upload: pinned host -> device + search + positions back)"
+    )
+    print(
+        "m | algorithm | variant | granularity x threads | count | resident ms | resident GB/s | x floor | with upload ms | GB/s | x upload floor | vs find | vs rg -c | vs rg -c cores"
+    )
     best_resident: dict[int, float] = {}
     best_upload: dict[int, float] = {}
     for m, pattern in zip(LENGTHS, patterns, strict=True):
@@ -268,11 +304,15 @@ def main() -> None:
                 best_upload[m] = min(best_upload.get(m, float("inf")), upload)
                 row = host[m]
                 label = f"auto ({params.algorithm_for(pattern)})" if algorithm == "auto" else algorithm
-                print(f"{m} | {label} | {variant} | {launch.granularity} x {launch.threads} | {found[0]} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | "
-                      f"{upload:.1f} | {gbps(n, upload):.1f} | {upload / upload_floor_ms:.2f} | {row.get('find', float('nan')) / upload:.0f} | "
-                      f"{row.get('rg_c', float('nan')) / upload:.1f} | {row.get('rg_c_cores', float('nan')) / upload:.2f}")
+                print(
+                    f"{m} | {label} | {variant} | {launch.granularity} x {launch.threads} | {found[0]} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | "
+                    f"{upload:.1f} | {gbps(n, upload):.1f} | {upload / upload_floor_ms:.2f} | {row.get('find', float('nan')) / upload:.0f} | "
+                    f"{row.get('rg_c', float('nan')) / upload:.1f} | {row.get('rg_c_cores', float('nan')) / upload:.2f}"
+                )
 
-    print("\n## Where the time goes (auto, optimized): count kernel alone, whole search (count + prefix sum + totals to host + write), against the floor")
+    print(
+        "\n## Where the time goes (auto, optimized): count kernel alone, whole search (count + prefix sum + totals to host + write), against the floor"
+    )
     print("m | algorithm | floor ms | count kernel ms | x floor | whole search ms | x floor | write share")
     where = [(str(m), SearchParams((pattern,))) for m, pattern in zip(LENGTHS, patterns, strict=True)]
     where.append(("8 fused", SearchParams(tuple(eight_patterns(text)), fused=True)))
@@ -280,7 +320,9 @@ def main() -> None:
         count_ms = gpu.count_kernel_ms(params, args.repeats)
         whole, _ = gpu.resident_ms(params, args.repeats)
         algorithm = "fused" if params.fused else params.algorithm_for(params.patterns[0])
-        print(f"{label} | {algorithm} | {floor_ms:.3f} | {count_ms:.3f} | {count_ms / floor_ms:.1f} | {whole:.3f} | {whole / floor_ms:.1f} | {1 - count_ms / whole:.0%}")
+        print(
+            f"{label} | {algorithm} | {floor_ms:.3f} | {count_ms:.3f} | {count_ms / floor_ms:.1f} | {whole:.3f} | {whole / floor_ms:.1f} | {1 - count_ms / whole:.0%}"
+        )
 
     print("\n## Eight patterns (4, 16, 64, 256 bytes, two of each): one fused pass against one pass per pattern")
     eight = eight_patterns(text)
@@ -292,20 +334,31 @@ def main() -> None:
         ("8 passes, auto, 1 stream", SearchParams(tuple(eight), streams=1)),
     ):
         resident, found = gpu.resident_ms(params, args.repeats)
-        expected = [reference.find_all(text, p).size for p in eight] if label.startswith("fused") and not args.skip_find else None
+        expected = (
+            [reference.find_all(text, p).size for p in eight]
+            if label.startswith("fused") and not args.skip_find
+            else None
+        )
         if expected is not None and found != expected:
             raise SystemExit(f"{label}: counts {found}, bytes.find {expected}")
         upload = gpu.with_upload_ms(params, max(1, args.repeats // 2))
         fused_ms = fused_ms or resident
-        print(f"{label} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | {upload:.1f} | {gbps(n, upload):.1f}")
+        print(
+            f"{label} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | {upload:.1f} | {gbps(n, upload):.1f}"
+        )
 
     print("\n## Targets (issue 5)")
     best = min(best_resident.values())
-    print(f"resident single pattern >= 1 TB/s: best {gbps(n, best) / 1000:.2f} TB/s; per length " + ", ".join(f"m={m}: {gbps(n, t) / 1000:.2f}" for m, t in best_resident.items()))
+    print(
+        f"resident single pattern >= 1 TB/s: best {gbps(n, best) / 1000:.2f} TB/s; per length "
+        + ", ".join(f"m={m}: {gbps(n, t) / 1000:.2f}" for m, t in best_resident.items())
+    )
     print(f"8 patterns fused >= 1 TB/s of text: {gbps(n, fused_ms) / 1000:.2f} TB/s")
     for m, t in best_upload.items():
         rg = host[m].get("rg_c", float("nan"))
-        print(f"with upload >= 3x ripgrep, m={m}: {t:.1f} ms, rg -c -F {rg:.0f} ms: {rg / t:.1f}x (rg -c on {cores} cores: {host[m].get('rg_c_cores', float('nan')) / t:.2f}x)")
+        print(
+            f"with upload >= 3x ripgrep, m={m}: {t:.1f} ms, rg -c -F {rg:.0f} ms: {rg / t:.1f}x (rg -c on {cores} cores: {host[m].get('rg_c_cores', float('nan')) / t:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

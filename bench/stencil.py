@@ -38,11 +38,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import cupy  # noqa: E402
+import cupy
 
-from gpu.stencil import cuda, reference  # noqa: E402
-from gpu.stencil.energy import EnergyMeter  # noqa: E402
-from gpu.stencil.params import RADIUS, VARIANTS, ConstantModel, StencilParams  # noqa: E402
+from gpu.stencil import cuda, reference
+from gpu.stencil.energy import EnergyMeter
+from gpu.stencil.params import RADIUS, VARIANTS, ConstantModel, StencilParams
 
 BYTES_PER_POINT = 16
 SHAPES = "1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512"
@@ -58,7 +58,9 @@ def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 20) -> float:
     for i in range(repeats + 2):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        cupy.cuda.runtime.memcpyAsync(
+            dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr
+        )
         stop.record()
         stop.synchronize()
         if i >= 2:
@@ -84,8 +86,19 @@ class Grid:
 
     def __init__(self, nx: int, ny: int, nz: int, zchunk: int | None, sponge: int = 0):
         self.shape = (nz, ny, nx)
-        self.params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=1, f0=10.0, model=ConstantModel(2000.0), dt=CFL * 10.0 / 2000.0, snapshot_every=0,
-                                    receivers=[(RADIUS,) * 3], sponge=sponge)
+        self.params = StencilParams(
+            nx=nx,
+            ny=ny,
+            nz=nz,
+            h=10.0,
+            steps=1,
+            f0=10.0,
+            model=ConstantModel(2000.0),
+            dt=CFL * 10.0 / 2000.0,
+            snapshot_every=0,
+            receivers=[(RADIUS,) * 3],
+            sponge=sponge,
+        )
         self.eta_max = float(np.float32(self.params.eta_max))
         self.points = nx * ny * nz
         self.interior = self.params.interior_points
@@ -109,7 +122,18 @@ class Grid:
 
     def launch(self, variant: str, amp: float = 0.0) -> None:
         """One step without the swap (timing; the trial of `auto` calls this)."""
-        cuda.launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, self.params.sponge, self.eta_max, self.zchunk)
+        cuda.launch(
+            variant,
+            self.p,
+            self.pp,
+            self.c,
+            self.shape,
+            self.params.source,
+            amp,
+            self.params.sponge,
+            self.eta_max,
+            self.zchunk,
+        )
 
     def step(self, variant: str) -> None:
         self.launch(variant)
@@ -153,11 +177,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=SHAPES, help="nx x ny x nz, comma-separated")
     parser.add_argument("--variants", default="all", help="comma-separated variant names, or all")
-    parser.add_argument("--seconds", type=float, default=1.0, help="timed window per variant (energy needs ~0.5 s or more)")
-    parser.add_argument("--zchunk", type=int, default=None, help="planes per thread of the z-marching variants (default: as the job chooses)")
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="timed window per variant (energy needs ~0.5 s or more)"
+    )
+    parser.add_argument(
+        "--zchunk",
+        type=int,
+        default=None,
+        help="planes per thread of the z-marching variants (default: as the job chooses)",
+    )
     parser.add_argument("--check-steps", type=int, default=4, help="steps compared against the anchor (0: no check)")
     parser.add_argument("--no-energy", action="store_true")
-    parser.add_argument("--sponge", type=int, default=0, help="sponge width in cells (0: none): times the kernels with the damping term")
+    parser.add_argument(
+        "--sponge", type=int, default=0, help="sponge width in cells (0: none): times the kernels with the damping term"
+    )
     args = parser.parse_args()
     variants = VARIANTS if args.variants == "all" else tuple(args.variants.split(","))
     for variant in variants:
@@ -167,21 +200,33 @@ def main() -> None:
     properties = cupy.cuda.runtime.getDeviceProperties(0)
     copy = copy_bandwidth()
     ceiling = copy / BYTES_PER_POINT / 1e9
-    print(f"# stencil benchmark: {properties['name'].decode()}, {properties['multiProcessorCount']} SMs, CuPy {cupy.__version__}, fp32, 13-point 4th-order, {args.seconds:g} s per variant")
+    print(
+        f"# stencil benchmark: {properties['name'].decode()}, {properties['multiProcessorCount']} SMs, CuPy {cupy.__version__}, fp32, 13-point 4th-order, {args.seconds:g} s per variant"
+    )
     nominal = peak_bandwidth()
-    print(f"# memory: nominal {f'{nominal / 1e9:.0f}' if nominal else 'n/a'} GB/s; measured D2D copy {copy / 1e9:.0f} GB/s (read + write) -> roofline {ceiling:.1f} GPts/s at {BYTES_PER_POINT} B/pt/step")
+    print(
+        f"# memory: nominal {f'{nominal / 1e9:.0f}' if nominal else 'n/a'} GB/s; measured D2D copy {copy / 1e9:.0f} GB/s (read + write) -> roofline {ceiling:.1f} GPts/s at {BYTES_PER_POINT} B/pt/step"
+    )
     probe = EnergyMeter(cupy.cuda.Device().pci_bus_id)
     probe.start()
     time.sleep(0.05)
     reading = probe.stop()
-    print(f"# energy: {reading.method or 'none'}{' (' + reading.note + ')' if reading.note else ''}" if energy else "# energy: not measured (--no-energy)")
+    print(
+        f"# energy: {reading.method or 'none'}{' (' + reading.note + ')' if reading.note else ''}"
+        if energy
+        else "# energy: not measured (--no-energy)"
+    )
     sms = properties["multiProcessorCount"]
     for variant in variants:
         name = cuda.kernel_name(variant, args.sponge)
         kernel = cuda._k(name)
-        print(f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM")
+        print(
+            f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM"
+        )
     print(f"# sponge: {args.sponge} cells" if args.sponge else "# sponge: none")
-    print("shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor")
+    print(
+        "shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor"
+    )
     for text in args.shapes.split(","):
         bench_shape(text, variants, args, energy, ceiling)
         cupy.get_default_memory_pool().free_all_blocks()
@@ -208,7 +253,9 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
     def row(variant: str, plan: str, ms: float, joules: float | None, watts: float | None, diff: str) -> None:
         gpts = grid.interior / ms / 1e6
         per_joule = f"{grid.interior / joules / 1e9:.2f}" if joules else "-"
-        print(f"{text} | {variant} | {plan} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}")
+        print(
+            f"{text} | {variant} | {plan} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}"
+        )
 
     row("cupy-slicing anchor", "-", anchor_ms, anchor_j, anchor_w, "-")
     results = {}
@@ -229,8 +276,12 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
     best = min(results, key=results.get)
     picked = min(trial, key=trial.get)
     best_gpts = grid.interior / results[best] / 1e6
-    verdict = "the same" if picked == best else f"{100 * (results[picked] / results[best] - 1):.1f}% slower in the long run"
-    print(f"# {text}: best {best} {best_gpts:.1f} GPts/s = {100 * best_gpts / ceiling:.0f}% of the roofline, {anchor_ms / results[best]:.1f}x the CuPy anchor; auto's trial picks {picked} ({verdict})")
+    verdict = (
+        "the same" if picked == best else f"{100 * (results[picked] / results[best] - 1):.1f}% slower in the long run"
+    )
+    print(
+        f"# {text}: best {best} {best_gpts:.1f} GPts/s = {100 * best_gpts / ceiling:.0f}% of the roofline, {anchor_ms / results[best]:.1f}x the CuPy anchor; auto's trial picks {picked} ({verdict})"
+    )
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import device_median_ms, median_ms  # noqa: E402  (bench/timing.py)
+from timing import device_median_ms, median_ms
 
-from gpu.svd import reference  # noqa: E402
-from gpu.svd.params import SvdParams, make_matrix  # noqa: E402
+from gpu.svd import reference
+from gpu.svd.params import SvdParams, make_matrix
 
 
 def cusolver_ms(a: np.ndarray, compute_uv: bool, repeats: int) -> tuple[float, tuple | None]:
@@ -64,7 +64,9 @@ def ours_ms(a: np.ndarray, compute_uv: bool, repeats: int, lease) -> tuple[float
         phases["chase_ms"] = statistics.get("chase_ms", float("nan"))
         phases["rotations_ms"] = statistics.get("rotations_ms", float("nan"))
         for part in ("scan", "test", "sweep"):
-            phases[f"{part}_cycles_per_rotation"] = statistics.get(f"{part}_cycles", 0) / max(statistics.get("rotations", 0), 1)
+            phases[f"{part}_cycles_per_rotation"] = statistics.get(f"{part}_cycles", 0) / max(
+                statistics.get("rotations", 0), 1
+            )
         runs.append((phases["bidiagonalization"] + phases["diagonalization"], phases))
     runs.sort(key=lambda run: run[0])
     total, phases = runs[len(runs) // 2]
@@ -97,7 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="256x256,1024x1024,2048x2048,4096x4096,8192x512")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reference-max", type=int, default=256, help="largest min(m, n) given to the NumPy Golub-Reinsch")
+    parser.add_argument(
+        "--reference-max", type=int, default=256, help="largest min(m, n) given to the NumPy Golub-Reinsch"
+    )
     args = parser.parse_args()
     try:
         import cupy
@@ -105,22 +109,36 @@ def main() -> None:
         from gpu.pool import Lease
 
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        lease = Lease(device=0, slot=0, stream=cupy.cuda.Stream(non_blocking=True), side_stream=cupy.cuda.Stream(non_blocking=True))
+        lease = Lease(
+            device=0,
+            slot=0,
+            stream=cupy.cuda.Stream(non_blocking=True),
+            side_stream=cupy.cuda.Stream(non_blocking=True),
+        )
         bandwidth = copy_bandwidth()
     except Exception:  # no CuPy or no device: the host columns only
         cupy, device, lease, bandwidth = None, "no GPU", None, float("nan")
-    print(f"# SVD benchmark: {device}, {os.cpu_count()} CPU cores, NumPy {np.__version__}; medians of {args.repeats} after a warm-up")
+    print(
+        f"# SVD benchmark: {device}, {os.cpu_count()} CPU cores, NumPy {np.__version__}; medians of {args.repeats} after a warm-up"
+    )
     print(f"# device-to-device copy: {bandwidth / 1e9:.0f} GB/s")
-    print("size | dtype | vectors | ours ms | cuSOLVER ms | cuSOLVER / ours | LAPACK ms | LAPACK / ours | ours: bidiag ms (floor ms), diag ms [kernel ms: chase, rotations, Q/P] | chase: rotations / n^2, ns per rotation, test steps per rotation, clock ticks per rotation: scan/test/sweep"
-          " | Golub-Reinsch (NumPy) ms | ours resid, orth_u, orth_v | cuSOLVER resid, orth_u, orth_v")
+    print(
+        "size | dtype | vectors | ours ms | cuSOLVER ms | cuSOLVER / ours | LAPACK ms | LAPACK / ours | ours: bidiag ms (floor ms), diag ms [kernel ms: chase, rotations, Q/P] | chase: rotations / n^2, ns per rotation, test steps per rotation, clock ticks per rotation: scan/test/sweep"
+        " | Golub-Reinsch (NumPy) ms | ours resid, orth_u, orth_v | cuSOLVER resid, orth_u, orth_v"
+    )
     for size in args.sizes.split(","):
         m, n = (int(v) for v in size.split("x"))
         for dtype in (np.float32, np.float64):
             a = make_matrix(m, n, dtype, seed=1, kind="gaussian")
             for compute_uv in (False, True):
-                ours, phases, our_factors = ours_ms(a, compute_uv, args.repeats, lease) if cupy is not None else (float("nan"), {}, None)
+                ours, phases, our_factors = (
+                    ours_ms(a, compute_uv, args.repeats, lease) if cupy is not None else (float("nan"), {}, None)
+                )
                 gpu_ms, factors = cusolver_ms(a, compute_uv, args.repeats) if cupy is not None else (float("nan"), None)
-                lapack_ms = median_ms(lambda a=a, c=compute_uv: np.linalg.svd(a, full_matrices=False, compute_uv=c), max(1, args.repeats // 2))
+                lapack_ms = median_ms(
+                    lambda a=a, c=compute_uv: np.linalg.svd(a, full_matrices=False, compute_uv=c),
+                    max(1, args.repeats // 2),
+                )
                 reference_ms = float("nan")
                 if min(m, n) <= args.reference_max:
                     params = SvdParams(compute_uv=compute_uv, method="golub_reinsch")
@@ -129,9 +147,15 @@ def main() -> None:
                 phase_text = f"{phases.get('bidiagonalization', float('nan')):.1f} ({floor:.1f}), {phases.get('diagonalization', float('nan')):.1f}"
                 phase_text += f" [chase {phases.get('chase_ms', float('nan')):.1f}, rotations {phases.get('rotations_ms', float('nan')):.1f}, Q/P {phases.get('accumulation', float('nan')):.1f}]"
                 phase_text += f" | {phases.get('rotations_per_n2', float('nan')):.2f}, {phases.get('ns_per_rotation', float('nan')):.0f}, {phases.get('test_steps_per_rotation', float('nan')):.2f}, "
-                phase_text += "/".join(f"{phases.get(f'{part}_cycles_per_rotation', float('nan')):.0f}" for part in ("scan", "test", "sweep"))
-                print(f"{m}x{n} | {np.dtype(dtype).name} | {'yes' if compute_uv else 'no'} | {ours:.1f} | {gpu_ms:.1f} | {gpu_ms / ours:.2f} | {lapack_ms:.1f} | {lapack_ms / ours:.1f}"
-                      f" | {phase_text} | {reference_ms:.0f} | {_ratios(a, our_factors)} | {_ratios(a, factors)}", flush=True)
+                phase_text += "/".join(
+                    f"{phases.get(f'{part}_cycles_per_rotation', float('nan')):.0f}"
+                    for part in ("scan", "test", "sweep")
+                )
+                print(
+                    f"{m}x{n} | {np.dtype(dtype).name} | {'yes' if compute_uv else 'no'} | {ours:.1f} | {gpu_ms:.1f} | {gpu_ms / ours:.2f} | {lapack_ms:.1f} | {lapack_ms / ours:.1f}"
+                    f" | {phase_text} | {reference_ms:.0f} | {_ratios(a, our_factors)} | {_ratios(a, factors)}",
+                    flush=True,
+                )
 
 
 def _ratios(a: np.ndarray, factors: tuple | None) -> str:

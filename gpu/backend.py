@@ -52,8 +52,14 @@ def select_backend(requested: str) -> Backend:
     if devices and cuda_pipeline_available():
         return Backend("cuda", devices)
     if requested == "cuda":
-        reason = "no CUDA device answers (is CuPy installed, with the pencil-gpu[cuda] extra?)" if not devices else "this build has no CUDA pencil pipeline yet"
+        reason = (
+            "no CUDA device answers (is CuPy installed, with the pencil-gpu[cuda] extra?)"
+            if not devices
+            else "this build has no CUDA pencil pipeline yet"
+        )
         raise BackendUnavailable(f"PENCIL_BACKEND=cuda but {reason}")
     if devices:
-        log.warning("CUDA devices found (%s) but this build has no CUDA pencil pipeline; using the CPU", ", ".join(devices))
+        log.warning(
+            "CUDA devices found (%s) but this build has no CUDA pencil pipeline; using the CPU", ", ".join(devices)
+        )
     return Backend("cpu")

@@ -9,7 +9,7 @@ Importing this module needs CuPy; nothing in `app/` or the CPU backend imports i
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import cupy
@@ -81,7 +81,9 @@ def blocks_per_sm(function: cupy.RawKernel, block_threads: int, dynamic_shared: 
     by_threads = device_attribute("MaxThreadsPerMultiProcessor") // block_threads
     regs_per_warp = -(-max(function.num_regs, 1) * 32 // 256) * 256
     by_regs = device_attribute("MaxRegistersPerMultiprocessor") // regs_per_warp // warps
-    by_shared = device_attribute("MaxSharedMemoryPerMultiprocessor") // (dynamic_shared + function.shared_size_bytes + 1024)
+    by_shared = device_attribute("MaxSharedMemoryPerMultiprocessor") // (
+        dynamic_shared + function.shared_size_bytes + 1024
+    )
     try:
         by_blocks = device_attribute("MaxBlocksPerMultiprocessor")
     except KeyError:  # an older runtime's attribute list: 32 on every architecture since Maxwell
@@ -101,6 +103,6 @@ def device_attribute(name: str) -> int:
     return _attributes(cupy.cuda.Device().id)[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _attributes(device: int) -> dict[str, int]:
     return dict(cupy.cuda.Device(device).attributes)

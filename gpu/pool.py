@@ -197,7 +197,10 @@ class DevicePool:
             # The side stream is urgent: its work (the tone branch, the CG of texture lu)
             # then runs in the gaps of the main stream's line passes instead of after them
             # (measured: 4.09 -> 3.71 ms for lu at 2560x1920 on an H200).
-            leases = [Lease(i, slot, self.runtime.new_stream(i), self.runtime.new_stream(i, urgent=True)) for slot in range(streams_per_device)]
+            leases = [
+                Lease(i, slot, self.runtime.new_stream(i), self.runtime.new_stream(i, urgent=True))
+                for slot in range(streams_per_device)
+            ]
             self._devices[i] = _Device(i, name, total, leases, list(reversed(leases)))
 
     @property
@@ -295,7 +298,9 @@ class DevicePool:
             self._cond.notify_all()
 
     def _pick_device(self, priority: int) -> _Device | None:
-        candidates = [d for d in self._devices.values() if d.free and (priority != BATCH or d.batch_in_use < self.batch_slots)]
+        candidates = [
+            d for d in self._devices.values() if d.free and (priority != BATCH or d.batch_in_use < self.batch_slots)
+        ]
         return min(candidates, key=lambda d: (d.in_use, d.granted), default=None)
 
     # ------------------------------------------------------------ running work --
@@ -322,7 +327,10 @@ class DevicePool:
         waiters (pool-wide), memory used by and cap of CuPy's pool, in bytes."""
         with self._cond:
             waiting = len(self._waiters)
-            rows = [(d.id, d.name, d.total_memory, len(d.leases), d.in_use, d.batch_in_use, d.granted) for d in self._devices.values()]
+            rows = [
+                (d.id, d.name, d.total_memory, len(d.leases), d.in_use, d.batch_in_use, d.granted)
+                for d in self._devices.values()
+            ]
         out = []
         for device, name, total, leases, in_use, batch, granted in rows:
             used, cap = self.runtime.memory(device)

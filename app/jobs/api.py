@@ -41,10 +41,19 @@ def require_admin(
     """The Bearer token of PENCIL_ADMIN_TOKEN, compared in constant time."""
     token = request.app.state.settings.admin_token
     if not token:
-        raise ApiError(503, "admin_disabled", "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart, then send it as 'Authorization: Bearer <token>'")
+        raise ApiError(
+            503,
+            "admin_disabled",
+            "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart, then send it as 'Authorization: Bearer <token>'",
+        )
     given = credentials.credentials if credentials is not None else ""
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-        raise ApiError(401, "unauthorized", "this endpoint needs 'Authorization: Bearer <PENCIL_ADMIN_TOKEN>'", {"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "unauthorized",
+            "this endpoint needs 'Authorization: Bearer <PENCIL_ADMIN_TOKEN>'",
+            {"WWW-Authenticate": "Bearer"},
+        )
 
 
 def _iso(t: float | None) -> str | None:
@@ -102,22 +111,30 @@ def _job_response(job: Job, status: int = 200, headers: dict[str, str] | None = 
 def _found(request: Request, job_id: str) -> Job:
     job = request.app.state.jobs.get(job_id)
     if job is None:
-        raise ApiError(404, "job_not_found", f"there is no job {job_id!r} (finished jobs are kept {request.app.state.settings.job_retention_days:g} days)")
+        raise ApiError(
+            404,
+            "job_not_found",
+            f"there is no job {job_id!r} (finished jobs are kept {request.app.state.settings.job_retention_days:g} days)",
+        )
     return job
 
 
-_ERRORS = error_responses({
-    401: "no or wrong Bearer token",
-    404: "no such job",
-    409: "Idempotency-Key reused for another request, or the job has no result (yet)",
-    422: INVALID_PARAMETER,
-    503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
-})
-_SUBMIT_ERRORS = error_responses({
-    400: "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the kind's docs list its codes)",
-    413: "the body or the input is over its limit (the detail names the setting)",
-    415: "neither JSON nor the multipart form this kind takes",
-})
+_ERRORS = error_responses(
+    {
+        401: "no or wrong Bearer token",
+        404: "no such job",
+        409: "Idempotency-Key reused for another request, or the job has no result (yet)",
+        422: INVALID_PARAMETER,
+        503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
+    }
+)
+_SUBMIT_ERRORS = error_responses(
+    {
+        400: "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the kind's docs list its codes)",
+        413: "the body or the input is over its limit (the detail names the setting)",
+        415: "neither JSON nor the multipart form this kind takes",
+    }
+)
 
 
 def _job_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
@@ -128,10 +145,12 @@ def _job_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
 _LOCATION = {"Location": {"description": "the job's URL, /jobs/{id}", "schema": {"type": "string"}}}
 _SUBMITTED = {
     status: {**response, "headers": _LOCATION}
-    for status, response in _job_responses({
-        202: "the job, queued; poll its Location",
-        200: "an Idempotency-Key seen before: the job it made",
-    }).items()
+    for status, response in _job_responses(
+        {
+            202: "the job, queued; poll its Location",
+            200: "an Idempotency-Key seen before: the job it made",
+        }
+    ).items()
 }
 
 
@@ -144,10 +163,15 @@ def _submit_route(kind: JobKind):
         submission = await kind.parse(request, state.settings)
         try:
             digest = submission.digest(kind.name) if key else None
-            job, created = state.jobs.create(kind.name, submission.params, submission.inputs, key, digest,
-                                             request_id=current_request_id())
+            job, created = state.jobs.create(
+                kind.name, submission.params, submission.inputs, key, digest, request_id=current_request_id()
+            )
         except IdempotencyConflict as exc:
-            raise ApiError(409, "idempotency_conflict", f"Idempotency-Key {key!r} was used for a different request (job {exc.job.id})") from None
+            raise ApiError(
+                409,
+                "idempotency_conflict",
+                f"Idempotency-Key {key!r} was used for a different request (job {exc.job.id})",
+            ) from None
         if created:
             state.job_runner.notify()
         return _job_response(job, 202 if created else 200, {"Location": f"/jobs/{job.id}"})
@@ -163,19 +187,35 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
     for kind in kinds.values():
-        router.post(f"/{kind.name}", summary=kind.summary, status_code=202, openapi_extra=kind.openapi,
-                    response_class=JSONResponse, responses={**_SUBMITTED, **_SUBMIT_ERRORS})(_submit_route(kind))
+        router.post(
+            f"/{kind.name}",
+            summary=kind.summary,
+            status_code=202,
+            openapi_extra=kind.openapi,
+            response_class=JSONResponse,
+            responses={**_SUBMITTED, **_SUBMIT_ERRORS},
+        )(_submit_route(kind))
 
     @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
     async def unknown_kind(kind: str) -> None:
-        raise ApiError(404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}")
+        raise ApiError(
+            404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}"
+        )
 
-    @router.get("", summary="List jobs, newest first", response_model=None,  # the body stays job_body's, as built
-                responses={200: {"model": JobList, "description": "a page of jobs"},
-                           **error_responses({400: "bad_page_token: not a next_page_token of this list"})})
+    @router.get(
+        "",
+        summary="List jobs, newest first",
+        response_model=None,  # the body stays job_body's, as built
+        responses={
+            200: {"model": JobList, "description": "a page of jobs"},
+            **error_responses({400: "bad_page_token: not a next_page_token of this list"}),
+        },
+    )
     async def list_jobs(
         request: Request,
-        status: Annotated[str | None, Query(description="only jobs in this state", json_schema_extra={"enum": list(STATUSES)})] = None,
+        status: Annotated[
+            str | None, Query(description="only jobs in this state", json_schema_extra={"enum": list(STATUSES)})
+        ] = None,
         kind: Annotated[str | None, Query(description="only jobs of this kind")] = None,
         page_size: Annotated[int, Query(ge=1, le=500)] = 50,
         page_token: Annotated[str | None, Query(description="next_page_token of the previous page")] = None,
@@ -183,12 +223,17 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         if status is not None and status not in STATUSES:
             raise ApiError(422, "invalid_parameter", f"status: must be one of {', '.join(STATUSES)}")
         if page_token is not None and request.app.state.jobs.get(page_token) is None:
-            raise ApiError(400, "bad_page_token", "page_token is not a next_page_token of this list (or its job was deleted)")
+            raise ApiError(
+                400, "bad_page_token", "page_token is not a next_page_token of this list (or its job was deleted)"
+            )
         jobs, next_token = request.app.state.jobs.page(status, kind, page_size, page_token)
         return {"jobs": [job_body(job) for job in jobs], "next_page_token": next_token}
 
-    @router.get("/{job_id}", summary="A job's status and progress",
-                responses=_job_responses({200: "the job (with Retry-After until it has finished)"}))
+    @router.get(
+        "/{job_id}",
+        summary="A job's status and progress",
+        responses=_job_responses({200: "the job (with Retry-After until it has finished)"}),
+    )
     async def get_job(request: Request, job_id: str) -> JSONResponse:
         return _job_response(_found(request, job_id))
 
@@ -198,9 +243,18 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         if job.status != "succeeded":
             if job.is_finished:
                 raise ApiError(409, f"job_{job.status}", f"job {job_id} {job.status}: {job.error}")
-            raise ApiError(409, "job_not_finished", f"job {job_id} is {job.status} ({job.progress:.0%}); poll /jobs/{job_id}", {"Retry-After": RETRY_AFTER_S})
+            raise ApiError(
+                409,
+                "job_not_finished",
+                f"job {job_id} is {job.status} ({job.progress:.0%}); poll /jobs/{job_id}",
+                {"Retry-After": RETRY_AFTER_S},
+            )
         folder = request.app.state.jobs.result_dir(job_id)
-        files = {path.name: f"/jobs/{job_id}/files/{path.name}" for path in sorted(folder.iterdir())} if folder.is_dir() else {}
+        files = (
+            {path.name: f"/jobs/{job_id}/files/{path.name}" for path in sorted(folder.iterdir())}
+            if folder.is_dir()
+            else {}
+        )
         return JSONResponse({"id": job.id, "kind": job.kind, "result": job.result, "files": files})
 
     @router.get("/{job_id}/files/{name}", summary="One result file", response_class=FileResponse)
@@ -208,17 +262,26 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         _found(request, job_id)
         path = request.app.state.jobs.result_file(job_id, name)
         if path is None:
-            raise ApiError(404, "file_not_found", f"job {job_id} has no result file {name!r}; GET /jobs/{job_id}/result lists them")
+            raise ApiError(
+                404, "file_not_found", f"job {job_id} has no result file {name!r}; GET /jobs/{job_id}/result lists them"
+            )
         media_type = RESULT_MEDIA_TYPES.get(path.suffix, "application/octet-stream")
         # images are shown in the browser (the jobs page links them); arrays are downloads
         disposition = "inline" if media_type.startswith("image/") else "attachment"
-        return FileResponse(path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition)
+        return FileResponse(
+            path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition
+        )
 
-    @router.delete("/{job_id}", summary="Cancel a job (a running one stops at its next checkpoint)",
-                   responses=_job_responses({
-                       200: "canceled (it was queued)",
-                       202: "a running job: the cancel is asked for and honoured at its next checkpoint; poll the job",
-                   }))
+    @router.delete(
+        "/{job_id}",
+        summary="Cancel a job (a running one stops at its next checkpoint)",
+        responses=_job_responses(
+            {
+                200: "canceled (it was queued)",
+                202: "a running job: the cancel is asked for and honoured at its next checkpoint; poll the job",
+            }
+        ),
+    )
     async def cancel_job(request: Request, job_id: str) -> JSONResponse:
         job = _found(request, job_id)
         if job.is_finished:

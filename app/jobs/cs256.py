@@ -32,19 +32,50 @@ from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, VARIANTS
 
 NPY_MAGIC = b"\x93NUMPY"
 TENSORS_LISTED = 20
-UPLOAD_DTYPES = {"float16": "float16", "float32": "float32", "float64": "float64", "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
-FORM_EXAMPLE = "curl -F matrix=@w.safetensors -F params='{\"tensor\": \"NAME\", \"sparsity\": 0.5}'"
+UPLOAD_DTYPES = {
+    "float16": "float16",
+    "float32": "float32",
+    "float64": "float64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+}
+FORM_EXAMPLE = 'curl -F matrix=@w.safetensors -F params=\'{"tensor": "NAME", "sparsity": 0.5}\''
 
 
 class Cs256Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sparsity: float | None = Field(0.5, ge=0.0, lt=1.0, allow_inf_nan=False, description="target fraction of zero weights after magnitude pruning (each tile keeps a multiple of vec); null: keep the matrix's own zeros")
-    vec: int = Field(8, description="4, 8 or 16: every tile stores a multiple of vec entries (vector loads of that width)")
-    vectors: int | None = Field(None, ge=1, le=MAX_VECTORS, description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)")
-    repeats: int = Field(20, ge=1, le=REPEATS_MAX, description="timed runs of each product; the median is reported (each starts with a cold L2)")
-    save: Literal[SAVE_CHOICES] = Field("npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none")  # type: ignore[valid-type]
-    variant: Literal[VARIANTS] = Field("group", description="CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)")  # type: ignore[valid-type]
+    sparsity: float | None = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        allow_inf_nan=False,
+        description="target fraction of zero weights after magnitude pruning (each tile keeps a multiple of vec); null: keep the matrix's own zeros",
+    )
+    vec: int = Field(
+        8, description="4, 8 or 16: every tile stores a multiple of vec entries (vector loads of that width)"
+    )
+    vectors: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_VECTORS,
+        description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)",
+    )
+    repeats: int = Field(
+        20,
+        ge=1,
+        le=REPEATS_MAX,
+        description="timed runs of each product; the median is reported (each starts with a cold L2)",
+    )
+    save: Literal[SAVE_CHOICES] = Field(
+        "npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none"
+    )  # type: ignore[valid-type]
+    variant: Literal[VARIANTS] = Field(
+        "group",
+        description="CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)",
+    )  # type: ignore[valid-type]
 
     @field_validator("vec")
     @classmethod
@@ -60,20 +91,30 @@ class MatrixSpec(BaseModel):
     m: int = Field(..., ge=1, description="rows (output features)")
     n: int = Field(..., ge=1, description="columns (input features)")
     dtype: Literal[DTYPES] = Field("float16", description="the values' dtype")  # type: ignore[valid-type]
-    seed: int = Field(0, ge=0, description="random seed: the same spec gives the same matrix (i.i.d. standard normal weights)")
+    seed: int = Field(
+        0, ge=0, description="random seed: the same spec gives the same matrix (i.i.d. standard normal weights)"
+    )
 
 
 class Cs256Request(Cs256Options):
     spec: MatrixSpec
-    x: list[float] | list[list[float]] | None = Field(None, description="x as n numbers (one vector) or n rows of k numbers (k vectors, 1..16); default random (seeded by spec.seed)")
+    x: list[float] | list[list[float]] | None = Field(
+        None,
+        description="x as n numbers (one vector) or n rows of k numbers (k vectors, 1..16); default random (seeded by spec.seed)",
+    )
 
 
 class Cs256UploadOptions(Cs256Options):
     """The `params` JSON of an upload: the options, the dtype to round to, the tensor of a
     .safetensors file and the seed of a random x."""
 
-    dtype: Literal[DTYPES] | None = Field(None, description="the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's")  # type: ignore[valid-type]
-    tensor: str | None = Field(None, description="the tensor's name in a .safetensors file (optional when it holds one tensor)")
+    dtype: Literal[DTYPES] | None = Field(
+        None,
+        description="the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's",
+    )  # type: ignore[valid-type]
+    tensor: str | None = Field(
+        None, description="the tensor's name in a .safetensors file (optional when it holds one tensor)"
+    )
     seed: int = Field(0, ge=0, description="seed of the random x")
 
 
@@ -84,13 +125,23 @@ OPENAPI = {
         "required": True,
         "content": {
             "application/json": {"schema": inline_schema(Cs256Request), "example": EXAMPLE},
-            "multipart/form-data": {"schema": form_schema(
-                {"matrix": "the weight matrix: a 2-D .npy (float16, float32; float64 with dtype) or a .safetensors file (F16, BF16, F32; F64 with dtype), no NaN or Inf",
-                 "x": "optional .npy of shape (n,) or (n, k), k <= 16, finite floats (rounded to the matrix's dtype)"}, ("matrix",),
-                "the options as a JSON object: sparsity (null: keep the matrix's own zeros), vec, vectors, repeats, save, variant, dtype, tensor, seed")},
+            "multipart/form-data": {
+                "schema": form_schema(
+                    {
+                        "matrix": "the weight matrix: a 2-D .npy (float16, float32; float64 with dtype) or a .safetensors file (F16, BF16, F32; F64 with dtype), no NaN or Inf",
+                        "x": "optional .npy of shape (n,) or (n, k), k <= 16, finite floats (rounded to the matrix's dtype)",
+                    },
+                    ("matrix",),
+                    "the options as a JSON object: sparsity (null: keep the matrix's own zeros), vec, vectors, repeats, save, variant, dtype, tensor, seed",
+                )
+            },
         },
     },
-    "responses": {"202": {"description": "the job, queued; poll its Location. The result: {m, n, dtype, vec, vectors, backend, pruning, format (bytes and bits per non-zero of CS256, dense, CSR, COO, bitmask), accuracy, kernel, times_ms, speedup, bandwidth_gb_s} and the files y.npy, cs256.npz / cs256.safetensors"}},
+    "responses": {
+        "202": {
+            "description": "the job, queued; poll its Location. The result: {m, n, dtype, vec, vectors, backend, pruning, format (bytes and bits per non-zero of CS256, dense, CSR, COO, bitmask), accuracy, kernel, times_ms, speedup, bandwidth_gb_s} and the files y.npy, cs256.npz / cs256.safetensors"
+        }
+    },
 }
 
 
@@ -102,8 +153,14 @@ def _check_size(m: int, n: int, settings: Settings) -> None:
     work on whole tiles, so a 10^6 x 1 matrix costs as much as a 10^6 x 256 one)."""
     padded = m * TILE * -(-n // TILE)
     if padded > settings.max_cs256_elements:
-        size = f"{m * n:,} elements" + (f" ({padded:,} with its rows padded to whole tiles of {TILE} columns)" if padded != m * n else "")
-        raise ApiError(413, "too_many_elements", f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)")
+        size = f"{m * n:,} elements" + (
+            f" ({padded:,} with its rows padded to whole tiles of {TILE} columns)" if padded != m * n else ""
+        )
+        raise ApiError(
+            413,
+            "too_many_elements",
+            f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)",
+        )
 
 
 def _params(options: Cs256Options, x: np.ndarray | None) -> cs256.Cs256Params:
@@ -112,11 +169,19 @@ def _params(options: Cs256Options, x: np.ndarray | None) -> cs256.Cs256Params:
     if x is not None and x.ndim in (1, 2):
         k = 1 if x.ndim == 1 else x.shape[1]
         if not 1 <= k <= MAX_VECTORS:
-            raise ApiError(422, "invalid_x", f"x has shape {x.shape}; expected (n,) or (n, k) with 1 <= k <= {MAX_VECTORS}")
+            raise ApiError(
+                422, "invalid_x", f"x has shape {x.shape}; expected (n,) or (n, k) with 1 <= k <= {MAX_VECTORS}"
+            )
     if k is not None and options.vectors is not None and options.vectors != k:
         raise ApiError(422, "invalid_parameter", f"vectors: {options.vectors} asked for, but x holds {k}")
-    return cs256.Cs256Params(sparsity=options.sparsity, vec=options.vec, vectors=k or options.vectors or 1, repeats=options.repeats,
-                             save=options.save, variant=options.variant)
+    return cs256.Cs256Params(
+        sparsity=options.sparsity,
+        vec=options.vec,
+        vectors=k or options.vectors or 1,
+        repeats=options.repeats,
+        save=options.save,
+        variant=options.variant,
+    )
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -128,7 +193,9 @@ async def parse(request: Request, settings: Settings) -> Submission:
             try:
                 x = np.asarray(req.x, dtype=np.float64)
             except ValueError:
-                raise ApiError(422, "invalid_x", "x must be n numbers or n rows of k numbers (rows of equal length)") from None
+                raise ApiError(
+                    422, "invalid_x", "x must be n numbers or n rows of k numbers (rows of equal length)"
+                ) from None
         job = cs256.Cs256Job.generated(_params(req, x), req.spec.m, req.spec.n, req.spec.dtype, req.spec.seed, x)
     elif is_form(request):
         form = await upload_form(request, ("matrix",), ("x",), example=FORM_EXAMPLE)
@@ -136,9 +203,13 @@ async def parse(request: Request, settings: Settings) -> Submission:
         matrix, source = _load_matrix(form.files["matrix"], options.tensor, settings)
         x = _load_npy(form.files["x"], "x", None) if "x" in form.files else None
         dtype = options.dtype or _default_dtype(matrix, source)
-        job = await asyncio.to_thread(cs256.Cs256Job.uploaded, _params(options, x), matrix, dtype, source, options.seed, x)
+        job = await asyncio.to_thread(
+            cs256.Cs256Job.uploaded, _params(options, x), matrix, dtype, source, options.seed, x
+        )
     else:
-        raise unsupported(f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy or .safetensors file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})")
+        raise unsupported(
+            f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy or .safetensors file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})"
+        )
     return Submission.of(job)
 
 
@@ -149,19 +220,31 @@ def _load_matrix(data: bytes, tensor: str | None, settings: Settings) -> tuple[n
         raise ApiError(400, "empty_file", "the uploaded matrix file is empty")
     if data.startswith(NPY_MAGIC):
         if tensor is not None:
-            raise ApiError(422, "invalid_parameter", "tensor: names a tensor of a .safetensors file; this upload is a .npy")
+            raise ApiError(
+                422, "invalid_parameter", "tensor: names a tensor of a .safetensors file; this upload is a .npy"
+            )
         return _load_npy(data, "matrix", settings), {"file": "npy"}
     try:
         header, _, start = read_safetensors_header(data)
     except SafetensorsError as exc:
         if len(data) >= 9 and data[8:9] == b"{":
-            raise ApiError(400, "malformed_safetensors", f"the 'matrix' file is not a readable .safetensors file ({exc})") from None
-        raise ApiError(415, "unsupported_format", "the 'matrix' file is neither a .npy nor a .safetensors file") from None
+            raise ApiError(
+                400, "malformed_safetensors", f"the 'matrix' file is not a readable .safetensors file ({exc})"
+            ) from None
+        raise ApiError(
+            415, "unsupported_format", "the 'matrix' file is neither a .npy nor a .safetensors file"
+        ) from None
     names = list(header)
     shown = ", ".join(names[:TENSORS_LISTED]) + (", ..." if len(names) > TENSORS_LISTED else "")
     if tensor is None:
         if len(names) != 1:
-            raise ApiError(422, "missing_tensor", f"the .safetensors file holds {len(names)} tensors; name one as \"tensor\" in params ({shown})" if names else "the .safetensors file holds no tensor")
+            raise ApiError(
+                422,
+                "missing_tensor",
+                f'the .safetensors file holds {len(names)} tensors; name one as "tensor" in params ({shown})'
+                if names
+                else "the .safetensors file holds no tensor",
+            )
         tensor = names[0]
     if tensor not in header:
         raise ApiError(422, "unknown_tensor", f"the .safetensors file has no tensor {tensor!r}; it holds: {shown}")
@@ -172,7 +255,9 @@ def _load_matrix(data: bytes, tensor: str | None, settings: Settings) -> tuple[n
     _check_size(m, n, settings)
     code = entry["dtype"]
     if code not in ("F16", "BF16", "F32", "F64"):
-        raise ApiError(422, "unsupported_dtype", f"tensor {tensor!r} is {code}; CS256 takes F16, BF16 or F32 (F64 with dtype)")
+        raise ApiError(
+            422, "unsupported_dtype", f"tensor {tensor!r} is {code}; CS256 takes F16, BF16 or F32 (F64 with dtype)"
+        )
     begin, end = entry["data_offsets"]
     storage = {"F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}[code]
     array = np.frombuffer(memoryview(data)[start + begin : start + end], dtype=storage).reshape(entry["shape"])
@@ -189,7 +274,11 @@ def _load_npy(data: bytes, field: str, settings: Settings | None) -> np.ndarray:
             if settings is not None:
                 _check_size(shape[0], shape[1], settings)
         if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
-            raise ApiError(422, "unsupported_dtype" if field == "matrix" else "invalid_x", f"the {field} is {dtype}; send float16, float32 or float64")
+            raise ApiError(
+                422,
+                "unsupported_dtype" if field == "matrix" else "invalid_x",
+                f"the {field} is {dtype}; send float16, float32 or float64",
+            )
 
     return load_npy(data, field, check)
 
@@ -197,9 +286,19 @@ def _load_npy(data: bytes, field: str, settings: Settings | None) -> np.ndarray:
 def _default_dtype(matrix: np.ndarray, source: dict[str, Any]) -> str:
     name = UPLOAD_DTYPES.get(source.get("code") or matrix.dtype.name)
     if name not in DTYPES:
-        raise ApiError(422, "unsupported_dtype", f"the matrix is {source.get('code') or matrix.dtype}; send float16, bfloat16 (safetensors) or float32, or give dtype to round it to one of them")
+        raise ApiError(
+            422,
+            "unsupported_dtype",
+            f"the matrix is {source.get('code') or matrix.dtype}; send float16, bfloat16 (safetensors) or float32, or give dtype to round it to one of them",
+        )
     return name
 
 
-CS256_JOB = JobKind(name="cs256", summary="Prune a weight matrix to CS256 compressed sparse tiles; memory and SpMV/SpMM speed against dense cuBLAS and cuSPARSE CSR",
-                    parse=parse, job_type=cs256.Cs256Job, run=cs256.run, openapi=OPENAPI)
+CS256_JOB = JobKind(
+    name="cs256",
+    summary="Prune a weight matrix to CS256 compressed sparse tiles; memory and SpMV/SpMM speed against dense cuBLAS and cuSPARSE CSR",
+    parse=parse,
+    job_type=cs256.Cs256Job,
+    run=cs256.run,
+    openapi=OPENAPI,
+)

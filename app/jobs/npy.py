@@ -21,7 +21,11 @@ from app.errors import ApiError
 # Header readers by format version. 3.0 differs from 2.0 only in the header's text
 # encoding (UTF-8 for structured field names, which no job takes): its ASCII headers read
 # the same way, others are malformed.
-_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0, (3, 0): np.lib.format.read_array_header_2_0}
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+    (3, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -42,7 +46,11 @@ def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
         raise ApiError(400, "malformed_npy", f"the '{field}' file holds Python objects; send a numeric array")
     declared = math.prod(shape) * dtype.itemsize
     if declared > len(data) - offset:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} ({declared:,} bytes) but it holds {len(data) - offset:,}")
+        raise ApiError(
+            400,
+            "malformed_npy",
+            f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} ({declared:,} bytes) but it holds {len(data) - offset:,}",
+        )
     return shape, dtype
 
 

@@ -60,12 +60,16 @@ class Upload:
     params: dict[str, Any]
 
 
-async def upload_form(request: Request, required: tuple[str, ...], optional: tuple[str, ...] = (), example: str = "") -> Upload:
+async def upload_form(
+    request: Request, required: tuple[str, ...], optional: tuple[str, ...] = (), example: str = ""
+) -> Upload:
     """The form of a job with input files: every `required` file part, the `optional` ones
     present, and the options as JSON in the field `params` (absent: {}). `example` is the
     curl form the error messages show."""
     hint = f"Send the files as file parts and the options as JSON in the field 'params': {example}"
-    form = await read_form(request, max_files=len(required) + len(optional), max_fields=len(required) + len(optional) + 8, hint=hint)
+    form = await read_form(
+        request, max_files=len(required) + len(optional), max_fields=len(required) + len(optional) + 8, hint=hint
+    )
     try:
         files = {}
         for name in (*required, *optional):
@@ -82,7 +86,11 @@ async def upload_form(request: Request, required: tuple[str, ...], optional: tup
     finally:
         await form.close()
     if extra:
-        raise ApiError(422, "use_params_field", f"unknown form field(s) {', '.join(extra)}: options go as one JSON object in the field '{PARAMS_FIELD}'. {hint}")
+        raise ApiError(
+            422,
+            "use_params_field",
+            f"unknown form field(s) {', '.join(extra)}: options go as one JSON object in the field '{PARAMS_FIELD}'. {hint}",
+        )
     try:
         params = json.loads(text) if text.strip() else {}
     except ValueError as exc:
@@ -99,6 +107,8 @@ def unsupported(detail: str) -> ApiError:
 
 def form_schema(files: dict[str, str], required: tuple[str, ...], params_doc: str) -> dict[str, Any]:
     """The OpenAPI schema of a job's multipart form: file parts and the `params` JSON field."""
-    properties: dict[str, Any] = {name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()}
+    properties: dict[str, Any] = {
+        name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()
+    }
     properties[PARAMS_FIELD] = {"type": "string", "description": params_doc}
     return {"type": "object", "required": list(required), "properties": properties}

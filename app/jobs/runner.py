@@ -38,8 +38,17 @@ STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this 
 
 
 class JobRunner:
-    def __init__(self, store: JobStore, kinds: Mapping[str, JobKind], workers: int, backend: str,
-                 pool: DevicePool | None, metrics: Metrics, retention_s: float, job_memory_fraction: float | None = None):
+    def __init__(
+        self,
+        store: JobStore,
+        kinds: Mapping[str, JobKind],
+        workers: int,
+        backend: str,
+        pool: DevicePool | None,
+        metrics: Metrics,
+        retention_s: float,
+        job_memory_fraction: float | None = None,
+    ):
         """`job_memory_fraction`: the share of each card the pool may hold once this process
         runs the jobs (None: leave the pool's cap as it is)."""
         self.store, self.kinds, self.backend, self.pool, self.metrics = store, kinds, backend, pool, metrics
@@ -139,7 +148,7 @@ class JobRunner:
         except JobCanceled:
             self.store.mark_canceled(job.id)
             status = "canceled"
-        except Exception as exc:  # noqa: BLE001  # a job's failure is its own: _log_end reports it
+        except Exception as exc:  # a job's failure is its own: _log_end reports it
             failure = exc
             self.store.fail(job.id, f"{type(exc).__name__}: {exc}")
         finally:
@@ -157,8 +166,9 @@ class JobRunner:
             return
         trace = failure if not isinstance(failure, (ValueError, RuntimeError)) else None
         fields["error"] = f"{type(failure).__name__}: {failure}"
-        log.warning("job %s (%s) failed in %.2f s: %s", job.id, job.kind, seconds, failure,
-                    exc_info=trace, extra=fields)
+        log.warning(
+            "job %s (%s) failed in %.2f s: %s", job.id, job.kind, seconds, failure, exc_info=trace, extra=fields
+        )
 
     def _execute(self, kind: JobKind, job: Job) -> Mapping:
         """Rehydrate the job, run its kind's front door (on a batch lease with CUDA), write
@@ -172,7 +182,9 @@ class JobRunner:
         if self.pool is None:
             result = kind.run(loaded, None, progress)
         else:
-            result = self.pool.run(lambda lease: kind.run(loaded, lease, progress), priority=BATCH, timeout=365 * 24 * 3600.0)
+            result = self.pool.run(
+                lambda lease: kind.run(loaded, lease, progress), priority=BATCH, timeout=365 * 24 * 3600.0
+            )
         results = self.store.result_dir(job.id)
         results.mkdir(parents=True, exist_ok=True)
         for name, write in result.files.items():

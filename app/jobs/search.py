@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-
-from fastapi import Request
 from typing import Literal
 
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import Settings
@@ -32,10 +31,11 @@ from gpu import search
 from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS
 
 
-
 class Base64Pattern(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    base64: str = Field(..., description="the pattern's bytes in standard base64 (RFC 4648, padded)", examples=["AAECAw=="])
+    base64: str = Field(
+        ..., description="the pattern's bytes in standard base64 (RFC 4648, padded)", examples=["AAECAw=="]
+    )
 
 
 class SearchRequest(BaseModel):
@@ -43,20 +43,58 @@ class SearchRequest(BaseModel):
     corpus_id: str | None = Field(None, description="a stored corpus (POST /corpora); or give `text` / `text_base64`")
     text: str | None = Field(None, description="a small text inline, as UTF-8 (at most PENCIL_MAX_SEARCH_TEXT_BYTES)")
     text_base64: str | None = Field(None, description="a small text inline, any bytes, base64")
-    patterns: list[str | Base64Pattern] = Field(..., min_length=1, max_length=MAX_PATTERNS, description="1 to 8 patterns, 1 to 4096 bytes each: a string (its UTF-8 bytes) or {\"base64\": ...}")
-    algorithm: Literal[ALGORITHMS] = Field("auto", description="auto: per pattern, KMP for runs and up to 3 bytes, Rabin-Karp for long small-alphabet patterns, else Boyer-Moore")  # type: ignore[valid-type]
-    variant: Literal[VARIANTS] = Field("optimized", description="naive: everything from global memory; optimized: pattern, tables and text tile in shared memory, 16-byte loads")  # type: ignore[valid-type]
-    granularity: int | None = Field(None, ge=1, le=GRANULARITY_MAX["naive"], description=f"start positions per GPU thread (optimized: at most {GRANULARITY_MAX['optimized']}, rounded up to an odd multiple of 16); default: by pattern length")
-    streams: int | None = Field(None, ge=1, le=MAX_STREAMS, description="CUDA streams the patterns are spread over (default: one per pattern, at most 4)")
-    max_positions: int = Field(1000, ge=0, le=MAX_POSITIONS_LIMIT, description="positions listed per pattern in the JSON result (all of them are in positions_<i>.npy)")
+    patterns: list[str | Base64Pattern] = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_PATTERNS,
+        description='1 to 8 patterns, 1 to 4096 bytes each: a string (its UTF-8 bytes) or {"base64": ...}',
+    )
+    algorithm: Literal[ALGORITHMS] = Field(
+        "auto",
+        description="auto: per pattern, KMP for runs and up to 3 bytes, Rabin-Karp for long small-alphabet patterns, else Boyer-Moore",
+    )  # type: ignore[valid-type]
+    variant: Literal[VARIANTS] = Field(
+        "optimized",
+        description="naive: everything from global memory; optimized: pattern, tables and text tile in shared memory, 16-byte loads",
+    )  # type: ignore[valid-type]
+    granularity: int | None = Field(
+        None,
+        ge=1,
+        le=GRANULARITY_MAX["naive"],
+        description=f"start positions per GPU thread (optimized: at most {GRANULARITY_MAX['optimized']}, rounded up to an odd multiple of 16); default: by pattern length",
+    )
+    streams: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_STREAMS,
+        description="CUDA streams the patterns are spread over (default: one per pattern, at most 4)",
+    )
+    max_positions: int = Field(
+        1000,
+        ge=0,
+        le=MAX_POSITIONS_LIMIT,
+        description="positions listed per pattern in the JSON result (all of them are in positions_<i>.npy)",
+    )
     line_numbers: bool = Field(False, description="also give the 1-based line of each position")
-    fused: bool = Field(False, description="one pass over the text for all patterns (multi-pattern Rabin-Karp; optimized variant)")
+    fused: bool = Field(
+        False, description="one pass over the text for all patterns (multi-pattern Rabin-Karp; optimized variant)"
+    )
 
 
-EXAMPLE = {"corpus_id": "3f2a9c0d4b5e6f708192a3b4c5d6e7f8", "patterns": ["the", "Boyer-Moore", {"base64": "AAECAw=="}], "algorithm": "auto", "variant": "optimized", "max_positions": 100, "line_numbers": True}
+EXAMPLE = {
+    "corpus_id": "3f2a9c0d4b5e6f708192a3b4c5d6e7f8",
+    "patterns": ["the", "Boyer-Moore", {"base64": "AAECAw=="}],
+    "algorithm": "auto",
+    "variant": "optimized",
+    "max_positions": 100,
+    "line_numbers": True,
+}
 
 OPENAPI = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(SearchRequest), "example": EXAMPLE}}},
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": inline_schema(SearchRequest), "example": EXAMPLE}},
+    },
     "responses": {
         "202": {
             "description": (
@@ -66,7 +104,9 @@ OPENAPI = {
             )
         },
         "404": {"description": "corpus_not_found: no corpus with that id"},
-        "413": {"description": "text_too_large: an inline text over PENCIL_MAX_SEARCH_TEXT_BYTES (store it with POST /corpora)"},
+        "413": {
+            "description": "text_too_large: an inline text over PENCIL_MAX_SEARCH_TEXT_BYTES (store it with POST /corpora)"
+        },
     },
 }
 
@@ -83,13 +123,19 @@ def _patterns(request: SearchRequest) -> list[bytes]:
     surrogates (400), so bytes that are not UTF-8 come as base64."""
     out = []
     for i, pattern in enumerate(request.patterns):
-        out.append(pattern.encode("utf-8") if isinstance(pattern, str) else _decode_base64(pattern.base64, f"patterns[{i}].base64"))
+        out.append(
+            pattern.encode("utf-8")
+            if isinstance(pattern, str)
+            else _decode_base64(pattern.base64, f"patterns[{i}].base64")
+        )
     return out
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
     if not is_json(request):
-        raise unsupported("send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or `text`; store large texts with POST /corpora")
+        raise unsupported(
+            "send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or `text`; store large texts with POST /corpora"
+        )
     body = await request.body()
     try:
         req = SearchRequest.model_validate_json(body)
@@ -97,21 +143,45 @@ async def parse(request: Request, settings: Settings) -> Submission:
         if any(error["type"] == "json_invalid" for error in exc.errors()):
             raise ApiError(400, "bad_request", f"the body is not JSON: {exc.errors()[0]['msg']}") from None
         raise ApiError(422, "invalid_parameter", validation_detail(exc)) from None
-    params = search.SearchParams(tuple(_patterns(req)), algorithm=req.algorithm, variant=req.variant, granularity=req.granularity,
-                                 streams=req.streams, max_positions=req.max_positions, line_numbers=req.line_numbers, fused=req.fused)
+    params = search.SearchParams(
+        tuple(_patterns(req)),
+        algorithm=req.algorithm,
+        variant=req.variant,
+        granularity=req.granularity,
+        streams=req.streams,
+        max_positions=req.max_positions,
+        line_numbers=req.line_numbers,
+        fused=req.fused,
+    )
     sources = [name for name in ("corpus_id", "text", "text_base64") if getattr(req, name) is not None]
     if len(sources) != 1:
-        raise ApiError(422, "invalid_parameter", f"give exactly one of corpus_id, text, text_base64 (got {', '.join(sources) or 'none'})")
+        raise ApiError(
+            422,
+            "invalid_parameter",
+            f"give exactly one of corpus_id, text, text_base64 (got {', '.join(sources) or 'none'})",
+        )
     if req.corpus_id is not None:
         corpus = request.app.state.corpora.get(req.corpus_id)
         if corpus is None:
             raise ApiError(404, "corpus_not_found", f"there is no corpus {req.corpus_id!r}; GET /corpora lists them")
-        return Submission.of(search.SearchJob.on_corpus(params, search.Corpus(corpus.id, corpus.name, corpus.sha256, corpus.bytes)))
+        return Submission.of(
+            search.SearchJob.on_corpus(params, search.Corpus(corpus.id, corpus.name, corpus.sha256, corpus.bytes))
+        )
     text = req.text.encode("utf-8") if req.text is not None else _decode_base64(req.text_base64 or "", "text_base64")
     if len(text) > settings.max_search_text_bytes:
-        raise ApiError(413, "text_too_large", f"the inline text is {len(text):,} bytes; inline texts are limited to {settings.max_search_text_bytes:,} (PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST /corpora and search its corpus_id")
+        raise ApiError(
+            413,
+            "text_too_large",
+            f"the inline text is {len(text):,} bytes; inline texts are limited to {settings.max_search_text_bytes:,} (PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST /corpora and search its corpus_id",
+        )
     return Submission.of(search.SearchJob.inline(params, text, sources[0]))
 
 
-SEARCH = JobKind(name="search", summary="Exact search of 1 to 8 patterns in a corpus or text (Rabin-Karp, KMP, Boyer-Moore; fused)",
-                 parse=parse, job_type=search.SearchJob, run=search.run, openapi=OPENAPI)
+SEARCH = JobKind(
+    name="search",
+    summary="Exact search of 1 to 8 patterns in a corpus or text (Rabin-Karp, KMP, Boyer-Moore; fused)",
+    parse=parse,
+    job_type=search.SearchJob,
+    run=search.run,
+    openapi=OPENAPI,
+)

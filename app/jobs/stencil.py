@@ -34,7 +34,9 @@ from gpu.stencil.params import MAX_RECEIVERS, MAX_STEPS, MIN_SIDE, VARIANT_CHOIC
 
 # ----------------------------------------------------------------- the request --
 
-Point = Annotated[list[int], Field(min_length=3, max_length=3, description="[x, y, z] grid indices, each in [2, n - 3]")]
+Point = Annotated[
+    list[int], Field(min_length=3, max_length=3, description="[x, y, z] grid indices, each in [2, n - 3]")
+]
 
 
 class _Strict(BaseModel):
@@ -48,7 +50,9 @@ class ConstantSpec(_Strict):
 
 class LayeredSpec(_Strict):
     type: Literal["layered"]
-    depths: list[float] = Field(..., description="depth in m of the top of each layer: the first 0, increasing (plane z lies at depth z h)")
+    depths: list[float] = Field(
+        ..., description="depth in m of the top of each layer: the first 0, increasing (plane z lies at depth z h)"
+    )
     velocities: list[float] = Field(..., description="m/s of each layer")
 
 
@@ -59,32 +63,63 @@ class UploadSpec(_Strict):
 class ReceiverLine(_Strict):
     start: Point
     end: Point
-    count: int = Field(..., ge=1, le=MAX_RECEIVERS, description="receivers evenly spaced from start to end, rounded to grid points")
+    count: int = Field(
+        ..., ge=1, le=MAX_RECEIVERS, description="receivers evenly spaced from start to end, rounded to grid points"
+    )
 
 
 class StencilRequest(_Strict):
-    nx: int | None = Field(None, ge=MIN_SIDE, description="grid points along x (fastest axis); with an uploaded model, taken from its shape")
+    nx: int | None = Field(
+        None,
+        ge=MIN_SIDE,
+        description="grid points along x (fastest axis); with an uploaded model, taken from its shape",
+    )
     ny: int | None = Field(None, ge=MIN_SIDE, description="grid points along y")
     nz: int | None = Field(None, ge=MIN_SIDE, description="grid points along z (depth)")
     h: float = Field(..., allow_inf_nan=False, description="grid spacing, m")
-    dt: float | None = Field(None, allow_inf_nan=False, description="time step, s; default 0.8 of the largest stable one (v_max dt / h = 0.4); above v_max dt / h = 0.5: 422")
+    dt: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="time step, s; default 0.8 of the largest stable one (v_max dt / h = 0.4); above v_max dt / h = 0.5: 422",
+    )
     steps: int = Field(..., ge=1, le=MAX_STEPS, description="time steps")
     f0: float = Field(..., allow_inf_nan=False, description="peak frequency of the Ricker source, Hz")
     source: Point | None = Field(None, description="source point; default the grid's centre")
-    receivers: list[Point] | ReceiverLine | None = Field(None, description="a list of points, or a line {start, end, count}; default every interior x on the line through the source (at most 65536, evenly spaced)")
-    model: Annotated[ConstantSpec | LayeredSpec | UploadSpec, Field(discriminator="type")] | None = Field(None, description="velocity model: constant, layered, or upload (multipart field 'model')")
-    variant: Literal[VARIANT_CHOICES] = Field("auto", description="CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the device (the CPU backend runs the NumPy reference)")  # type: ignore[valid-type]
-    snapshot_every: int | None = Field(None, ge=0, description="wavefield snapshot every this many steps (at most 100); default 4 over the run; 0: none")
-    sponge: int = Field(0, ge=0, description="absorbing sponge width in cells inside the 2-cell Dirichlet border; 0: reflecting walls")
-
-
+    receivers: list[Point] | ReceiverLine | None = Field(
+        None,
+        description="a list of points, or a line {start, end, count}; default every interior x on the line through the source (at most 65536, evenly spaced)",
+    )
+    model: Annotated[ConstantSpec | LayeredSpec | UploadSpec, Field(discriminator="type")] | None = Field(
+        None, description="velocity model: constant, layered, or upload (multipart field 'model')"
+    )
+    variant: Literal[VARIANT_CHOICES] = Field(
+        "auto",
+        description="CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the device (the CPU backend runs the NumPy reference)",
+    )  # type: ignore[valid-type]
+    snapshot_every: int | None = Field(
+        None,
+        ge=0,
+        description="wavefield snapshot every this many steps (at most 100); default 4 over the run; 0: none",
+    )
+    sponge: int = Field(
+        0, ge=0, description="absorbing sponge width in cells inside the 2-cell Dirichlet border; 0: reflecting walls"
+    )
 
 
 EXAMPLE = {
-    "nx": 200, "ny": 100, "nz": 100, "h": 10.0, "dt": 0.001, "steps": 1000, "f0": 10.0,
-    "source": [100, 50, 16], "receivers": {"start": [16, 50, 16], "end": [183, 50, 16], "count": 168},
+    "nx": 200,
+    "ny": 100,
+    "nz": 100,
+    "h": 10.0,
+    "dt": 0.001,
+    "steps": 1000,
+    "f0": 10.0,
+    "source": [100, 50, 16],
+    "receivers": {"start": [16, 50, 16], "end": [183, 50, 16], "count": 168},
     "model": {"type": "layered", "depths": [0, 400, 700], "velocities": [1500, 2500, 3200]},
-    "sponge": 12, "snapshot_every": 250, "variant": "auto",
+    "sponge": 12,
+    "snapshot_every": 250,
+    "variant": "auto",
 }
 
 RESULT_DOC = (
@@ -99,9 +134,15 @@ OPENAPI = {
         "required": True,
         "content": {
             "application/json": {"schema": inline_schema(StencilRequest), "example": EXAMPLE},
-            "multipart/form-data": {"schema": form_schema(
-                {"model": "velocities in m/s: a (nz, ny, nx) float32 .npy file (numpy.save), every value finite and > 0"}, ("model",),
-                "the JSON request without 'model' (or with {\"type\": \"upload\"}); nx, ny, nz may be left out")},
+            "multipart/form-data": {
+                "schema": form_schema(
+                    {
+                        "model": "velocities in m/s: a (nz, ny, nx) float32 .npy file (numpy.save), every value finite and > 0"
+                    },
+                    ("model",),
+                    'the JSON request without \'model\' (or with {"type": "upload"}); nx, ny, nz may be left out',
+                )
+            },
         },
     },
     "responses": {"202": {"description": RESULT_DOC}},
@@ -115,9 +156,17 @@ FORM_EXAMPLE = "curl -F model=@v.npy -F params='{...}'"
 
 def _check_size(points: int, settings: Settings, request: Request, shape: str) -> None:
     if points > settings.max_stencil_points:
-        raise ApiError(413, "grid_too_large", f"the grid {shape} has {points:,} points; stencil jobs take at most {settings.max_stencil_points:,} (PENCIL_MAX_STENCIL_POINTS)")
+        raise ApiError(
+            413,
+            "grid_too_large",
+            f"the grid {shape} has {points:,} points; stencil jobs take at most {settings.max_stencil_points:,} (PENCIL_MAX_STENCIL_POINTS)",
+        )
     if request.app.state.backend.name == "cpu" and points > settings.max_stencil_cpu_points:
-        raise ApiError(413, "grid_too_large", f"the grid {shape} has {points:,} points; on the CPU backend stencil jobs take at most {settings.max_stencil_cpu_points:,} (PENCIL_MAX_STENCIL_CPU_POINTS)")
+        raise ApiError(
+            413,
+            "grid_too_large",
+            f"the grid {shape} has {points:,} points; on the CPU backend stencil jobs take at most {settings.max_stencil_cpu_points:,} (PENCIL_MAX_STENCIL_CPU_POINTS)",
+        )
 
 
 def _check_fits(params: StencilParams, settings: Settings, request: Request) -> None:
@@ -127,16 +176,32 @@ def _check_fits(params: StencilParams, settings: Settings, request: Request) -> 
     state = request.app.state
     work = params.interior_points * params.steps
     on_cpu = state.backend.name == "cpu"
-    limit, variable = (settings.max_stencil_cpu_point_steps, "PENCIL_MAX_STENCIL_CPU_POINT_STEPS") if on_cpu else (settings.max_stencil_point_steps, "PENCIL_MAX_STENCIL_POINT_STEPS")
+    limit, variable = (
+        (settings.max_stencil_cpu_point_steps, "PENCIL_MAX_STENCIL_CPU_POINT_STEPS")
+        if on_cpu
+        else (settings.max_stencil_point_steps, "PENCIL_MAX_STENCIL_POINT_STEPS")
+    )
     if work > limit:
-        raise ApiError(413, "run_too_long", f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} ({variable}): fewer steps or a smaller grid")
+        raise ApiError(
+            413,
+            "run_too_long",
+            f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} ({variable}): fewer steps or a smaller grid",
+        )
     if state.backend.name == "cuda" and state.pool is not None:
         cap = min(device["memory_cap_bytes"] for device in state.pool.snapshot())
         needed = params.gpu_bytes()
         if needed > cap:
-            raise ApiError(413, "too_large_for_device", f"the grid {shape} with its record and snapshots needs {needed / 2**30:.2f} GiB of GPU memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)")
+            raise ApiError(
+                413,
+                "too_large_for_device",
+                f"the grid {shape} with its record and snapshots needs {needed / 2**30:.2f} GiB of GPU memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)",
+            )
     if on_cpu and params.variant != "auto":
-        raise ApiError(422, "invalid_parameter", f"variant: {params.variant} is a CUDA kernel and this server runs on the CPU backend; use auto (the NumPy reference)")
+        raise ApiError(
+            422,
+            "invalid_parameter",
+            f"variant: {params.variant} is a CUDA kernel and this server runs on the CPU backend; use auto (the NumPy reference)",
+        )
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -147,16 +212,26 @@ async def parse(request: Request, settings: Settings) -> Submission:
         form = await upload_form(request, ("model",), example=FORM_EXAMPLE)
         req = validated(StencilRequest, form.params, "params.")
         if req.model is not None and not isinstance(req.model, UploadSpec):
-            raise ApiError(422, "invalid_parameter", f"model: a model file was uploaded and params also gives a {req.model.type} model; send one of them")
+            raise ApiError(
+                422,
+                "invalid_parameter",
+                f"model: a model file was uploaded and params also gives a {req.model.type} model; send one of them",
+            )
         model = await asyncio.to_thread(_load_model, form.files["model"], settings, request)
         nz, ny, nx = model.shape
         for name, given, actual in (("nx", req.nx, nx), ("ny", req.ny, ny), ("nz", req.nz, nz)):
             if given is not None and given != actual:
-                raise ApiError(422, "invalid_model", f"{name} = {given} but the uploaded model's shape (nz, ny, nx) is {model.shape}")
+                raise ApiError(
+                    422,
+                    "invalid_model",
+                    f"{name} = {given} but the uploaded model's shape (nz, ny, nx) is {model.shape}",
+                )
         body = {**req.model_dump(mode="json"), "nx": nx, "ny": ny, "nz": nz}
         job = await asyncio.to_thread(stencil.StencilJob.from_request, body, model)
     else:
-        raise unsupported(f"send the shot as JSON (Content-Type: application/json), or a multipart form with the velocity model as a .npy file in the field 'model' and the JSON in the field 'params' ({FORM_EXAMPLE})")
+        raise unsupported(
+            f"send the shot as JSON (Content-Type: application/json), or a multipart form with the velocity model as a .npy file in the field 'model' and the JSON in the field 'params' ({FORM_EXAMPLE})"
+        )
     _check_fits(job.params, settings, request)
     return Submission.of(job)
 
@@ -164,9 +239,12 @@ async def parse(request: Request, settings: Settings) -> Submission:
 def _load_model(data: bytes, settings: Settings, request: Request) -> np.ndarray:
     """The uploaded velocity array, checked: header first (shape and dtype before the
     data is read), then finite, positive values. 400 malformed, 413 too big, 422 wrong."""
+
     def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
         if len(shape) != 3:
-            raise ApiError(422, "invalid_model", f"the model has shape {shape}; expected a 3-D (nz, ny, nx) array of velocities")
+            raise ApiError(
+                422, "invalid_model", f"the model has shape {shape}; expected a 3-D (nz, ny, nx) array of velocities"
+            )
         _check_size(math.prod(shape), settings, request, " x ".join(str(n) for n in reversed(shape)))
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise ApiError(422, "invalid_model", f"the model is {dtype}; send float32 velocities in m/s")
@@ -174,5 +252,11 @@ def _load_model(data: bytes, settings: Settings, request: Request) -> np.ndarray
     return check_velocity_array(load_npy(data, "model", check))
 
 
-STENCIL = JobKind(name="stencil", summary="A seismic shot: 3D acoustic wave propagation with a 13-point stencil (nine CUDA variants, NVML energy)",
-                  parse=parse, job_type=stencil.StencilJob, run=stencil.run, openapi=OPENAPI)
+STENCIL = JobKind(
+    name="stencil",
+    summary="A seismic shot: 3D acoustic wave propagation with a 13-point stencil (nine CUDA variants, NVML energy)",
+    parse=parse,
+    job_type=stencil.StencilJob,
+    run=stencil.run,
+    openapi=OPENAPI,
+)

@@ -131,9 +131,15 @@ class JobStore:
 
     # -------------------------------------------------------------- writing --
 
-    def create(self, kind: str, params: Mapping[str, Any], inputs: Mapping[str, bytes] | None = None,
-               idempotency_key: str | None = None, request_digest: str | None = None,
-               request_id: str | None = None) -> tuple[Job, bool]:
+    def create(
+        self,
+        kind: str,
+        params: Mapping[str, Any],
+        inputs: Mapping[str, bytes] | None = None,
+        idempotency_key: str | None = None,
+        request_digest: str | None = None,
+        request_id: str | None = None,
+    ) -> tuple[Job, bool]:
         """Store a queued job with its input files (written first, then the row, so a job
         in the table always has its inputs). Returns (job, created); with an
         Idempotency-Key seen before for the same request digest, the earlier job and
@@ -194,7 +200,14 @@ class JobStore:
         """A running job stopped at a checkpoint after a cancel."""
         self._finish(job_id, "canceled", error="canceled while running")
 
-    def _finish(self, job_id: str, status: str, result: str | None = None, error: str | None = None, progress: float | None = None) -> None:
+    def _finish(
+        self,
+        job_id: str,
+        status: str,
+        result: str | None = None,
+        error: str | None = None,
+        progress: float | None = None,
+    ) -> None:
         with self._lock:
             self._db.execute(
                 "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress) WHERE id = ? AND status = 'running'",
@@ -206,7 +219,10 @@ class JobStore:
         set; the runner finishes it as canceled). Finished jobs are left as they are.
         Returns the job after the change, or None when there is no such job."""
         with self._lock:
-            self._db.execute("UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' WHERE id = ? AND status = 'queued'", (time.time(), job_id))
+            self._db.execute(
+                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' WHERE id = ? AND status = 'queued'",
+                (time.time(), job_id),
+            )
             self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
         return self.get(job_id)
 
@@ -214,8 +230,13 @@ class JobStore:
         """At start-up: jobs left running by a stopped process go back to the queue
         (a cancel asked for meanwhile is honoured). Returns how many were re-queued."""
         with self._lock:
-            self._db.execute("UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' WHERE status = 'running' AND cancel_requested = 1", (time.time(),))
-            moved = self._db.execute("UPDATE jobs SET status = 'queued', started = NULL, progress = 0 WHERE status = 'running'").rowcount
+            self._db.execute(
+                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' WHERE status = 'running' AND cancel_requested = 1",
+                (time.time(),),
+            )
+            moved = self._db.execute(
+                "UPDATE jobs SET status = 'queued', started = NULL, progress = 0 WHERE status = 'running'"
+            ).rowcount
         for partial in self.jobs_dir.glob(".*.partial"):  # submissions cut off before their row
             try:
                 stale = time.time() - partial.stat().st_mtime > STALE_PARTIAL_S
@@ -229,7 +250,12 @@ class JobStore:
         """Delete finished jobs (rows and files) that finished more than `older_than_s` ago."""
         cutoff = time.time() - older_than_s
         with self._lock:
-            ids = [row["id"] for row in self._db.execute("SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < ?", (cutoff,))]
+            ids = [
+                row["id"]
+                for row in self._db.execute(
+                    "SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < ?", (cutoff,)
+                )
+            ]
             self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
         for job_id in ids:
             shutil.rmtree(self.jobs_dir / job_id, ignore_errors=True)
@@ -247,7 +273,9 @@ class JobStore:
             row = self._db.execute("SELECT * FROM jobs WHERE idempotency_key = ?", (key,)).fetchone()
         return _job(row) if row else None
 
-    def page(self, status: str | None = None, kind: str | None = None, limit: int = 50, after: str | None = None) -> tuple[list[Job], str | None]:
+    def page(
+        self, status: str | None = None, kind: str | None = None, limit: int = 50, after: str | None = None
+    ) -> tuple[list[Job], str | None]:
         """Jobs newest first, filtered; `after` is the id of the last job of the previous
         page. Returns (jobs, id to pass as `after` for the next page or None)."""
         where, args = [], []
@@ -260,7 +288,11 @@ class JobStore:
         if after is not None:
             where.append("(created, id) < (SELECT created, id FROM jobs WHERE id = ?)")
             args.append(after)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created DESC, id DESC LIMIT ?"
+        sql = (
+            "SELECT * FROM jobs"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY created DESC, id DESC LIMIT ?"
+        )
         with self._lock:
             rows = self._db.execute(sql, (*args, limit + 1)).fetchall()
         jobs = [_job(row) for row in rows[:limit]]
@@ -275,10 +307,19 @@ class JobStore:
 
 def _job(row: sqlite3.Row) -> Job:
     return Job(
-        id=row["id"], kind=row["kind"], status=row["status"], params=json.loads(row["params"]),
-        created=row["created"], started=row["started"], finished=row["finished"], progress=row["progress"],
-        error=row["error"], result=json.loads(row["result"]) if row["result"] else None,
-        cancel_requested=bool(row["cancel_requested"]), idempotency_key=row["idempotency_key"], request_digest=row["request_digest"],
+        id=row["id"],
+        kind=row["kind"],
+        status=row["status"],
+        params=json.loads(row["params"]),
+        created=row["created"],
+        started=row["started"],
+        finished=row["finished"],
+        progress=row["progress"],
+        error=row["error"],
+        result=json.loads(row["result"]) if row["result"] else None,
+        cancel_requested=bool(row["cancel_requested"]),
+        idempotency_key=row["idempotency_key"],
+        request_digest=row["request_digest"],
         request_id=row["request_id"],
     )
 

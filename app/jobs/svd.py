@@ -30,7 +30,10 @@ class SvdOptions(BaseModel):
 
     compute_uv: bool = Field(True, description="also compute U and V^T")
     full_matrices: bool = Field(False, description="U m x m and V^T n x n instead of the thin m x k, k x n")
-    method: Literal[svd.METHODS] = Field("auto", description="auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from 4096 columns, else cuSOLVER), LAPACK on the CPU")  # type: ignore[valid-type]
+    method: Literal[svd.METHODS] = Field(
+        "auto",
+        description="auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from 4096 columns, else cuSOLVER), LAPACK on the CPU",
+    )  # type: ignore[valid-type]
 
 
 class MatrixSpec(BaseModel):
@@ -40,7 +43,9 @@ class MatrixSpec(BaseModel):
     n: int = Field(..., ge=1, description="columns")
     dtype: Literal["float32", "float64"] = "float32"
     seed: int = Field(0, ge=0, description="random seed: the same spec gives the same matrix")
-    kind: Literal[MATRIX_KINDS] = Field("gaussian", description="gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); low_rank")  # type: ignore[valid-type]
+    kind: Literal[MATRIX_KINDS] = Field(
+        "gaussian", description="gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); low_rank"
+    )  # type: ignore[valid-type]
     cond: float = Field(1e6, ge=1.0, allow_inf_nan=False, description="condition number of an ill_conditioned matrix")
     rank: int | None = Field(None, ge=1, description="rank of a low_rank matrix (default min(m, n) / 4)")
 
@@ -49,20 +54,32 @@ class SvdRequest(SvdOptions):
     spec: MatrixSpec
 
 
-EXAMPLE = {"spec": {"m": 2048, "n": 2048, "dtype": "float32", "seed": 1, "kind": "ill_conditioned", "cond": 1e6}, "compute_uv": True, "method": "auto"}
-FORM_EXAMPLE = "curl -F matrix=@a.npy -F params='{\"method\": \"lapack\"}'"
+EXAMPLE = {
+    "spec": {"m": 2048, "n": 2048, "dtype": "float32", "seed": 1, "kind": "ill_conditioned", "cond": 1e6},
+    "compute_uv": True,
+    "method": "auto",
+}
+FORM_EXAMPLE = 'curl -F matrix=@a.npy -F params=\'{"method": "lapack"}\''
 
 OPENAPI = {
     "requestBody": {
         "required": True,
         "content": {
             "application/json": {"schema": inline_schema(SvdRequest), "example": EXAMPLE},
-            "multipart/form-data": {"schema": form_schema(
-                {"matrix": "a 2-D float32 or float64 .npy file (numpy.save), no NaN or Inf"}, ("matrix",),
-                "the options as a JSON object: compute_uv, full_matrices, method (as in the JSON body, without spec)")},
+            "multipart/form-data": {
+                "schema": form_schema(
+                    {"matrix": "a 2-D float32 or float64 .npy file (numpy.save), no NaN or Inf"},
+                    ("matrix",),
+                    "the options as a JSON object: compute_uv, full_matrices, method (as in the JSON body, without spec)",
+                )
+            },
         },
     },
-    "responses": {"202": {"description": "the job, queued; poll its Location. The result: {m, n, dtype, method, backend, singular_values, singular_values_count, condition_number, accuracy: {resid, orth_u, orth_v}, times_ms} and the files s.npy, u.npy, vt.npy"}},
+    "responses": {
+        "202": {
+            "description": "the job, queued; poll its Location. The result: {m, n, dtype, method, backend, singular_values, singular_values_count, condition_number, accuracy: {resid, orth_u, orth_v}, times_ms} and the files s.npy, u.npy, vt.npy"
+        }
+    },
 }
 
 
@@ -72,7 +89,11 @@ def _params(options: SvdOptions) -> svd.SvdParams:
 
 def _check_size(m: int, n: int, settings: Settings) -> None:
     if m * n > settings.max_matrix_elements:
-        raise ApiError(413, "too_many_elements", f"a {m} x {n} matrix has {m * n:,} elements; SVD jobs take at most {settings.max_matrix_elements:,} (PENCIL_MAX_MATRIX_ELEMENTS)")
+        raise ApiError(
+            413,
+            "too_many_elements",
+            f"a {m} x {n} matrix has {m * n:,} elements; SVD jobs take at most {settings.max_matrix_elements:,} (PENCIL_MAX_MATRIX_ELEMENTS)",
+        )
 
 
 def _load_matrix(data: bytes, settings: Settings) -> np.ndarray:
@@ -97,10 +118,18 @@ async def parse(request: Request, settings: Settings) -> Submission:
         matrix = _load_matrix(form.files["matrix"], settings)
         job = await asyncio.to_thread(svd.SvdJob, _params(options), matrix=matrix)
     else:
-        raise unsupported(f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})")
+        raise unsupported(
+            f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})"
+        )
     job.check_backend(request.app.state.backend.name)
     return Submission.of(job)
 
 
-SVD = JobKind(name="svd", summary="Singular value decomposition of a matrix (Golub-Reinsch, cuSOLVER or LAPACK)",
-              parse=parse, job_type=svd.SvdJob, run=svd.run, openapi=OPENAPI)
+SVD = JobKind(
+    name="svd",
+    summary="Singular value decomposition of a matrix (Golub-Reinsch, cuSOLVER or LAPACK)",
+    parse=parse,
+    job_type=svd.SvdJob,
+    run=svd.run,
+    openapi=OPENAPI,
+)

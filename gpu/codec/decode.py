@@ -61,11 +61,15 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     except Image.DecompressionBombError:
         raise ImageError("too_many_pixels", f"the image has more than {max_pixels:,} pixels") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ImageError("corrupt_image", f"the file starts like a {SUPPORTED_FORMATS[kind]} but its header is invalid ({exc})") from None
+        raise ImageError(
+            "corrupt_image", f"the file starts like a {SUPPORTED_FORMATS[kind]} but its header is invalid ({exc})"
+        ) from None
 
     width, height = image.size
     if width * height > max_pixels:
-        raise ImageError("too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}")
+        raise ImageError(
+            "too_many_pixels", f"the image is {width}x{height} = {width * height:,} pixels; the limit is {max_pixels:,}"
+        )
     if min(width, height) < MIN_SIDE:
         raise ImageError("image_too_small", f"the image is {width}x{height}; both sides must be at least {MIN_SIDE} px")
     return image
@@ -81,7 +85,12 @@ def decode_pixels(data: bytes, image: Image.Image) -> np.ndarray:
     A plain 8-bit gray or RGB PNG goes through OpenCV, which hands over its array
     without the copy Pillow's array interface makes (5 ms of 30 at 1080p); any other
     image, or one OpenCV cannot read, through Pillow."""
-    if image.format == "PNG" and image.mode in ("L", "RGB") and "transparency" not in image.info and not _png_has_exif(data):
+    if (
+        image.format == "PNG"
+        and image.mode in ("L", "RGB")
+        and "transparency" not in image.info
+        and not _png_has_exif(data)
+    ):
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
         if pixels is not None and pixels.dtype == np.uint8 and pixels.shape[:2] == (image.height, image.width):
             if pixels.ndim == 2 and image.mode == "L":
@@ -100,7 +109,9 @@ def _png_has_exif(data: bytes) -> bool:
         length, kind = int.from_bytes(data[offset : offset + 4], "big"), data[offset + 4 : offset + 8]
         if kind == b"eXIf":
             return True
-        if kind in (b"tEXt", b"zTXt", b"iTXt") and data[offset + 8 : offset + 8 + length].startswith(b"Raw profile type exif"):
+        if kind in (b"tEXt", b"zTXt", b"iTXt") and data[offset + 8 : offset + 8 + length].startswith(
+            b"Raw profile type exif"
+        ):
             return True  # ImageMagick's way of storing EXIF, which Pillow reads too
         if kind == b"IEND":
             return False
@@ -114,7 +125,9 @@ def load_pixels(image: Image.Image) -> np.ndarray:
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ImageError("corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})") from None
+        raise ImageError(
+            "corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})"
+        ) from None
     return to_array(_upright(image))
 
 

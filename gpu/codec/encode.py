@@ -26,7 +26,10 @@ ENCODE_OPTIONS: tuple[Option, ...] = (
 def parse_encode_options(raw: Mapping[str, Any]) -> tuple[str, int]:
     """(format, quality) from strings or values keyed by option name; missing or empty
     means the default. Raises ParamError."""
-    fmt, quality = (option.parse(raw[option.name]) if raw.get(option.name) not in (None, "") else option.default for option in ENCODE_OPTIONS)
+    fmt, quality = (
+        option.parse(raw[option.name]) if raw.get(option.name) not in (None, "") else option.default
+        for option in ENCODE_OPTIONS
+    )
     return fmt, quality
 
 
@@ -34,7 +37,10 @@ def check_encodable(width: int, height: int, fmt: str) -> None:
     """Raise ImageError too_large_for_format before rendering when `fmt` cannot hold a width x height image."""
     limit = MAX_SIDE[fmt]
     if max(width, height) > limit:
-        raise ImageError("too_large_for_format", f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side")
+        raise ImageError(
+            "too_large_for_format",
+            f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side",
+        )
 
 
 def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:

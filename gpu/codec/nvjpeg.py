@@ -107,7 +107,9 @@ class DeviceCodecs:
         decoding = [codec.Backend(kind) for kind in (kinds.HW_GPU_ONLY, kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
         encoding = [codec.Backend(kind) for kind in (kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)]
         with _library_chatter_to_debug_log():
-            decoder = codec.Decoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=decoding, options=DECODER_OPTIONS)
+            decoder = codec.Decoder(
+                device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=decoding, options=DECODER_OPTIONS
+            )
             encoder = codec.Encoder(device_id=device, max_num_cpu_threads=CODEC_THREADS, backends=encoding)
         return cls(decoder, encoder)
 
@@ -133,7 +135,11 @@ def warm(lease) -> None:
         if decoded is None or decoded.shape != (64, 64, 3):
             raise RuntimeError(f"the round trip gave {None if decoded is None else decoded.shape}, not (64, 64, 3)")
     except Exception as exc:
-        log.warning("nvImageCodec failed its start-up check on device %d (%s): JPEG decode and encode stay on the CPU", lease.device, exc)
+        log.warning(
+            "nvImageCodec failed its start-up check on device %d (%s): JPEG decode and encode stay on the CPU",
+            lease.device,
+            exc,
+        )
         with _state_lock:
             _module = None
 
@@ -144,7 +150,9 @@ def decode(lease, data: bytes, gray: bool) -> cupy.ndarray | None:
     None when the device decoders do not take this file (the caller decodes on the host,
     which also words any error)."""
     codec = _nvimgcodec()
-    params = codec.DecodeParams(apply_exif_orientation=True, color_spec=codec.ColorSpec.GRAY if gray else codec.ColorSpec.SRGB)
+    params = codec.DecodeParams(
+        apply_exif_orientation=True, color_spec=codec.ColorSpec.GRAY if gray else codec.ColorSpec.SRGB
+    )
     with cupy.cuda.Device(lease.device), lease.stream:
         try:
             image = codecs(lease).decoder.decode(codec.CodeStream(data), params=params, cuda_stream=lease.stream.ptr)
@@ -169,7 +177,9 @@ def encode(lease, image: cupy.ndarray, quality: int) -> bytes:
     codec = _nvimgcodec()
     gray = image.ndim == 2
     subsampling = codec.ChromaSubsampling.CSS_GRAY if gray else codec.ChromaSubsampling.CSS_420
-    params = codec.EncodeParams(quality_type=codec.QualityType.QUALITY, quality_value=float(quality), chroma_subsampling=subsampling)
+    params = codec.EncodeParams(
+        quality_type=codec.QualityType.QUALITY, quality_value=float(quality), chroma_subsampling=subsampling
+    )
     with cupy.cuda.Device(lease.device), lease.stream:
         image = cupy.ascontiguousarray(image)
         source = codec.as_image(image[:, :, None] if gray else image, cuda_stream=lease.stream.ptr)

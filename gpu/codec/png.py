@@ -150,7 +150,7 @@ def png_from_filtered(rows: Buffer, width: int, height: int, channels: int, *, c
         raise ValueError(f"{height} rows of {stride} bytes are {height * stride} bytes, got {data.size}")
     if data[::stride].max() > 4:
         raise ValueError("a row's filter type is not 0..4")
-    strips = (data[start:start + STRIP_BYTES] for start in range(0, data.size, STRIP_BYTES))
+    strips = (data[start : start + STRIP_BYTES] for start in range(0, data.size, STRIP_BYTES))
     return _png(width, height, channels, _deflate(strips), chunk_size)
 
 
@@ -168,7 +168,7 @@ def _png(width: int, height: int, channels: int, compressed: list[bytes], chunk_
         idats: list[Sequence[bytes | memoryview]] = [compressed]
     else:
         stream = memoryview(b"".join(compressed))
-        idats = [[stream[start:start + chunk_size]] for start in range(0, len(stream), chunk_size)]
+        idats = [[stream[start : start + chunk_size]] for start in range(0, len(stream), chunk_size)]
     header = struct.pack(">IIBBBBB", width, height, 8, COLOR_TYPES[channels], 0, 0, 0)
     parts = [SIGNATURE, *_chunk(b"IHDR", [header])]
     for pieces in idats:

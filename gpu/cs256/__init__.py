@@ -56,16 +56,32 @@ def run(job: Cs256Job, lease: Any = None, progress: Progress = no_progress) -> J
     error, anchor_bytes = outcome.pop("error"), outcome.pop("anchor_bytes")
     cs_ms, dense_ms, csr_ms = times["cs256"], times["dense"], times.get("csr")
     vectors_bytes = (cs.n + cs.m) * k * STORAGE[dtype].itemsize  # x and y (in the matrix's dtype)
-    moved = {"cs256": report["formats"]["cs256"]["bytes"] + vectors_bytes, **{name: size + vectors_bytes for name, size in anchor_bytes.items() if size is not None}}
+    moved = {
+        "cs256": report["formats"]["cs256"]["bytes"] + vectors_bytes,
+        **{name: size + vectors_bytes for name, size in anchor_bytes.items() if size is not None},
+    }
     summary = {
-        "m": cs.m, "n": cs.n, "dtype": dtype, "vec": cs.vec, "vectors": k, "backend": backend_name(lease), "source": "spec" if job.matrix is None else "upload",
+        "m": cs.m,
+        "n": cs.n,
+        "dtype": dtype,
+        "vec": cs.vec,
+        "vectors": k,
+        "backend": backend_name(lease),
+        "source": "spec" if job.matrix is None else "upload",
         "pruning": outcome.pop("pruning"),
         "format": report,
-        "accuracy": {"max_relative_error": error, "tolerance": reference.TOLERANCE[dtype], "within_tolerance": bool(error <= reference.TOLERANCE[dtype]),
-                     "outputs_out_of_range": out_of_range},
+        "accuracy": {
+            "max_relative_error": error,
+            "tolerance": reference.TOLERANCE[dtype],
+            "within_tolerance": bool(error <= reference.TOLERANCE[dtype]),
+            "outputs_out_of_range": out_of_range,
+        },
         **outcome,
         "times_ms": {key: round(value, 6) for key, value in times.items()},
-        "speedup": {"vs_dense": dense_ms / cs_ms if cs_ms > 0 else None, "vs_csr": csr_ms / cs_ms if csr_ms and cs_ms > 0 else None},
+        "speedup": {
+            "vs_dense": dense_ms / cs_ms if cs_ms > 0 else None,
+            "vs_csr": csr_ms / cs_ms if csr_ms and cs_ms > 0 else None,
+        },
         "bytes_moved": moved,
         "bandwidth_gb_s": {name: moved[name] / (times[name] * 1e6) if times.get(name) else None for name in moved},
     }

@@ -27,7 +27,11 @@ from gpu.cs256.format import STORAGE, to_float32
 
 log = logging.getLogger("pencil.cs256")
 
-CUDA_TYPES = {"float16": cupy.cuda.runtime.CUDA_R_16F, "bfloat16": cupy.cuda.runtime.CUDA_R_16BF, "float32": cupy.cuda.runtime.CUDA_R_32F}
+CUDA_TYPES = {
+    "float16": cupy.cuda.runtime.CUDA_R_16F,
+    "bfloat16": cupy.cuda.runtime.CUDA_R_16BF,
+    "float32": cupy.cuda.runtime.CUDA_R_32F,
+}
 
 
 # ------------------------------------------------------------------ dense --
@@ -58,8 +62,27 @@ def _gemm_ex(a: cupy.ndarray, x: cupy.ndarray, dtype: str) -> cupy.ndarray:
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     try:
         code = CUDA_TYPES[dtype]
-        cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, m, k, n, one.ctypes.data, a.data.ptr, code, n, xt.data.ptr, code, n,
-                      zero.ctypes.data, yt.data.ptr, code, m, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+        cublas.gemmEx(
+            handle,
+            cublas.CUBLAS_OP_T,
+            cublas.CUBLAS_OP_N,
+            m,
+            k,
+            n,
+            one.ctypes.data,
+            a.data.ptr,
+            code,
+            n,
+            xt.data.ptr,
+            code,
+            n,
+            zero.ctypes.data,
+            yt.data.ptr,
+            code,
+            m,
+            cublas.CUBLAS_COMPUTE_32F,
+            cublas.CUBLAS_GEMM_DEFAULT,
+        )
     finally:
         cublas.setPointerMode(handle, mode)
     return yt[0] if x.ndim == 1 else cupy.ascontiguousarray(yt.T)
@@ -90,7 +113,12 @@ class CsrAnchor:
                 self._native_spmv(cupy.zeros(a.shape[1], STORAGE[dtype]))
                 cupy.cuda.get_current_stream().synchronize()
                 self.dtype = dtype
-            except (RuntimeError, AttributeError, TypeError, ValueError) as exc:  # CuSparseError (NOT_SUPPORTED) is a RuntimeError; a missing binding an AttributeError
+            except (
+                RuntimeError,
+                AttributeError,
+                TypeError,
+                ValueError,
+            ) as exc:  # CuSparseError (NOT_SUPPORTED) is a RuntimeError; a missing binding an AttributeError
                 log.info("cuSPARSE SpMV refused %s values (%s); the CSR anchor runs in float32", dtype, exc)
                 self.native = None
 
@@ -114,15 +142,38 @@ class CsrAnchor:
         handle = cupy.cuda.device.get_cusparse_handle()
         cusparse.setStream(handle, cupy.cuda.get_current_stream().ptr)
         one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-        matrix = cusparse.createCsr(m, n, self.nnz, self.csr32.indptr.data.ptr, self.csr32.indices.data.ptr, self.native.data.ptr,
-                                    cusparse.CUSPARSE_INDEX_32I, cusparse.CUSPARSE_INDEX_32I, cusparse.CUSPARSE_INDEX_BASE_ZERO, code)
+        matrix = cusparse.createCsr(
+            m,
+            n,
+            self.nnz,
+            self.csr32.indptr.data.ptr,
+            self.csr32.indices.data.ptr,
+            self.native.data.ptr,
+            cusparse.CUSPARSE_INDEX_32I,
+            cusparse.CUSPARSE_INDEX_32I,
+            cusparse.CUSPARSE_INDEX_BASE_ZERO,
+            code,
+        )
         vx = cusparse.createDnVec(n, x.data.ptr, code)
         vy = cusparse.createDnVec(m, y.data.ptr, code)
         try:
             op, alg = cusparse.CUSPARSE_OPERATION_NON_TRANSPOSE, cusparse.CUSPARSE_SPMV_ALG_DEFAULT
-            size = cusparse.spMV_bufferSize(handle, op, one.ctypes.data, matrix, vx, zero.ctypes.data, vy, cupy.cuda.runtime.CUDA_R_32F, alg)
+            size = cusparse.spMV_bufferSize(
+                handle, op, one.ctypes.data, matrix, vx, zero.ctypes.data, vy, cupy.cuda.runtime.CUDA_R_32F, alg
+            )
             workspace = cupy.empty(max(int(size), 1), cupy.uint8)
-            cusparse.spMV(handle, op, one.ctypes.data, matrix, vx, zero.ctypes.data, vy, cupy.cuda.runtime.CUDA_R_32F, alg, workspace.data.ptr)
+            cusparse.spMV(
+                handle,
+                op,
+                one.ctypes.data,
+                matrix,
+                vx,
+                zero.ctypes.data,
+                vy,
+                cupy.cuda.runtime.CUDA_R_32F,
+                alg,
+                workspace.data.ptr,
+            )
         finally:
             cusparse.destroyDnVec(vy)
             cusparse.destroyDnVec(vx)
@@ -197,7 +248,9 @@ def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
     stream = cupy.cuda.get_current_stream()
 
     def copy():
-        cupy.cuda.runtime.memcpyAsync(target.data.ptr, source.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        cupy.cuda.runtime.memcpyAsync(
+            target.data.ptr, source.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr
+        )
 
     copy()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -230,8 +283,21 @@ class ReadFloor:
 
     def __call__(self) -> None:
         cs = self.cs
-        self.kernel((self.grid,), (READ_FLOOR_BLOCK,), (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m),
-                                                        np.int32(cs.padded_tiles), np.int32(cs.itemsize), np.int32(self.rows_per_block), self.partials))
+        self.kernel(
+            (self.grid,),
+            (READ_FLOOR_BLOCK,),
+            (
+                cs.values,
+                cs.indices,
+                cs.row_ptr,
+                cs.block_increments,
+                np.int32(cs.m),
+                np.int32(cs.padded_tiles),
+                np.int32(cs.itemsize),
+                np.int32(self.rows_per_block),
+                self.partials,
+            ),
+        )
 
     def checksum(self) -> int:
         self()
@@ -285,7 +351,12 @@ def measure(params, a: np.ndarray, x: np.ndarray, dtype: str, times: dict[str, f
         y = cuda.spmm(cs, d_x, plan)
         dense = cs.to_dense()
         x64 = to_float32(d_x, dtype).astype(cupy.float64)
-        exact = cupy.concatenate([to_float32(dense[r : r + EXACT_ROWS], dtype).astype(cupy.float64) @ x64 for r in range(0, cs.m, EXACT_ROWS)])
+        exact = cupy.concatenate(
+            [
+                to_float32(dense[r : r + EXACT_ROWS], dtype).astype(cupy.float64) @ x64
+                for r in range(0, cs.m, EXACT_ROWS)
+            ]
+        )
         error = reference.relative_error(y.get(), exact.get(), dtype)
         progress(0.4)
         timer = ColdTimer()
@@ -296,7 +367,17 @@ def measure(params, a: np.ndarray, x: np.ndarray, dtype: str, times: dict[str, f
         times["csr"] = timer.median_ms(lambda: csr(d_x), params.repeats)
         progress(0.8)
         pruning = pruning_report(params, d_a, dense, d_x, cupy, dtype)
-        used = {"dense": f"cuBLAS ({'cublasGemmEx' if dtype == 'bfloat16' else 'cupy.matmul'}) {dtype}",
-                "csr": f"cuSPARSE CSR int32 {csr.dtype}" + ("" if csr.dtype == dtype else f" (cuSPARSE through CuPy takes no {dtype} here)")}
-        return {"cs": cs.to_host(), "y": y.get(), "error": error, "pruning": pruning, "kernel": plan.describe(), "anchors": used,
-                "anchor_bytes": {"dense": int(dense.nbytes), "csr": csr.nbytes}}
+        used = {
+            "dense": f"cuBLAS ({'cublasGemmEx' if dtype == 'bfloat16' else 'cupy.matmul'}) {dtype}",
+            "csr": f"cuSPARSE CSR int32 {csr.dtype}"
+            + ("" if csr.dtype == dtype else f" (cuSPARSE through CuPy takes no {dtype} here)"),
+        }
+        return {
+            "cs": cs.to_host(),
+            "y": y.get(),
+            "error": error,
+            "pruning": pruning,
+            "kernel": plan.describe(),
+            "anchors": used,
+            "anchor_bytes": {"dense": int(dense.nbytes), "csr": csr.nbytes},
+        }

@@ -80,8 +80,15 @@ def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     return min(lanes, cap)
 
 
-def make_plan(cs: CS256, k: int = 1, variant: str = "group", lanes: int | None = None, chunk: int | None = None,
-              slice_tiles: int | None = None, blocks_per_sm: int | None = None) -> Plan:
+def make_plan(
+    cs: CS256,
+    k: int = 1,
+    variant: str = "group",
+    lanes: int | None = None,
+    chunk: int | None = None,
+    slice_tiles: int | None = None,
+    blocks_per_sm: int | None = None,
+) -> Plan:
     """The launch of `variant` for `cs` times k vectors, on the current device. Overrides
     (for tests and tuning): lanes (1..32, power of two), chunk (4 or 8, dividing vec),
     slice_tiles (>= T, or a multiple of 4), blocks_per_sm."""
@@ -139,17 +146,23 @@ def _check_matrix(cs: CS256) -> None:
         if not array.flags.c_contiguous or array.data.ptr % 16:
             raise CS256Error(f"{name} must be C-contiguous and 16-byte aligned")
         if array.device.id != cupy.cuda.Device().id:
-            raise CS256Error(f"{name} lives on device {array.device.id}, not on the current device {cupy.cuda.Device().id}")
+            raise CS256Error(
+                f"{name} lives on device {array.device.id}, not on the current device {cupy.cuda.Device().id}"
+            )
 
 
-def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options) -> cupy.ndarray:
+def spmm(
+    cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options
+) -> cupy.ndarray:
     """Y = A X on the current stream. x: (n,) or (n, k), the matrix's storage dtype; returns
     (or fills `out` with) y of shape (m,) or (m, k) in that dtype. plan: from make_plan
     (made here, with plan_options, when None)."""
     _check_matrix(cs)
     dtype = STORAGE[cs.dtype]
     if not isinstance(x, cupy.ndarray) or x.dtype != dtype or x.ndim not in (1, 2) or x.shape[0] != cs.n:
-        raise CS256Error(f"x must be a CuPy {dtype} array of shape ({cs.n},) or ({cs.n}, k); got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        raise CS256Error(
+            f"x must be a CuPy {dtype} array of shape ({cs.n},) or ({cs.n}, k); got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}"
+        )
     k = 1 if x.ndim == 1 else x.shape[1]
     plan = plan or make_plan(cs, k, **plan_options)
     if plan.k != k:
@@ -170,7 +183,12 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
     if plan.variant == "split4":
         function((plan.grid,), (plan.block,), (*_matrix_args(cs), x_run, y))
     else:
-        function((plan.grid,), (plan.block,), group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles), shared_mem=plan.shared_bytes)
+        function(
+            (plan.grid,),
+            (plan.block,),
+            group_args(cs, x_run, y, plan.chunk, plan.lanes, plan.slice_tiles),
+            shared_mem=plan.shared_bytes,
+        )
     if plan.k_padded != k:
         y = y[:, :k]
     if out is None:
@@ -181,7 +199,15 @@ def spmm(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray
 
 
 def _matrix_args(cs: CS256) -> tuple:
-    return (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles))
+    return (
+        cs.values,
+        cs.indices,
+        cs.row_ptr,
+        cs.block_increments,
+        np.int32(cs.m),
+        np.int32(cs.n),
+        np.int32(cs.padded_tiles),
+    )
 
 
 def group_args(cs: CS256, x: cupy.ndarray, y: cupy.ndarray, chunk: int, lanes: int, slice_tiles: int) -> tuple:
@@ -190,7 +216,9 @@ def group_args(cs: CS256, x: cupy.ndarray, y: cupy.ndarray, chunk: int, lanes: i
     return (*_matrix_args(cs), np.int32(unit_shift), x, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles))
 
 
-def spmv(cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options) -> cupy.ndarray:
+def spmv(
+    cs: CS256, x: cupy.ndarray, plan: Plan | None = None, out: cupy.ndarray | None = None, **plan_options
+) -> cupy.ndarray:
     """y = A x for one vector x of shape (n,); see spmm."""
     if getattr(x, "ndim", None) != 1:
         raise CS256Error("spmv takes one vector of shape (n,); use spmm for several")

@@ -35,9 +35,19 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit the safetensors reference impl
 
 # safetensors dtype code -> NumPy dtype (little-endian); BF16 as its bit patterns.
 SAFETENSORS_DTYPES = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
-    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"),
+    "U32": np.dtype("<u4"),
+    "U16": np.dtype("<u2"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
 }
 # Codes the format knows that NumPy cannot read as numbers: sizes only, to check offsets.
 OTHER_ITEMSIZES = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
@@ -92,7 +102,9 @@ def read_safetensors_header(data: bytes | memoryview) -> tuple[dict[str, dict[st
     if not isinstance(header, dict):
         raise SafetensorsError("the header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
         raise SafetensorsError("__metadata__ must map strings to strings")
     start = 8 + header_len
     buffer_len = len(view) - start
@@ -105,8 +117,15 @@ def read_safetensors_header(data: bytes | memoryview) -> tuple[dict[str, dict[st
             raise SafetensorsError(f"tensor {name!r}: dtype must be a string")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise SafetensorsError(f"tensor {name!r}: shape must be a list of non-negative integers")
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1] <= buffer_len:
-            raise SafetensorsError(f"tensor {name!r}: data_offsets must be [begin, end] inside the {buffer_len}-byte buffer")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= buffer_len
+        ):
+            raise SafetensorsError(
+                f"tensor {name!r}: data_offsets must be [begin, end] inside the {buffer_len}-byte buffer"
+            )
         itemsize = SAFETENSORS_DTYPES[dtype].itemsize if dtype in SAFETENSORS_DTYPES else OTHER_ITEMSIZES.get(dtype)
         if itemsize is None:
             raise SafetensorsError(f"tensor {name!r}: unknown dtype {dtype!r}")
@@ -116,7 +135,9 @@ def read_safetensors_header(data: bytes | memoryview) -> tuple[dict[str, dict[st
     position = 0
     for begin, end, name in sorted(spans):
         if begin != position:
-            raise SafetensorsError(f"tensor {name!r}: the tensors overlap or leave a hole at byte {position} of the buffer")
+            raise SafetensorsError(
+                f"tensor {name!r}: the tensors overlap or leave a hole at byte {position} of the buffer"
+            )
         position = end
     if position != buffer_len:
         raise SafetensorsError(f"the tensors end at byte {position} of a {buffer_len}-byte buffer")
@@ -152,7 +173,11 @@ def write_safetensors(tensors: dict[str, tuple[str, np.ndarray]], metadata: dict
         if code not in SAFETENSORS_DTYPES:
             raise SafetensorsError(f"cannot write dtype {code!r}")
         blob = np.ascontiguousarray(array, dtype=SAFETENSORS_DTYPES[code]).tobytes()
-        header[name] = {"dtype": code, "shape": [int(d) for d in np.shape(array)], "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": code,
+            "shape": [int(d) for d in np.shape(array)],
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     raw = json.dumps(header, separators=(",", ":")).encode()
@@ -166,8 +191,16 @@ def write_safetensors(tensors: dict[str, tuple[str, np.ndarray]], metadata: dict
 def save_npz(cs: CS256, file: str | os.PathLike | IO[bytes]) -> None:
     """Write `cs` as an uncompressed .npz (numpy.savez)."""
     cs = cs.to_host()
-    np.savez(file, format=np.array(FORMAT_NAME), version=np.int32(FORMAT_VERSION), m=np.int64(cs.m), n=np.int64(cs.n), vec=np.int32(cs.vec),
-             dtype=np.array(cs.dtype), **{name: getattr(cs, name) for name in ARRAYS})
+    np.savez(
+        file,
+        format=np.array(FORMAT_NAME),
+        version=np.int32(FORMAT_VERSION),
+        m=np.int64(cs.m),
+        n=np.int64(cs.n),
+        vec=np.int32(cs.vec),
+        dtype=np.array(cs.dtype),
+        **{name: getattr(cs, name) for name in ARRAYS},
+    )
 
 
 def load_npz(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
@@ -180,7 +213,9 @@ def load_npz(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
             if missing:
                 raise CS256Error(f"not a CS256 .npz: missing {', '.join(sorted(missing))}")
             if str(archive["format"]) != FORMAT_NAME or int(archive["version"]) != FORMAT_VERSION:
-                raise CS256Error(f"not a CS256 version {FORMAT_VERSION} .npz (format {str(archive['format'])!r}, version {archive['version']})")
+                raise CS256Error(
+                    f"not a CS256 version {FORMAT_VERSION} .npz (format {str(archive['format'])!r}, version {archive['version']})"
+                )
             scalars = {name: archive[name] for name in ("m", "n", "vec", "dtype")}
             if any(value.shape != () for value in scalars.values()):
                 raise CS256Error("m, n, vec and dtype must be scalars")
@@ -195,8 +230,23 @@ def load_npz(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
 def save_safetensors(cs: CS256, file: str | os.PathLike | IO[bytes] | None = None) -> bytes | None:
     """Write `cs` as .safetensors to `file` (a path or binary file), or return the bytes."""
     cs = cs.to_host()
-    metadata = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION), "m": str(cs.m), "n": str(cs.n), "vec": str(cs.vec), "dtype": cs.dtype}
-    data = write_safetensors({"values": (CODE_OF[cs.dtype], cs.values), "indices": ("U8", cs.indices), "row_ptr": ("I32", cs.row_ptr), "block_increments": ("U8", cs.block_increments)}, metadata)
+    metadata = {
+        "format": FORMAT_NAME,
+        "version": str(FORMAT_VERSION),
+        "m": str(cs.m),
+        "n": str(cs.n),
+        "vec": str(cs.vec),
+        "dtype": cs.dtype,
+    }
+    data = write_safetensors(
+        {
+            "values": (CODE_OF[cs.dtype], cs.values),
+            "indices": ("U8", cs.indices),
+            "row_ptr": ("I32", cs.row_ptr),
+            "block_increments": ("U8", cs.block_increments),
+        },
+        metadata,
+    )
     if file is None:
         return data
     if hasattr(file, "write"):
@@ -221,7 +271,9 @@ def load_safetensors(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
     except SafetensorsError as exc:
         raise CS256Error(f"not a readable .safetensors file ({exc})") from None
     if metadata.get("format") != FORMAT_NAME or metadata.get("version") != str(FORMAT_VERSION):
-        raise CS256Error(f"not a CS256 version {FORMAT_VERSION} .safetensors (metadata format {metadata.get('format')!r}, version {metadata.get('version')!r})")
+        raise CS256Error(
+            f"not a CS256 version {FORMAT_VERSION} .safetensors (metadata format {metadata.get('format')!r}, version {metadata.get('version')!r})"
+        )
     missing = set(ARRAYS) - set(tensors)
     if missing:
         raise CS256Error(f"not a CS256 .safetensors: missing {', '.join(sorted(missing))}")

@@ -141,7 +141,9 @@ def as_storage(a, dtype=None) -> tuple[Any, str]:
             return xp.ascontiguousarray(a), "float32"
         if a.dtype == np.uint16:
             raise CS256Error("a uint16 array is taken as bfloat16 bit patterns only with dtype='bfloat16'")
-        raise CS256Error(f"values of dtype {a.dtype} are not supported: use float16, float32, or bfloat16 bit patterns (uint16) with dtype='bfloat16', or name the dtype to convert to")
+        raise CS256Error(
+            f"values of dtype {a.dtype} are not supported: use float16, float32, or bfloat16 bit patterns (uint16) with dtype='bfloat16', or name the dtype to convert to"
+        )
     name = check_dtype(dtype)
     if a.dtype == np.uint16:
         if name != "bfloat16":
@@ -230,13 +232,20 @@ class CS256:
         """A copy with CuPy arrays on the current device."""
         import cupy
 
-        return replace(self, **{name: cupy.asarray(getattr(self, name)) for name in ("values", "indices", "row_ptr", "block_increments")})
+        return replace(
+            self,
+            **{
+                name: cupy.asarray(getattr(self, name)) for name in ("values", "indices", "row_ptr", "block_increments")
+            },
+        )
 
     def to_host(self) -> CS256:
         """A copy (or self) with NumPy arrays."""
         if self.xp is np:
             return self
-        return replace(self, **{name: getattr(self, name).get() for name in ("values", "indices", "row_ptr", "block_increments")})
+        return replace(
+            self, **{name: getattr(self, name).get() for name in ("values", "indices", "row_ptr", "block_increments")}
+        )
 
     def validate(self) -> CS256:
         """Check every structural rule; returns self, or raises CS256Error naming the first
@@ -250,11 +259,20 @@ class CS256:
         if any(array_module(getattr(self, name)) is not xp for name in ("indices", "row_ptr", "block_increments")):
             raise CS256Error("the arrays must all be NumPy or all CuPy")
         m, t, p, vec = self.m, self.tiles_per_row, self.padded_tiles, self.vec
-        expected = {"values": ((None,), STORAGE[self.dtype]), "indices": ((None,), np.dtype(np.uint8)), "row_ptr": ((m + 1,), np.dtype(np.int32)), "block_increments": ((m, p), np.dtype(np.uint8))}
+        expected = {
+            "values": ((None,), STORAGE[self.dtype]),
+            "indices": ((None,), np.dtype(np.uint8)),
+            "row_ptr": ((m + 1,), np.dtype(np.int32)),
+            "block_increments": ((m, p), np.dtype(np.uint8)),
+        }
         for name, (shape, dtype) in expected.items():
             array = getattr(self, name)
-            if array.ndim != len(shape) or any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True)):
-                raise CS256Error(f"{name} has shape {array.shape}; expected {tuple('any' if s is None else s for s in shape)}")
+            if array.ndim != len(shape) or any(
+                want is not None and got != want for got, want in zip(array.shape, shape, strict=True)
+            ):
+                raise CS256Error(
+                    f"{name} has shape {array.shape}; expected {tuple('any' if s is None else s for s in shape)}"
+                )
             if array.dtype != dtype:
                 raise CS256Error(f"{name} has dtype {array.dtype}; expected {dtype} for a {self.dtype} matrix")
         if self.indices.shape[0] != self.stored:
@@ -263,7 +281,9 @@ class CS256:
             raise CS256Error(f"{self.stored} stored entries do not fit int32 row pointers")
         row_ptr = self.row_ptr.astype(np.int64)
         if int(row_ptr[0]) != 0 or int(row_ptr[-1]) != self.stored:
-            raise CS256Error(f"row_ptr must start at 0 and end at the {self.stored} stored entries; it runs {int(row_ptr[0])}..{int(row_ptr[-1])}")
+            raise CS256Error(
+                f"row_ptr must start at 0 and end at the {self.stored} stored entries; it runs {int(row_ptr[0])}..{int(row_ptr[-1])}"
+            )
         row_lengths = xp.diff(row_ptr)
         if bool((row_lengths < 0).any()):
             raise CS256Error("row_ptr decreases")
@@ -330,7 +350,13 @@ def from_csr(matrix, vec: int = DEFAULT_VEC, dtype=None) -> CS256:
     xp = array_module(data)
     indptr = xp.asarray(matrix.indptr).astype(np.int64)
     cols = xp.asarray(matrix.indices).astype(np.int64)
-    if indptr.shape != (m + 1,) or int(indptr[0]) != 0 or int(indptr[-1]) != cols.size or cols.size != data.size or bool((xp.diff(indptr) < 0).any()):
+    if (
+        indptr.shape != (m + 1,)
+        or int(indptr[0]) != 0
+        or int(indptr[-1]) != cols.size
+        or cols.size != data.size
+        or bool((xp.diff(indptr) < 0).any())
+    ):
         raise CS256Error("the CSR arrays are inconsistent (indptr, indices and data do not match)")
     if cols.size and (int(cols.min()) < 0 or int(cols.max()) >= n):
         raise CS256Error(f"a CSR column index is outside 0..{n - 1}")
@@ -435,7 +461,11 @@ def prune(a, sparsity: float, vec: int = DEFAULT_VEC, dtype=None) -> CS256:
     everything. The sparsity reached is in `.sparsity` (the last, narrower tile of each
     row counts its missing columns as zeros of its groups)."""
     vec = check_vec(vec)
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float, np.integer, np.floating)) or not (0.0 <= float(sparsity) < 1.0):
+    if (
+        isinstance(sparsity, bool)
+        or not isinstance(sparsity, (int, float, np.integer, np.floating))
+        or not (0.0 <= float(sparsity) < 1.0)
+    ):
         raise CS256Error(f"sparsity must be a number in [0, 1); got {sparsity!r}")
     a, name = as_storage(a, dtype)
     m, n = _check_matrix(a)
@@ -520,8 +550,21 @@ def storage_report(cs: CS256) -> dict[str, Any]:
         }
 
     return {
-        "m": m, "n": n, "dtype": cs.dtype, "vec": cs.vec, "nnz": nnz, "stored": cs.stored, "padding": cs.stored - nnz,
-        "sparsity": 1.0 - nnz / (m * n), "tiles_per_row": cs.tiles_per_row, "padded_tiles": cs.padded_tiles,
-        "cs256_arrays": {"values": cs.stored * item, "indices": cs.stored, "row_ptr": 4 * (m + 1), "block_increments": m * cs.padded_tiles},
+        "m": m,
+        "n": n,
+        "dtype": cs.dtype,
+        "vec": cs.vec,
+        "nnz": nnz,
+        "stored": cs.stored,
+        "padding": cs.stored - nnz,
+        "sparsity": 1.0 - nnz / (m * n),
+        "tiles_per_row": cs.tiles_per_row,
+        "padded_tiles": cs.padded_tiles,
+        "cs256_arrays": {
+            "values": cs.stored * item,
+            "indices": cs.stored,
+            "row_ptr": 4 * (m + 1),
+            "block_increments": m * cs.padded_tiles,
+        },
         "formats": {name: entry(size) for name, size in formats.items()},
     }

@@ -27,8 +27,6 @@ VARIANTS = ("group", "split4")
 MATRIX_FILE, X_FILE = "matrix.npy", "x.npy"
 
 
-
-
 @dataclass(frozen=True)
 class Cs256Params:
     """One CS256 job; validated on construction (raises ParamError).
@@ -50,7 +48,9 @@ class Cs256Params:
 
     def __post_init__(self) -> None:
         sparsity = self.sparsity
-        if sparsity is not None and (isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real) or not 0.0 <= float(sparsity) < 1.0):
+        if sparsity is not None and (
+            isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real) or not 0.0 <= float(sparsity) < 1.0
+        ):
             raise ParamError("sparsity", f"must be a number in [0, 1) (or null: no pruning); got {sparsity!r}")
         if isinstance(self.vec, bool) or self.vec not in VECS:
             raise ParamError("vec", f"must be one of {', '.join(map(str, VECS))}; got {self.vec!r}")
@@ -100,7 +100,9 @@ def storage_matrix(matrix: np.ndarray, dtype: str, bfloat16_bits: bool = False) 
     if not finite.all():
         nans = int(np.count_nonzero(np.isnan(values)))
         bad = values.size - int(np.count_nonzero(finite))
-        raise ParamError("matrix", f"the matrix has {bad} non-finite entries ({nans} NaN, {bad - nans} infinite)", "invalid_matrix")
+        raise ParamError(
+            "matrix", f"the matrix has {bad} non-finite entries ({nans} NaN, {bad - nans} infinite)", "invalid_matrix"
+        )
     try:
         if bfloat16_bits:
             stored = np.ascontiguousarray(native) if dtype == "bfloat16" else as_storage(values, dtype)[0]
@@ -109,7 +111,11 @@ def storage_matrix(matrix: np.ndarray, dtype: str, bfloat16_bits: bool = False) 
     except CS256Error as exc:
         raise ParamError("dtype", str(exc), "unsupported_dtype") from None
     if not np.isfinite(to_float32(stored, dtype)).all():
-        raise ParamError("matrix", f"the matrix overflows {dtype} (largest magnitude {float(np.max(np.abs(values))):.4g})", "invalid_matrix")
+        raise ParamError(
+            "matrix",
+            f"the matrix overflows {dtype} (largest magnitude {float(np.max(np.abs(values))):.4g})",
+            "invalid_matrix",
+        )
     return stored
 
 
@@ -119,7 +125,9 @@ def storage_vectors(x: np.ndarray, n: int, dtype: str) -> np.ndarray:
     if x.dtype.kind != "f":
         raise ParamError("x", f"x holds {x.dtype}; send floating-point numbers", "invalid_x")
     if x.ndim not in (1, 2) or x.shape[0] != n or (x.ndim == 2 and not 1 <= x.shape[1] <= MAX_VECTORS):
-        raise ParamError("x", f"x has shape {x.shape}; expected ({n},) or ({n}, k) with 1 <= k <= {MAX_VECTORS}", "invalid_x")
+        raise ParamError(
+            "x", f"x has shape {x.shape}; expected ({n},) or ({n}, k) with 1 <= k <= {MAX_VECTORS}", "invalid_x"
+        )
     if not np.isfinite(x).all():
         raise ParamError("x", "x has NaN or infinite entries", "invalid_x")
     stored, _ = as_storage(x.astype(x.dtype.newbyteorder("="), copy=False), dtype)
@@ -145,7 +153,9 @@ class Cs256Job:
     source: Mapping[str, Any] | None = None
 
     @classmethod
-    def generated(cls, params: Cs256Params, m: int, n: int, dtype: str, seed: int = 0, x: np.ndarray | None = None) -> Cs256Job:
+    def generated(
+        cls, params: Cs256Params, m: int, n: int, dtype: str, seed: int = 0, x: np.ndarray | None = None
+    ) -> Cs256Job:
         for name, value, least in (("spec.m", m, 1), ("spec.n", n, 1), ("spec.seed", seed, 0)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ParamError(name, f"must be an integer >= {least}; got {value!r}")
@@ -154,14 +164,30 @@ class Cs256Job:
         return cls(params, m, n, dtype, seed, x=None if x is None else storage_vectors(x, n, dtype))
 
     @classmethod
-    def uploaded(cls, params: Cs256Params, matrix: np.ndarray, dtype: str, source: Mapping[str, Any], seed: int = 0,
-                 x: np.ndarray | None = None) -> Cs256Job:
+    def uploaded(
+        cls,
+        params: Cs256Params,
+        matrix: np.ndarray,
+        dtype: str,
+        source: Mapping[str, Any],
+        seed: int = 0,
+        x: np.ndarray | None = None,
+    ) -> Cs256Job:
         """`matrix` as uploaded (bfloat16 as uint16 bit patterns when source["code"] is BF16),
         rounded to `dtype`."""
         stored = storage_matrix(matrix, dtype, bfloat16_bits=source.get("code") == "BF16")
         m, n = stored.shape
         x_stored = None if x is None else storage_vectors(x, n, dtype)
-        return cls(params, m, n, dtype, seed, matrix=stored, x=x_stored, source={"file": source["file"], "tensor": source.get("tensor")})
+        return cls(
+            params,
+            m,
+            n,
+            dtype,
+            seed,
+            matrix=stored,
+            x=x_stored,
+            source={"file": source["file"], "tensor": source.get("tensor")},
+        )
 
     def inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """(A, x) in the storage of `dtype`: the uploaded or the generated ones."""
@@ -172,9 +198,21 @@ class Cs256Job:
     def to_json(self) -> dict[str, Any]:
         p = self.params
         options = {"sparsity": p.sparsity, "vec": p.vec, "repeats": p.repeats, "save": p.save, "variant": p.variant}
-        common = {"m": self.m, "n": self.n, "dtype": self.dtype, "seed": self.seed, "x": "given" if self.x is not None else "random", "vectors": p.vectors}
+        common = {
+            "m": self.m,
+            "n": self.n,
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "x": "given" if self.x is not None else "random",
+            "vectors": p.vectors,
+        }
         if self.matrix is None:
-            return {"source": "spec", "spec": {"m": self.m, "n": self.n, "dtype": self.dtype, "seed": self.seed}, **common, **options}
+            return {
+                "source": "spec",
+                "spec": {"m": self.m, "n": self.n, "dtype": self.dtype, "seed": self.seed},
+                **common,
+                **options,
+            }
         source = self.source or {}
         return {"source": "upload", "file": source.get("file"), "tensor": source.get("tensor"), **common, **options}
 
@@ -188,8 +226,14 @@ class Cs256Job:
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> Cs256Job:
-        params = Cs256Params(sparsity=stored["sparsity"], vec=stored["vec"], vectors=stored["vectors"], repeats=stored["repeats"],
-                             save=stored["save"], variant=stored.get("variant", "group"))
+        params = Cs256Params(
+            sparsity=stored["sparsity"],
+            vec=stored["vec"],
+            vectors=stored["vectors"],
+            repeats=stored["repeats"],
+            save=stored["save"],
+            variant=stored.get("variant", "group"),
+        )
         x = np.load(files[X_FILE], allow_pickle=False) if stored["x"] == "given" else None
         matrix = np.load(files[MATRIX_FILE], allow_pickle=False) if stored["source"] == "upload" else None
         source = {"file": stored.get("file"), "tensor": stored.get("tensor")} if matrix is not None else None

@@ -175,4 +175,12 @@ def measure(params, a: np.ndarray, x: np.ndarray, dtype: str, times: dict[str, f
         anchor_bytes["csr"] = int(csr.nnz) * 8 + 4 * (cs.m + 1)
     progress(0.7)
     pruning = pruning_report(params, a, dense, x, np, dtype)
-    return {"cs": cs, "y": y, "error": error, "pruning": pruning, "kernel": {"variant": "numpy reference"}, "anchors": anchors, "anchor_bytes": anchor_bytes}
+    return {
+        "cs": cs,
+        "y": y,
+        "error": error,
+        "pruning": pruning,
+        "kernel": {"variant": "numpy reference"},
+        "anchors": anchors,
+        "anchor_bytes": anchor_bytes,
+    }

@@ -24,7 +24,20 @@ log = logging.getLogger("pencil")
 # Photo sizes whose line tables warm_up builds on every device (width, height): the
 # common camera and screen sizes (a table depends on the shorter side only, so either
 # orientation). Any other size builds its tables (a few ms) on its first render.
-WARM_SIZES = ((640, 480), (800, 600), (1024, 768), (1280, 720), (1280, 960), (1600, 1200), (1920, 1080), (2048, 1536), (2560, 1440), (2560, 1920), (3840, 2160), (4032, 3024))
+WARM_SIZES = (
+    (640, 480),
+    (800, 600),
+    (1024, 768),
+    (1280, 720),
+    (1280, 960),
+    (1600, 1200),
+    (1920, 1080),
+    (2048, 1536),
+    (2560, 1440),
+    (2560, 1920),
+    (3840, 2160),
+    (4032, 3024),
+)
 
 
 def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=None) -> np.ndarray:
@@ -39,7 +52,9 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=N
     return reference.render(image, params)
 
 
-def draw_bytes(data: bytes, photo, params: PencilParams, fmt: str, quality: int, backend: str = "cpu", pool=None) -> Drawing:
+def draw_bytes(
+    data: bytes, photo, params: PencilParams, fmt: str, quality: int, backend: str = "cpu", pool=None
+) -> Drawing:
     """An uploaded photo -> its encoded drawing; see gpu.pencil.draw.draw_bytes."""
     from gpu.pencil import draw
 

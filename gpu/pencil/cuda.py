@@ -92,7 +92,9 @@ def _same_weight(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
 
 
-def _prefix_terms(kernel: np.ndarray, half: int, step: tuple[int, int], weights: list[float]) -> list[tuple[int, int, int]]:
+def _prefix_terms(
+    kernel: np.ndarray, half: int, step: tuple[int, int], weights: list[float]
+) -> list[tuple[int, int, int]]:
     """The kernel as terms w * (D[a] - D[b]) over the prefix sums D(q) = sum_t T(q - t step):
     an equal-weight stretch f..l of a line along `step` is (a, b) = (l, f - step); any other
     tap q is (q, q - step). Returns (packed a, packed b, weight index)."""
@@ -109,7 +111,11 @@ def _prefix_terms(kernel: np.ndarray, half: int, step: tuple[int, int], weights:
         i = 0
         while i < len(taps):
             j = i  # extend an equal-weight stretch of consecutive taps
-            while j + 1 < len(taps) and _same_weight(taps[j + 1][3], taps[i][3]) and (taps[j + 1][1], taps[j + 1][2]) == (taps[j][1] + sx, taps[j][2] + sy):
+            while (
+                j + 1 < len(taps)
+                and _same_weight(taps[j + 1][3], taps[i][3])
+                and (taps[j + 1][1], taps[j + 1][2]) == (taps[j][1] + sx, taps[j][2] + sy)
+            ):
                 j += 1
             if j - i + 1 >= MIN_STRETCH:
                 (_, fx, fy, w), (_, lx, ly, _) = taps[i], taps[j]
@@ -148,12 +154,14 @@ def line_table(length: int, width: int, prefix: bool) -> np.ndarray:
     along_y_bits = sum(1 << d for d in ALONG_Y)
     header = np.array([*run_starts, len(weights), along_y_bits, *term_starts], np.int64)
     assert header.size == TABLE_HEADER
-    table = np.concatenate([
-        header,
-        np.array(runs, np.int64).reshape(-1),
-        np.array(terms, np.int64).reshape(-1),
-        np.array(weights, np.float32).view(np.int32).astype(np.int64),
-    ]).astype(np.int32)
+    table = np.concatenate(
+        [
+            header,
+            np.array(runs, np.int64).reshape(-1),
+            np.array(terms, np.int64).reshape(-1),
+            np.array(weights, np.float32).view(np.int32).astype(np.int64),
+        ]
+    ).astype(np.int32)
     table.setflags(write=False)
     return table
 
@@ -211,8 +219,17 @@ class DeviceAssets:
             self.log_texture = _upload_shared(np.log(texture))
             self.texture_size = texture.shape[0]
             if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
-                raise ValueError(f"the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, got {texture.shape}")
-            for name in ("luma_histogram", "median_gradient", "line_label_tiled", "line_strokes_tiled", "matching_lut", "merge"):
+                raise ValueError(
+                    f"the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, got {texture.shape}"
+                )
+            for name in (
+                "luma_histogram",
+                "median_gradient",
+                "line_label_tiled",
+                "line_strokes_tiled",
+                "matching_lut",
+                "merge",
+            ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
         self._lines: OrderedDict[tuple[int, int], LinePlan] = OrderedDict()
@@ -281,7 +298,9 @@ def luma_and_histogram(image: cupy.ndarray) -> Planes:
 
 
 def padded_shape(height: int, width: int, halo: int) -> tuple[int, int]:
-    return kernels.div_up(height, LINE_TILE_H) * LINE_TILE_H + 2 * halo, kernels.div_up(width, LINE_TILE_W) * LINE_TILE_W + 2 * halo
+    return kernels.div_up(height, LINE_TILE_H) * LINE_TILE_H + 2 * halo, kernels.div_up(
+        width, LINE_TILE_W
+    ) * LINE_TILE_W + 2 * halo
 
 
 def gradient_padded(luma: cupy.ndarray, halo: int) -> cupy.ndarray:
@@ -291,7 +310,11 @@ def gradient_padded(luma: cupy.ndarray, halo: int) -> cupy.ndarray:
     rows, pitch = padded_shape(height, width, halo)
     magnitude = kernels.empty((rows, pitch), cupy.float32)
     grid = (kernels.div_up(pitch, 32), kernels.div_up(rows, 8))
-    _k("median_gradient")(grid, (32, 8), (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(rows), np.int32(halo)))
+    _k("median_gradient")(
+        grid,
+        (32, 8),
+        (luma, np.int32(height), np.int32(width), magnitude, np.int32(pitch), np.int32(rows), np.int32(halo)),
+    )
     return magnitude
 
 
@@ -332,7 +355,9 @@ def classify(magnitude_padded: cupy.ndarray, plan: LinePlan, height: int, width:
     for pass 2 (padded float32: M with the label in its 3 low mantissa bits)."""
     label = kernels.empty((height, width), cupy.uint8) if with_label else None
     packed = cupy.zeros_like(magnitude_padded)
-    _line_pass(1, plan, magnitude_padded, height, width, label=label if label is not None else np.uint64(0), packed=packed)
+    _line_pass(
+        1, plan, magnitude_padded, height, width, label=label if label is not None else np.uint64(0), packed=packed
+    )
     return label, packed
 
 
@@ -352,13 +377,25 @@ def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: b
     lut = kernels.empty(256, cupy.uint8)
     _k("matching_lut")((1,), (256,), (planes.histogram, cdf, lut))
     colsum = kernels.empty((height, width), cupy.int32)
-    _k("tone_columns")((kernels.div_up(width, 128), kernels.div_up(height, TONE_RUN)), (128,), (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum))
+    _k("tone_columns")(
+        (kernels.div_up(width, 128), kernels.div_up(height, TONE_RUN)),
+        (128,),
+        (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum),
+    )
     j = kernels.empty((height, width), cupy.float32)
     log_j = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("tone_rows")(
         (kernels.div_up(width, TONE_ROW_BLOCK), height),
         (TONE_ROW_BLOCK,),
-        (colsum, np.int32(height), np.int32(width), np.int32(blur), np.float32(gamma), j, log_j if with_log else np.uint64(0)),
+        (
+            colsum,
+            np.int32(height),
+            np.int32(width),
+            np.int32(blur),
+            np.float32(gamma),
+            j,
+            log_j if with_log else np.uint64(0),
+        ),
         shared_mem=(TONE_ROW_BLOCK + blur - 1) * 4,
     )
     return j, log_j, lut
@@ -400,19 +437,33 @@ def solve_beta(
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
         previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
-        direction_kernel(grid, CG_BLOCK, (residual, previous, jacobi, *tex, *size, scalars, current, partials, arrivals))
+        direction_kernel(
+            grid, CG_BLOCK, (residual, previous, jacobi, *tex, *size, scalars, current, partials, arrivals)
+        )
         update_kernel(grid, CG_BLOCK, (current, jacobi, *tex, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
             if previous_check is not None:
                 previous_check.synchronize()
                 if done_flag[0] != 0.0:
                     break
-            cupy.cuda.runtime.memcpyAsync(done_flag.ctypes.data, scalars.data.ptr + 5 * 8, 8, cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                done_flag.ctypes.data, scalars.data.ptr + 5 * 8, 8, cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr
+            )
             previous_check = stream.record()
     return beta, scalars
 
 
-def merge(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, beta, texture: DeviceAssets, image: cupy.ndarray, color: bool) -> cupy.ndarray:
+def merge(
+    strokes_plane,
+    extrema,
+    floor_range: float,
+    stroke_gamma: float,
+    j,
+    beta,
+    texture: DeviceAssets,
+    image: cupy.ndarray,
+    color: bool,
+) -> cupy.ndarray:
     """Stages 9-10 fused: normalised S, texture T, R = S * T as uint8, (H, W) or, with
     color, (H, W, 3) RGB with the photo's chroma."""
     height, width = strokes_plane.shape
@@ -454,7 +505,9 @@ def upload(lease, image: np.ndarray) -> cupy.ndarray:
         pinned_in = lease.staging("in", image.nbytes)
         pinned_in[:] = image.reshape(-1).view(np.uint8)
         d_image = kernels.empty(image.shape, cupy.uint8)
-        runtime.memcpyAsync(d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, lease.stream.ptr)
+        runtime.memcpyAsync(
+            d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, lease.stream.ptr
+        )
     return d_image
 
 
@@ -464,14 +517,18 @@ def download(lease, out: cupy.ndarray, marks: list | None = None) -> np.ndarray:
     runtime = cupy.cuda.runtime
     with cupy.cuda.Device(lease.device):
         pinned_out = lease.staging("out", out.nbytes)
-        runtime.memcpyAsync(pinned_out.ctypes.data, out.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, lease.stream.ptr)
+        runtime.memcpyAsync(
+            pinned_out.ctypes.data, out.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, lease.stream.ptr
+        )
         if marks is not None:
             marks.append(("download", lease.stream.record()))
         lease.stream.synchronize()
     return pinned_out.copy().reshape(out.shape)
 
 
-def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False) -> np.ndarray:
+def render_on(
+    lease, image: np.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False
+) -> np.ndarray:
     """Photo -> drawing on `lease` (a gpu.pool.Lease), host arrays in and out; shapes as
     reference.render. `marks` and `serial`: see render_device."""
     image = np.ascontiguousarray(reference.fit_max_side(image, params.max_side))
@@ -483,7 +540,9 @@ def render_on(lease, image: np.ndarray, params: PencilParams, marks: list | None
     return download(lease, out, marks)
 
 
-def render_device(lease, d_image: cupy.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False) -> cupy.ndarray:
+def render_device(
+    lease, d_image: cupy.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False
+) -> cupy.ndarray:
     """Photo -> drawing on `lease`, device arrays in and out: (H, W) or (H, W, 3) uint8
     ready in the order of `lease.stream` -> (H, W) uint8 or, in colour mode, (H, W, 3)
     uint8 RGB, ready in the same order. The photo is drawn at its own size (max_side is
@@ -524,7 +583,9 @@ def render_device(lease, d_image: cupy.ndarray, params: PencilParams, marks: lis
         side.wait_event(luma_ready)
         with side:
             cdf = device_assets.target_cdf(params.tone_weights)
-            j, log_j, _ = tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu")
+            j, log_j, _ = tone(
+                planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu"
+            )
             mark("tone", side)
             beta = None
             if params.texture == "lu":
@@ -534,7 +595,9 @@ def render_device(lease, d_image: cupy.ndarray, params: PencilParams, marks: lis
 
         main.wait_event(tone_ready)
         floor = stroke_floor(length, params.stroke_width)
-        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, j, beta, device_assets, d_image, params.mode == "color")
+        out = merge(
+            stroke_plane, extrema, floor, params.stroke_gamma, j, beta, device_assets, d_image, params.mode == "color"
+        )
         mark("merge")
         return out
 

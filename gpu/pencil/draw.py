@@ -73,7 +73,9 @@ def device_decodable(photo: Image.Image, data: bytes, params: PencilParams) -> b
     return fitted_size(height, width, params.max_side) == (height, width)
 
 
-def draw_bytes(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, quality: int, backend: str = "cpu", pool=None) -> Drawing:
+def draw_bytes(
+    data: bytes, photo: Image.Image, params: PencilParams, fmt: str, quality: int, backend: str = "cpu", pool=None
+) -> Drawing:
     """An uploaded photo -> its drawing encoded as `fmt` ('png', 'jpeg', 'webp') at
     `quality`. `photo` is `gpu.codec.decode.open_image(data, ...)` (header checked).
     Raises ImageError for a corrupt file; on CUDA, the pool's PoolBusy and
@@ -106,7 +108,9 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
         if decode_on_device:
             d_image = nvjpeg.decode(lease, data, gray=photo.mode == "L")
             if d_image is not None and d_image.shape[:2] != expected:
-                log.warning("device JPEG decode gave %s, the header says %s: decoding on the host", d_image.shape[:2], expected)
+                log.warning(
+                    "device JPEG decode gave %s, the header says %s: decoding on the host", d_image.shape[:2], expected
+                )
                 d_image = None
             decoded_on = "cpu" if d_image is None else "gpu"
         if d_image is None:

@@ -14,6 +14,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
 from gpu.errors import ParamError
 
 # --- Tone model of Lu et al., on the 0..255 scale --------------------------------------
@@ -37,8 +38,6 @@ CG_MAX_ITERATIONS = 60
 
 DIRECTIONS = 8  # line directions at i * pi / 8
 MIN_SIDE = 16  # px: smaller images carry too little structure to draw
-
-
 
 
 @dataclass(frozen=True)
@@ -98,19 +97,66 @@ class Option:
             allowed = f"{self.minimum:g} .. {self.maximum:g}"
         else:
             allowed = ""
-        default = "none" if self.default is None else f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        default = (
+            "none"
+            if self.default is None
+            else f"{self.default:g}"
+            if isinstance(self.default, float)
+            else str(self.default)
+        )
         return f"{self.help} [{allowed}; default {default}]" if allowed else f"{self.help} [default {default}]"
 
 
 PENCIL_OPTIONS: tuple[Option, ...] = (
-    Option("mode", str, "gray", "gray: a graphite drawing; color: the drawing as luminance under the photo's chroma (YCbCr)", choices=("gray", "color")),
-    Option("tone", str, "light", "tone preset, the layer weights bright:mid:dark of Lu et al.: light 76:22:2, medium 52:37:11, dark 42:29:29", choices=("light", "medium", "dark")),
-    Option("texture", str, "lu", "lu: beta from Lu's smooth least squares (conjugate gradient); fast: Qiu's per-pixel beta = 1 - J", choices=("lu", "fast")),
-    Option("line_frac", float, 1 / 30, "stroke line length as a fraction of the image's shorter side", minimum=0.005, maximum=0.2),
+    Option(
+        "mode",
+        str,
+        "gray",
+        "gray: a graphite drawing; color: the drawing as luminance under the photo's chroma (YCbCr)",
+        choices=("gray", "color"),
+    ),
+    Option(
+        "tone",
+        str,
+        "light",
+        "tone preset, the layer weights bright:mid:dark of Lu et al.: light 76:22:2, medium 52:37:11, dark 42:29:29",
+        choices=("light", "medium", "dark"),
+    ),
+    Option(
+        "texture",
+        str,
+        "lu",
+        "lu: beta from Lu's smooth least squares (conjugate gradient); fast: Qiu's per-pixel beta = 1 - J",
+        choices=("lu", "fast"),
+    ),
+    Option(
+        "line_frac",
+        float,
+        1 / 30,
+        "stroke line length as a fraction of the image's shorter side",
+        minimum=0.005,
+        maximum=0.2,
+    ),
     Option("stroke_width", int, 1, "stroke width w: the drawn line is 2w+1 px wide", minimum=0, maximum=5),
-    Option("stroke_gamma", float, 1.0, "darkness of the strokes: S ** stroke_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
-    Option("tone_gamma", float, 1.0, "darkness of the tone: J ** tone_gamma (above 1 darker)", minimum=0.1, maximum=5.0),
-    Option("max_side", int, None, "downscale (area filter) so the longer side is at most this many px before rendering; omit to keep the size", minimum=MIN_SIDE, maximum=65500),
+    Option(
+        "stroke_gamma",
+        float,
+        1.0,
+        "darkness of the strokes: S ** stroke_gamma (above 1 darker)",
+        minimum=0.1,
+        maximum=5.0,
+    ),
+    Option(
+        "tone_gamma", float, 1.0, "darkness of the tone: J ** tone_gamma (above 1 darker)", minimum=0.1, maximum=5.0
+    ),
+    Option(
+        "max_side",
+        int,
+        None,
+        "downscale (area filter) so the longer side is at most this many px before rendering; omit to keep the size",
+        minimum=MIN_SIDE,
+        maximum=65500,
+    ),
 )
 _OPTIONS_BY_NAME = {option.name: option for option in PENCIL_OPTIONS}
 

@@ -290,7 +290,9 @@ def texture_for(height: int, width: int) -> np.ndarray:
 def lu_energy(beta: np.ndarray, log_texture: np.ndarray, log_tone: np.ndarray, lam: float = LU_LAMBDA) -> float:
     """Lu's energy ||beta ln H - ln J||^2 + lam ||grad beta||^2 (forward differences)."""
     data = float(np.sum((beta.astype(np.float64) * log_texture - log_tone) ** 2))
-    smooth = float(np.sum(np.diff(beta, axis=0).astype(np.float64) ** 2) + np.sum(np.diff(beta, axis=1).astype(np.float64) ** 2))
+    smooth = float(
+        np.sum(np.diff(beta, axis=0).astype(np.float64) ** 2) + np.sum(np.diff(beta, axis=1).astype(np.float64) ** 2)
+    )
     return data + lam * smooth
 
 

@@ -107,9 +107,19 @@ def _smoothstep(x: np.ndarray) -> np.ndarray:
     return x * x * (3.0 - 2.0 * x)
 
 
-def _stroke_samples(rng: np.random.Generator, size: int, angle_deg: float, jitter_deg: float,
-                    density: float, dark: tuple[float, float], len_range: tuple[float, float],
-                    pickup: np.ndarray, rows: list, cols: list, weights: list) -> None:
+def _stroke_samples(
+    rng: np.random.Generator,
+    size: int,
+    angle_deg: float,
+    jitter_deg: float,
+    density: float,
+    dark: tuple[float, float],
+    len_range: tuple[float, float],
+    pickup: np.ndarray,
+    rows: list,
+    cols: list,
+    weights: list,
+) -> None:
     """Rasterise one layer of strokes; append wrapped (row, col, log-darkening) samples.
 
     Strokes are added until their total centre-line length reaches
@@ -154,12 +164,13 @@ def _stroke_samples(rng: np.random.Generator, size: int, angle_deg: float, jitte
         m_idx = np.arange(math.ceil(m0), math.floor(m0 + dm * length) + 1, dtype=np.float64)
         if m_idx.size < 2:
             continue
-        s = (m_idx - m0) / dm                     # arc length along the chord
+        s = (m_idx - m0) / dm  # arc length along the chord
         t = s / length
         # Normal displacement b(t): bow + wobble; its slope for the local angle.
         b = 4.0 * bow * t * (1.0 - t) + wob_amp * np.sin(2 * math.pi * wob_freq * t + wob_ph)
-        db = (4.0 * bow * (1.0 - 2.0 * t)
-              + wob_amp * 2 * math.pi * wob_freq * np.cos(2 * math.pi * wob_freq * t + wob_ph)) / length
+        db = (
+            4.0 * bow * (1.0 - 2.0 * t) + wob_amp * 2 * math.pi * wob_freq * np.cos(2 * math.pi * wob_freq * t + wob_ph)
+        ) / length
         slope0 = dn / dm
         # Normal (-dn, dm) has minor component dm: displacement b along the
         # normal moves the centre line by b / dm in the minor coordinate.
@@ -167,18 +178,17 @@ def _stroke_samples(rng: np.random.Generator, size: int, angle_deg: float, jitte
         slope = slope0 + db / dm
         cos_local = 1.0 / np.sqrt(1.0 + slope * slope)
 
-        pressure = (1.0 + p1a * np.sin(2 * math.pi * p1f * t + p1p)
-                    + p2a * np.sin(2 * math.pi * p2f * t + p2p))
+        pressure = 1.0 + p1a * np.sin(2 * math.pi * p1f * t + p1p) + p2a * np.sin(2 * math.pi * p2f * t + p2p)
         env = _smoothstep(t / t_in) * _smoothstep((1.0 - t) / t_out)
-        amp = a * pressure * env                  # (L,)
+        amp = a * pressure * env  # (L,)
         sig_t = sigma * (0.85 + 0.15 * pressure)
 
         # Window: 3.3 sigma of the widest cross-section (sig_t <= 1.07 sigma),
         # measured along the minor axis (stretched by 1 / cos).
         half = int(math.ceil(3.3 * 1.07 * sigma * float(np.max(1.0 / cos_local)))) + 1
         offs = np.arange(-half, half + 1, dtype=np.float64)
-        n_idx = np.round(nc)[:, None] + offs[None, :]          # (L, W)
-        v = (n_idx - nc[:, None]) * cos_local[:, None]         # perpendicular distance
+        n_idx = np.round(nc)[:, None] + offs[None, :]  # (L, W)
+        v = (n_idx - nc[:, None]) * cos_local[:, None]  # perpendicular distance
         prof = np.exp(-0.5 * (v / sig_t[:, None]) ** 2)
         mi = np.broadcast_to(m_idx[:, None], n_idx.shape).astype(np.int64) % size
         ni = n_idx.astype(np.int64) % size
@@ -204,10 +214,32 @@ def _generate(size: int, seed: int) -> np.ndarray:
     rows: list = []
     cols: list = []
     weights: list = []
-    _stroke_samples(rng, size, HATCH_ANGLE_DEG, _MAIN_JITTER_DEG, _MAIN_DENSITY,
-                    (0.12, 0.35), (100.0, 380.0), pickup, rows, cols, weights)
-    _stroke_samples(rng, size, _CROSS_ANGLE_DEG, _CROSS_JITTER_DEG, _CROSS_DENSITY,
-                    (0.08, 0.22), (60.0, 220.0), pickup, rows, cols, weights)
+    _stroke_samples(
+        rng,
+        size,
+        HATCH_ANGLE_DEG,
+        _MAIN_JITTER_DEG,
+        _MAIN_DENSITY,
+        (0.12, 0.35),
+        (100.0, 380.0),
+        pickup,
+        rows,
+        cols,
+        weights,
+    )
+    _stroke_samples(
+        rng,
+        size,
+        _CROSS_ANGLE_DEG,
+        _CROSS_JITTER_DEG,
+        _CROSS_DENSITY,
+        (0.08, 0.22),
+        (60.0, 220.0),
+        pickup,
+        rows,
+        cols,
+        weights,
+    )
     idx = np.concatenate(rows) * size + np.concatenate(cols)
     log_dark = np.bincount(idx, weights=np.concatenate(weights), minlength=size * size)
     h = paper * np.exp(log_dark.reshape(size, size))
@@ -264,11 +296,11 @@ def tile_texture(tile: np.ndarray, height: int, width: int) -> np.ndarray:
     band = min(th, height)
     for x in range(0, width, tw):
         w = min(tw, width - x)
-        out[:band, x:x + w] = tile[:band, :w]
+        out[:band, x : x + w] = tile[:band, :w]
     # Remaining rows: copy whole bands from the first one, doubling as we go.
     filled = band
     while filled < height:
         n = min(filled, height - filled)
-        out[filled:filled + n] = out[:n]
+        out[filled : filled + n] = out[:n]
         filled += n
     return out

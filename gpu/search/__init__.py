@@ -45,9 +45,15 @@ def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> 
     for i, (pattern, found) in enumerate(zip(params.patterns, output.patterns, strict=True)):
         files[f"positions_{i}.npy"] = npy_file(found.positions)
         entry = {
-            "index": i, "pattern": _display(pattern), "pattern_base64": encoded[i], "length": len(pattern), "algorithm": found.algorithm,
-            "count": int(found.positions.size), "positions": found.positions[: params.max_positions].tolist(),
-            "positions_truncated": bool(found.positions.size > params.max_positions), "positions_file": f"positions_{i}.npy",
+            "index": i,
+            "pattern": _display(pattern),
+            "pattern_base64": encoded[i],
+            "length": len(pattern),
+            "algorithm": found.algorithm,
+            "count": int(found.positions.size),
+            "positions": found.positions[: params.max_positions].tolist(),
+            "positions_truncated": bool(found.positions.size > params.max_positions),
+            "positions_file": f"positions_{i}.npy",
         }
         if found.lines is not None:
             files[f"lines_{i}.npy"] = npy_file(found.lines)
@@ -57,9 +63,16 @@ def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> 
     times = {**output.times_ms, "total": total_ms}
     compute = "kernels" if "kernels" in times else "search"
     summary = {
-        "backend": backend_name(lease), "source": "corpus" if job.corpus is not None else "text", "corpus_id": job.corpus.id if job.corpus else None,
-        "text_bytes": n, "algorithm": params.algorithm, "variant": params.variant, "fused": params.fused,
-        "resident": output.resident, "launch": output.launch or None, "patterns": patterns,
+        "backend": backend_name(lease),
+        "source": "corpus" if job.corpus is not None else "text",
+        "corpus_id": job.corpus.id if job.corpus else None,
+        "text_bytes": n,
+        "algorithm": params.algorithm,
+        "variant": params.variant,
+        "fused": params.fused,
+        "resident": output.resident,
+        "launch": output.launch or None,
+        "patterns": patterns,
         "times_ms": {key: round(value, 3) for key, value in times.items()},
         "throughput_gbps": {compute: _rate(n, times[compute]), "end_to_end": _rate(n, total_ms)},
     }

@@ -34,7 +34,17 @@ import numpy as np
 
 from gpu import kernels
 from gpu.search import reference
-from gpu.search.params import FUSED_PREFIX_MAX, MAX_STREAMS, SLOTS_MAX, THREADS, Launch, PatternResult, SearchOutput, SearchParams, plan_launch
+from gpu.search.params import (
+    FUSED_PREFIX_MAX,
+    MAX_STREAMS,
+    SLOTS_MAX,
+    THREADS,
+    Launch,
+    PatternResult,
+    SearchOutput,
+    SearchParams,
+    plan_launch,
+)
 from gpu.search.residency import RESIDENT
 
 SOURCE = Path(__file__).with_name("search.cu")
@@ -47,9 +57,13 @@ TILE_PAD = 64
 FUSED_MAX = 8
 POOL_CHUNK = 8  # fused: records per chunk of the block's pool of kept matches
 FUSED_WARPS_MAX = THREADS // 32  # fused: warps of a block the pool is sized for
-POOL_WORDS = (SLOTS_MAX // POOL_CHUNK + FUSED_WARPS_MAX) * POOL_CHUNK + 4  # fused: the pool and its count of chunks taken (uint32)
+POOL_WORDS = (
+    SLOTS_MAX // POOL_CHUNK + FUSED_WARPS_MAX
+) * POOL_CHUNK + 4  # fused: the pool and its count of chunks taken (uint32)
 QUEUE_CAP = 64  # fused: candidates a warp queues for verification
-WARP_WORDS = QUEUE_CAP + FUSED_MAX + SLOTS_MAX // POOL_CHUNK // 4  # fused, per warp: queue, per-pattern counts, chunk list (uint32)
+WARP_WORDS = (
+    QUEUE_CAP + FUSED_MAX + SLOTS_MAX // POOL_CHUNK // 4
+)  # fused, per warp: queue, per-pattern counts, chunk list (uint32)
 FILTER_BITS = 12
 FILTER_SIZE = 1 << FILTER_BITS
 LANE_MUL, BIT_MUL = 2654435761, 2246822507  # the filters' hashes: high words of key * each (search.cu)
@@ -79,16 +93,29 @@ def _round16(x: int) -> int:
 
 def table_bytes(algorithm: str, m: int) -> int:
     """Bytes of the table staged in shared memory ("fused": filter + coarse bitmap + meta)."""
-    return {"kmp": 2 * m, "boyer_moore": 2 * (256 + m + 1), "rabin_karp": 0, "fused": FILTER_SIZE + COARSE_BYTES + 4 * META_INTS}[algorithm]
+    return {
+        "kmp": 2 * m,
+        "boyer_moore": 2 * (256 + m + 1),
+        "rabin_karp": 0,
+        "fused": FILTER_SIZE + COARSE_BYTES + 4 * META_INTS,
+    }[algorithm]
 
 
 def shared_bytes(variant: str, algorithm: str, launch: Launch, pattern_bytes: int, m_max: int) -> int:
     """Dynamic shared memory of one block (search.cu `layout`)."""
-    words = POOL_WORDS + launch.threads // 32 * WARP_WORDS if algorithm == "fused" else launch.threads * RECORDS_PER_THREAD
+    words = (
+        POOL_WORDS + launch.threads // 32 * WARP_WORDS if algorithm == "fused" else launch.threads * RECORDS_PER_THREAD
+    )
     size = _round16(words * 4) + SCRATCH_BYTES
     if variant == "naive":
         return size
-    return size + _round16(pattern_bytes) + _round16(table_bytes(algorithm, m_max)) + _round16(launch.block_positions + m_max - 1) + TILE_PAD
+    return (
+        size
+        + _round16(pattern_bytes)
+        + _round16(table_bytes(algorithm, m_max))
+        + _round16(launch.block_positions + m_max - 1)
+        + TILE_PAD
+    )
 
 
 # ------------------------------------------------------------------ device texts --
@@ -116,7 +143,9 @@ def _newline_index(data: cupy.ndarray, n: int) -> cupy.ndarray:
     segments = max(1, -(-n // LINE_SEGMENT))
     counts = kernels.empty(segments, cupy.int32)
     warps_per_block = LINE_THREADS // 32
-    _k("newline_counts")((-(-segments // warps_per_block),), (LINE_THREADS,), (data, np.int64(n), counts, np.int64(segments)))
+    _k("newline_counts")(
+        (-(-segments // warps_per_block),), (LINE_THREADS,), (data, np.int64(n), counts, np.int64(segments))
+    )
     inclusive = cupy.cumsum(counts, dtype=cupy.int64)
     return inclusive - counts
 
@@ -140,7 +169,11 @@ def _allocate_text(n: int) -> cupy.ndarray:
 def text_from_host(host: np.ndarray | bytes, lease) -> tuple[DeviceText, float]:
     """Copy host bytes to a new DeviceText on the lease's stream. Returns it and the
     upload time in ms (a pinned staging copy, then an async copy; waited for)."""
-    host = np.frombuffer(host, np.uint8) if isinstance(host, (bytes, bytearray, memoryview)) else np.ascontiguousarray(host).view(np.uint8).ravel()
+    host = (
+        np.frombuffer(host, np.uint8)
+        if isinstance(host, (bytes, bytearray, memoryview))
+        else np.ascontiguousarray(host).view(np.uint8).ravel()
+    )
     n = host.size
     start = time.perf_counter()
     with cupy.cuda.Device(lease.device), lease.stream:
@@ -149,8 +182,14 @@ def text_from_host(host: np.ndarray | bytes, lease) -> tuple[DeviceText, float]:
             size = min(UPLOAD_PIECE, n - offset)
             staging = lease.staging(f"search{(offset // UPLOAD_PIECE) % 2}", size)
             lease.stream.synchronize()  # the previous copy out of this buffer is done
-            staging[:] = host[offset:offset + size]
-            cupy.cuda.runtime.memcpyAsync(data.data.ptr + offset, staging.ctypes.data, size, cupy.cuda.runtime.memcpyHostToDevice, lease.stream.ptr)
+            staging[:] = host[offset : offset + size]
+            cupy.cuda.runtime.memcpyAsync(
+                data.data.ptr + offset,
+                staging.ctypes.data,
+                size,
+                cupy.cuda.runtime.memcpyHostToDevice,
+                lease.stream.ptr,
+            )
         text = finish_text(data, n, lease)
     return text, (time.perf_counter() - start) * 1000
 
@@ -167,6 +206,7 @@ def text_from_file(path: Path, n: int, lease) -> tuple[DeviceText, float]:
         copied: list = [None] * UPLOAD_BUFFERS
         fd = os.open(path, os.O_RDONLY)
         try:
+
             def read(k: int, offset: int, size: int) -> None:
                 view = memoryview(buffers[k])[:size]
                 done = 0
@@ -178,7 +218,13 @@ def text_from_file(path: Path, n: int, lease) -> tuple[DeviceText, float]:
 
             def copy(k: int, offset: int, size: int, future) -> None:
                 future.result()
-                cupy.cuda.runtime.memcpyAsync(data.data.ptr + offset, buffers[k].ctypes.data, size, cupy.cuda.runtime.memcpyHostToDevice, lease.stream.ptr)
+                cupy.cuda.runtime.memcpyAsync(
+                    data.data.ptr + offset,
+                    buffers[k].ctypes.data,
+                    size,
+                    cupy.cuda.runtime.memcpyHostToDevice,
+                    lease.stream.ptr,
+                )
                 event = cupy.cuda.Event(block=False, disable_timing=True)
                 event.record(lease.stream)
                 copied[k] = event
@@ -251,15 +297,28 @@ class _Pass:
         if self.fused:
             return fused_tables(self.patterns)
         pattern = self.patterns[0]
-        table = {"kmp": lambda: reference.lps_table(pattern), "boyer_moore": lambda: np.concatenate([reference.bad_character_table(pattern), reference.good_suffix_table(pattern)]), "rabin_karp": lambda: np.zeros(1, np.int16)}[self.algorithm]()
-        return np.frombuffer(pattern, np.uint8), table.view(np.uint8), reference.rk_hash(pattern), reference.rk_power(len(pattern))
+        table = {
+            "kmp": lambda: reference.lps_table(pattern),
+            "boyer_moore": lambda: np.concatenate(
+                [reference.bad_character_table(pattern), reference.good_suffix_table(pattern)]
+            ),
+            "rabin_karp": lambda: np.zeros(1, np.int16),
+        }[self.algorithm]()
+        return (
+            np.frombuffer(pattern, np.uint8),
+            table.view(np.uint8),
+            reference.rk_hash(pattern),
+            reference.rk_power(len(pattern)),
+        )
 
     def _kernel_name(self, phase: str) -> str:
         return f"{phase}_fused" if self.fused else f"{phase}_{self.algorithm}_{self.params.variant}"
 
     def _shared(self) -> int:
         staged = 0 if self.fused else self.pattern_bytes  # the fused pass leaves its patterns in global memory
-        return shared_bytes(self.params.variant, "fused" if self.fused else self.algorithm, self.launch, staged, self.m_max)
+        return shared_bytes(
+            self.params.variant, "fused" if self.fused else self.algorithm, self.launch, staged, self.m_max
+        )
 
     # -- phases --
 
@@ -286,11 +345,38 @@ class _Pass:
         self.slots = kernels.empty(self.blocks * K, cupy.uint32)
         g, n, end = np.int32(self.launch.granularity), np.int64(self.text.n), np.int64(self.end)
         if self.fused:
-            args = (self.text.data, n, end, g, self.d_pattern, np.int32(self.pattern_bytes), np.int32(self.m_max), self.d_table,
-                    self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
+            args = (
+                self.text.data,
+                n,
+                end,
+                g,
+                self.d_pattern,
+                np.int32(self.pattern_bytes),
+                np.int32(self.m_max),
+                self.d_table,
+                self.counts,
+                np.int32(self.blocks),
+                self.flags,
+                self.slots,
+                np.int32(K),
+            )
         else:
-            args = (self.text.data, n, end, g, self.d_pattern, np.int32(len(self.patterns[0])), self.d_table, np.uint32(target), np.uint32(power),
-                    self.counts, np.int32(self.blocks), self.flags, self.slots, np.int32(K))
+            args = (
+                self.text.data,
+                n,
+                end,
+                g,
+                self.d_pattern,
+                np.int32(len(self.patterns[0])),
+                self.d_table,
+                np.uint32(target),
+                np.uint32(power),
+                self.counts,
+                np.int32(self.blocks),
+                self.flags,
+                self.slots,
+                np.int32(K),
+            )
         self.args_head = args[:9] if not self.fused else args[:8]
         _k(self._kernel_name("count"))((self.blocks,), (self.launch.threads,), args, shared_mem=self._shared())
 
@@ -306,7 +392,11 @@ class _Pass:
             self.offsets = kernels.empty((P, self.blocks), cupy.int64)
             self._totals_dev = kernels.empty(P, cupy.int64)
             segments = max(1, min(OFFSET_SEGMENTS_MAX, kernels.device_attribute("MultiProcessorCount") // P))
-            _k("block_offsets")((P * segments,), (OFFSET_THREADS,), (self.counts, np.int32(self.blocks), np.int32(segments), self.offsets, self._totals_dev))
+            _k("block_offsets")(
+                (P * segments,),
+                (OFFSET_THREADS,),
+                (self.counts, np.int32(self.blocks), np.int32(segments), self.offsets, self._totals_dev),
+            )
 
     def wait_totals(self) -> None:
         if self._totals_dev is not None:
@@ -323,24 +413,50 @@ class _Pass:
         if flat.size > 0:
             K = np.int32(self.launch.slots)
             if self.fused:
-                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, self._totals_dev, flat, np.int32(len(self.patterns)))
+                args = (
+                    *self.args_head,
+                    self.counts,
+                    np.int32(self.blocks),
+                    self.flags,
+                    self.slots,
+                    K,
+                    self.offsets,
+                    self._totals_dev,
+                    flat,
+                    np.int32(len(self.patterns)),
+                )
             else:
-                args = (*self.args_head, self.counts, np.int32(self.blocks), self.flags, self.slots, K, self.offsets, flat)
-            _k(self._kernel_name("write"))((min(self.blocks, _resident_blocks()),), (self.launch.threads,), args, shared_mem=self._shared())
-        self.outs = [flat[int(end - total):int(end)] for end, total in zip(ends, self.totals)]
+                args = (
+                    *self.args_head,
+                    self.counts,
+                    np.int32(self.blocks),
+                    self.flags,
+                    self.slots,
+                    K,
+                    self.offsets,
+                    flat,
+                )
+            _k(self._kernel_name("write"))(
+                (min(self.blocks, _resident_blocks()),), (self.launch.threads,), args, shared_mem=self._shared()
+            )
+        self.outs = [flat[int(end - total) : int(end)] for end, total in zip(ends, self.totals)]
         self.lines = [None] * len(self.outs)
         if self.params.line_numbers:
             segment_before = self.text.segment_before
             for i, out in enumerate(self.outs):
                 lines = kernels.empty(out.size, cupy.int64)
                 if out.size:
-                    _k("line_numbers")((-(-out.size // LINE_THREADS),), (LINE_THREADS,), (self.text.data, out, np.int64(out.size), segment_before, lines))
+                    _k("line_numbers")(
+                        (-(-out.size // LINE_THREADS),),
+                        (LINE_THREADS,),
+                        (self.text.data, out, np.int64(out.size), segment_before, lines),
+                    )
                 self.lines[i] = lines
 
 
 def _pad16(data: np.ndarray) -> np.ndarray:
     out = np.zeros(max(16, _round16(data.size)), np.uint8)
-    out[:data.size] = data
+    out[: data.size] = data
     return out
 
 
@@ -393,7 +509,10 @@ def search_device(text: DeviceText, params: SearchParams, lease) -> SearchOutput
             passes_spec = [([p], params.algorithm_for(p)) for p in params.patterns]
         streams = lease_streams(lease, params.stream_count)
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        passes = [_Pass(text, params, patterns, algorithm, streams[i % len(streams)]) for i, (patterns, algorithm) in enumerate(passes_spec)]
+        passes = [
+            _Pass(text, params, patterns, algorithm, streams[i % len(streams)])
+            for i, (patterns, algorithm) in enumerate(passes_spec)
+        ]
         for p in passes:
             with p.stream:
                 p.upload()
@@ -422,10 +541,22 @@ def search_device(text: DeviceText, params: SearchParams, lease) -> SearchOutput
         download_ms = (time.perf_counter() - begin) * 1000
         kernels_ms = cupy.cuda.get_elapsed_time(start, stop)
     launch = passes[0].launch
-    return SearchOutput(results, text.n, {"kernels": kernels_ms, "download": download_ms}, launch={"granularity": launch.granularity, "threads": launch.threads, "slots": launch.slots, "streams": len(streams)})
+    return SearchOutput(
+        results,
+        text.n,
+        {"kernels": kernels_ms, "download": download_ms},
+        launch={
+            "granularity": launch.granularity,
+            "threads": launch.threads,
+            "slots": launch.slots,
+            "streams": len(streams),
+        },
+    )
 
 
-def search_file(lease, path: Path, n: int, params: SearchParams, key: tuple | None = None, progress=None) -> SearchOutput:
+def search_file(
+    lease, path: Path, n: int, params: SearchParams, key: tuple | None = None, progress=None
+) -> SearchOutput:
     """A search of the first n bytes of the file `path` on a lease. With `key` (a corpus
     identity), the text stays resident on the device for the next search with that key
     (LRU within the residency budget); without it, it is uploaded for this search only.

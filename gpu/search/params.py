@@ -58,8 +58,6 @@ AUTO_SHORT_PATTERN = 3  # up to this length: KMP, whose first-byte skip loop is 
 AUTO_ALPHABET_EVIDENCE = 8  # a pattern this long with few distinct bytes suggests a small alphabet
 
 
-
-
 def _check_int(name: str, value, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ParamError(name, f"expected an integer, got {value!r}")
@@ -93,7 +91,9 @@ class SearchParams:
     def __post_init__(self) -> None:
         patterns = self.patterns
         if isinstance(patterns, (bytes, bytearray, str)) or not isinstance(patterns, (tuple, list)):
-            raise ParamError("patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}")
+            raise ParamError(
+                "patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}"
+            )
         if not 1 <= len(patterns) <= MAX_PATTERNS:
             raise ParamError("patterns", f"give 1 to {MAX_PATTERNS} patterns; got {len(patterns)}")
         for i, pattern in enumerate(patterns):
@@ -116,9 +116,15 @@ class SearchParams:
                 raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
         if self.fused:
             if self.algorithm not in ("auto", "rabin_karp"):
-                raise ParamError("fused", f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}")
+                raise ParamError(
+                    "fused",
+                    f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}",
+                )
             if self.variant != "optimized":
-                raise ParamError("fused", "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only")
+                raise ParamError(
+                    "fused",
+                    "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only",
+                )
 
     @property
     def stream_count(self) -> int:
@@ -175,12 +181,24 @@ class SearchJob:
         p = self.params
         stored = {
             "patterns": [base64.b64encode(pattern).decode() for pattern in p.patterns],
-            "algorithm": p.algorithm, "variant": p.variant, "granularity": p.granularity, "streams": p.streams,
-            "max_positions": p.max_positions, "line_numbers": p.line_numbers, "fused": p.fused,
+            "algorithm": p.algorithm,
+            "variant": p.variant,
+            "granularity": p.granularity,
+            "streams": p.streams,
+            "max_positions": p.max_positions,
+            "line_numbers": p.line_numbers,
+            "fused": p.fused,
         }
         if self.corpus is not None:
             c = self.corpus
-            return {"source": "corpus", "corpus_id": c.id, "corpus_name": c.name, "corpus_sha256": c.sha256, "text_bytes": c.bytes, **stored}
+            return {
+                "source": "corpus",
+                "corpus_id": c.id,
+                "corpus_name": c.name,
+                "corpus_sha256": c.sha256,
+                "text_bytes": c.bytes,
+                **stored,
+            }
         return {"source": "text", "corpus_id": None, "text_bytes": self.text_bytes, **stored}
 
     def input_files(self) -> dict[str, bytes]:
@@ -190,16 +208,28 @@ class SearchJob:
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SearchJob:
         """The stored job, reading its text from files[TEXT_FILE] or, for a corpus,
         files[CORPUS_FILE]. RuntimeError when the corpus was deleted or changed since."""
-        params = SearchParams(tuple(base64.b64decode(p) for p in stored["patterns"]), algorithm=stored["algorithm"], variant=stored["variant"],
-                              granularity=stored["granularity"], streams=stored["streams"], max_positions=stored["max_positions"],
-                              line_numbers=stored["line_numbers"], fused=stored["fused"])
+        params = SearchParams(
+            tuple(base64.b64decode(p) for p in stored["patterns"]),
+            algorithm=stored["algorithm"],
+            variant=stored["variant"],
+            granularity=stored["granularity"],
+            streams=stored["streams"],
+            max_positions=stored["max_positions"],
+            line_numbers=stored["line_numbers"],
+            fused=stored["fused"],
+        )
         n = stored["text_bytes"]
         if stored["source"] != "corpus":
             return cls(params, n, path=files[TEXT_FILE])
         path = files.get(CORPUS_FILE)
         if path is None or not path.is_file() or path.stat().st_size != n:
             raise RuntimeError(f"corpus {stored['corpus_id']} was deleted or changed after this job was submitted")
-        return cls(params, n, corpus=Corpus(stored["corpus_id"], stored.get("corpus_name"), stored["corpus_sha256"], n), path=path)
+        return cls(
+            params,
+            n,
+            corpus=Corpus(stored["corpus_id"], stored.get("corpus_name"), stored["corpus_sha256"], n),
+            path=path,
+        )
 
 
 def choose_algorithm(pattern: bytes) -> str:
@@ -277,7 +307,11 @@ def default_granularity(variant: str, algorithm: str, pattern_length: int, fused
 def plan_launch(params: SearchParams, algorithm: str, pattern_length: int) -> Launch:
     """The launch of one pass: of one pattern of `pattern_length` bytes running
     `algorithm`, or, for a fused pass, of all patterns (pattern_length: the longest)."""
-    g = params.granularity if params.granularity is not None else default_granularity(params.variant, algorithm, pattern_length, params.fused)
+    g = (
+        params.granularity
+        if params.granularity is not None
+        else default_granularity(params.variant, algorithm, pattern_length, params.fused)
+    )
     threads = THREADS
     if params.variant == "optimized":
         g = odd_multiple_of_16(g)

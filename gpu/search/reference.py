@@ -123,10 +123,10 @@ def rabin_karp_chunk(text: bytes, pattern: bytes, lo: int, hi: int) -> list[int]
     if lo >= hi:
         return []
     target, power = rk_hash(pattern), rk_power(m)
-    h = rk_hash(text[lo:lo + m])
+    h = rk_hash(text[lo : lo + m])
     found = []
     for i in range(lo, hi):
-        if h == target and text[i:i + m] == pattern:
+        if h == target and text[i : i + m] == pattern:
             found.append(i)
         if i + 1 < hi:
             h = (h * RK_BASE + text[i + m] - power * text[i]) & RK_MASK
@@ -188,7 +188,7 @@ def search_chunked(text: bytes, pattern: bytes, algorithm: str, granularity: int
     found: list[int] = []
     for lo in range(0, max(end, 0), granularity):
         hi = min(lo + granularity, end)
-        view = text[lo:hi + m - 1]  # what one GPU thread reads
+        view = text[lo : hi + m - 1]  # what one GPU thread reads
         found.extend(lo + i for i in scan(view, pattern, 0, hi - lo))
     return np.asarray(found, np.int64)
 
@@ -258,5 +258,4 @@ def brute_force(text: bytes, pattern: bytes) -> np.ndarray:
     """Every i with text[i:i + m] == pattern, by comparing at every position: the slowest
     and plainest definition, for tests."""
     m = len(pattern)
-    return np.asarray([i for i in range(len(text) - m + 1) if text[i:i + m] == pattern], np.int64)
-
+    return np.asarray([i for i in range(len(text) - m + 1) if text[i : i + m] == pattern], np.int64)

@@ -63,7 +63,11 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
         shot, variant, trial, zchunk = gpu.shot, gpu.variant, gpu.trial_ms, gpu.zchunk
         seconds, wall, energy = gpu.kernel_seconds, gpu.wall_seconds, gpu.energy
         if params.variant == "auto":
-            note = f"auto picked {variant}: " + ("the fastest in a timed trial of the nine variants on this grid (variant_trial_ms)" if trial else "the cached choice of an earlier trial on this grid and device")
+            note = f"auto picked {variant}: " + (
+                "the fastest in a timed trial of the nine variants on this grid (variant_trial_ms)"
+                if trial
+                else "the cached choice of an earlier trial on this grid and device"
+            )
     progress(0.93)
     files = _files(params, shot)
     updates = params.interior_points * params.steps
@@ -71,20 +75,51 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
     x, y, z = params.source
     summary = {
         "backend": backend_name(lease),
-        "grid": {"nx": params.nx, "ny": params.ny, "nz": params.nz, "h": params.h, "points": params.points, "interior_points": params.interior_points},
-        "steps": params.steps, "dt": params.dt, "dt_max": params.dt_max, "cfl": params.cfl, "f0": params.f0,
+        "grid": {
+            "nx": params.nx,
+            "ny": params.ny,
+            "nz": params.nz,
+            "h": params.h,
+            "points": params.points,
+            "interior_points": params.interior_points,
+        },
+        "steps": params.steps,
+        "dt": params.dt,
+        "dt_max": params.dt_max,
+        "cfl": params.cfl,
+        "f0": params.f0,
         "points_per_wavelength": round(params.points_per_wavelength, 3),
-        "model": {"type": type(params.model).__name__.removesuffix("Model").lower(), "v_min": params.v_min, "v_max": params.v_max},
-        "source": [x, y, z], "receivers": len(params.receivers), "sponge": params.sponge, "eta_max": params.eta_max,
-        "variant": variant, "variant_requested": params.variant, "variant_note": note,
-        "variant_trial_ms": {key: round(value, 4) for key, value in trial.items()} if trial else None, "zchunk": zchunk,
-        "seconds": seconds, "wall_seconds": wall,
-        "gpts_per_s": gpts, "effective_gb_per_s": gpts * BYTES_PER_POINT_STEP if gpts is not None else None,
-        "energy": energy.as_dict(), "energy_j": energy.joules, "average_power_w": energy.average_watts,
+        "model": {
+            "type": type(params.model).__name__.removesuffix("Model").lower(),
+            "v_min": params.v_min,
+            "v_max": params.v_max,
+        },
+        "source": [x, y, z],
+        "receivers": len(params.receivers),
+        "sponge": params.sponge,
+        "eta_max": params.eta_max,
+        "variant": variant,
+        "variant_requested": params.variant,
+        "variant_note": note,
+        "variant_trial_ms": {key: round(value, 4) for key, value in trial.items()} if trial else None,
+        "zchunk": zchunk,
+        "seconds": seconds,
+        "wall_seconds": wall,
+        "gpts_per_s": gpts,
+        "effective_gb_per_s": gpts * BYTES_PER_POINT_STEP if gpts is not None else None,
+        "energy": energy.as_dict(),
+        "energy_j": energy.joules,
+        "average_power_w": energy.average_watts,
         "gpts_per_j": updates / energy.joules / 1e9 if energy.joules else None,
-        "record": {"shape": list(shot.record.shape), "first_time_s": params.dt, "dt": params.dt, "max_abs": float(np.nanmax(np.abs(shot.record))) if shot.record.size else 0.0},
+        "record": {
+            "shape": list(shot.record.shape),
+            "first_time_s": params.dt,
+            "dt": params.dt,
+            "max_abs": float(np.nanmax(np.abs(shot.record))) if shot.record.size else 0.0,
+        },
         "snapshot_steps": [s.step for s in shot.snapshots],
-        "files": sorted(files), "warnings": _warnings(params, shot),
+        "files": sorted(files),
+        "warnings": _warnings(params, shot),
     }
     return JobResult(summary, files)
 
@@ -92,17 +127,27 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
 def _warnings(params: StencilParams, shot) -> list[str]:
     warnings = []
     if params.points_per_wavelength < MIN_POINTS_PER_WAVELENGTH:
-        warnings.append(f"{params.points_per_wavelength:.1f} grid points per shortest wavelength (v_min / 2.5 f0): fewer than {MIN_POINTS_PER_WAVELENGTH:g}, expect numerical dispersion; lower f0 or h")
-    inside = [name for name, points in (("the source", [params.source]), ("receivers", params.receivers)) if params.sponge and any(_in_sponge(point, params) for point in points)]
+        warnings.append(
+            f"{params.points_per_wavelength:.1f} grid points per shortest wavelength (v_min / 2.5 f0): fewer than {MIN_POINTS_PER_WAVELENGTH:g}, expect numerical dispersion; lower f0 or h"
+        )
+    inside = [
+        name
+        for name, points in (("the source", [params.source]), ("receivers", params.receivers))
+        if params.sponge and any(_in_sponge(point, params) for point in points)
+    ]
     if inside:
-        warnings.append(f"{' and '.join(inside)} lie inside the {params.sponge}-cell sponge, where waves are damped: place them at least {2 + params.sponge} cells from every face")
+        warnings.append(
+            f"{' and '.join(inside)} lie inside the {params.sponge}-cell sponge, where waves are damped: place them at least {2 + params.sponge} cells from every face"
+        )
     if not np.isfinite(shot.record).all():
         warnings.append("the shot record has non-finite values")
     return warnings
 
 
 def _in_sponge(point: tuple[int, int, int], params: StencilParams) -> bool:
-    return any(min(v - 2, n - 3 - v) < params.sponge for v, n in zip(point, (params.nx, params.ny, params.nz), strict=True))
+    return any(
+        min(v - 2, n - 3 - v) < params.sponge for v, n in zip(point, (params.nx, params.ny, params.nz), strict=True)
+    )
 
 
 def _files(params: StencilParams, shot) -> dict:

@@ -60,13 +60,25 @@ def resident_blocks(name: str) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _launches(device: int, variant: str, shape: tuple[int, int, int], source: tuple[int, int, int], sponge: int, zchunk: int | None,
-              max_points: int) -> tuple[geometry.Launch, ...]:
+def _launches(
+    device: int,
+    variant: str,
+    shape: tuple[int, int, int],
+    source: tuple[int, int, int],
+    sponge: int,
+    zchunk: int | None,
+    max_points: int,
+) -> tuple[geometry.Launch, ...]:
     return tuple(geometry.launches(variant, shape, source, sponge, zchunk, resident_blocks, max_points))
 
 
-def launches(variant: str, shape: tuple[int, int, int], source: tuple[int, int, int] = (RADIUS, RADIUS, RADIUS), sponge: int = 0,
-             zchunk: int | None = None) -> tuple[geometry.Launch, ...]:
+def launches(
+    variant: str,
+    shape: tuple[int, int, int],
+    source: tuple[int, int, int] = (RADIUS, RADIUS, RADIUS),
+    sponge: int = 0,
+    zchunk: int | None = None,
+) -> tuple[geometry.Launch, ...]:
     """The launches of one step on the current device (geometry.launches with this device's
     residency): one per z slab, each with its grid and, for the z-marching variants, its
     MarchPlan (zchunk planes per block for every tile if given)."""
@@ -100,8 +112,18 @@ def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | No
     return table
 
 
-def launch(variant: str, p: cupy.ndarray, pp: cupy.ndarray, c: cupy.ndarray, shape: tuple[int, int, int], source: tuple[int, int, int],
-           amp: float = 0.0, sponge: int = 0, eta_max: float = 0.0, zchunk: int | None = None) -> None:
+def launch(
+    variant: str,
+    p: cupy.ndarray,
+    pp: cupy.ndarray,
+    c: cupy.ndarray,
+    shape: tuple[int, int, int],
+    source: tuple[int, int, int],
+    amp: float = 0.0,
+    sponge: int = 0,
+    eta_max: float = 0.0,
+    zchunk: int | None = None,
+) -> None:
     """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
     p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
     source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params);
@@ -110,13 +132,21 @@ def launch(variant: str, p: cupy.ndarray, pp: cupy.ndarray, c: cupy.ndarray, sha
     nz, ny, nx = shape
     plane = nx * ny
     for step in launches(variant, shape, source, sponge, zchunk):
-        views = (p, pp, c) if (step.lo, step.hi) == (0, nz) else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
-        ramps = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]  # not read without a sponge
+        views = (
+            (p, pp, c)
+            if (step.lo, step.hi) == (0, nz)
+            else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
+        )
+        ramps = (
+            ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]
+        )  # not read without a sponge
         args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), ramps)
         _k(step.kernel)(step.grid, BLOCK, args)
 
 
-def march_plan(variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0) -> geometry.MarchPlan | None:
+def march_plan(
+    variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0
+) -> geometry.MarchPlan | None:
     """The blocks of a z-marching variant's (first) launch on this device, None for plain."""
     return launches(variant, shape, sponge=sponge, zchunk=zchunk)[0].plan
 
@@ -139,7 +169,9 @@ class GpuShot:
         for z0 in range(0, params.nz, step):
             z1 = min(params.nz, z0 + step)
             slab = params.velocity(z0, z1) if velocity is None else velocity[z0:z1]
-            self.c[z0 * plane : z1 * plane].set(reference.coefficients(slab, params.dt, params.h, z0, params.nz).ravel())
+            self.c[z0 * plane : z1 * plane].set(
+                reference.coefficients(slab, params.dt, params.h, z0, params.nz).ravel()
+            )
         self.p = cupy.zeros(params.points, np.float32)
         self.pp = cupy.zeros(params.points, np.float32)
         self.amplitudes = reference.source_amplitudes(params)
@@ -154,14 +186,29 @@ class GpuShot:
         self.pp.set(reference.check_initial(p_prev, self.shape, "p^-1").ravel())
 
     def launch(self, variant: str, amp: float) -> None:
-        launch(variant, self.p, self.pp, self.c, self.shape, self.params.source, amp, self.params.sponge, self.eta_max, self.zchunk)
+        launch(
+            variant,
+            self.p,
+            self.pp,
+            self.c,
+            self.shape,
+            self.params.source,
+            amp,
+            self.params.sponge,
+            self.eta_max,
+            self.zchunk,
+        )
 
     def step(self, variant: str, n: int) -> None:
         """Step n: p^(n+1), swap, and row n of the record."""
         self.launch(variant, float(self.amplitudes[n]))
         self.p, self.pp = self.pp, self.p
         count = self.receivers.size
-        _k("gather_receivers")((kernels.div_up(count, GATHER_BLOCK),), (GATHER_BLOCK,), (self.p, self.receivers, np.int32(count), self.record[n]))
+        _k("gather_receivers")(
+            (kernels.div_up(count, GATHER_BLOCK),),
+            (GATHER_BLOCK,),
+            (self.p, self.receivers, np.int32(count), self.record[n]),
+        )
 
     def field(self) -> cupy.ndarray:
         return self.p.reshape(self.shape)
@@ -237,9 +284,16 @@ class GpuRun:
     timeline: list[tuple[int, float]] = field(default_factory=list)  # (steps done, s) per batch
 
 
-def simulate(lease, params: StencilParams, velocity: np.ndarray | None = None, variant: str | None = None,
-             checkpoint: Callable[[int], None] | None = None, initial: tuple[np.ndarray, np.ndarray] | None = None,
-             zchunk: int | None = None, measure_energy: bool = True) -> GpuRun:
+def simulate(
+    lease,
+    params: StencilParams,
+    velocity: np.ndarray | None = None,
+    variant: str | None = None,
+    checkpoint: Callable[[int], None] | None = None,
+    initial: tuple[np.ndarray, np.ndarray] | None = None,
+    zchunk: int | None = None,
+    measure_energy: bool = True,
+) -> GpuRun:
     """Run the shot on `lease` (a gpu.pool.Lease). variant: one of VARIANTS or "auto"
     (default params.variant). checkpoint(steps_done) is called between batches of steps
     (it may raise to cancel: the stream is drained first). initial: (p^0, p^-1) instead
@@ -313,5 +367,15 @@ def simulate(lease, params: StencilParams, velocity: np.ndarray | None = None, v
     if energy is None:
         energy = EnergyReading(None, wall_seconds, None, None, 0, "energy not measured")
     zchunk = None if plan is None else (plan.zb if plan.tiles > plan.tiles_a else plan.za)
-    return GpuRun(reference.Shot(record, shots, final, previous), variant, trial, zchunk, None if plan is None else plan.describe(),
-                  kernel_seconds, wall_seconds, energy, len(timeline), timeline)
+    return GpuRun(
+        reference.Shot(record, shots, final, previous),
+        variant,
+        trial,
+        zchunk,
+        None if plan is None else plan.describe(),
+        kernel_seconds,
+        wall_seconds,
+        energy,
+        len(timeline),
+        timeline,
+    )

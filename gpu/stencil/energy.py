@@ -170,7 +170,9 @@ class EnergyMeter:
         samples = len(self._samples)
         if self._counter_start is not None and counter_end is not None and counter_end > self._counter_start:
             joules = (counter_end - self._counter_start) / 1000.0
-            return EnergyReading(joules, seconds, joules / seconds if seconds > 0 else None, "total_energy_counter", samples)
+            return EnergyReading(
+                joules, seconds, joules / seconds if seconds > 0 else None, "total_energy_counter", samples
+            )
         if samples >= 2:
             times = [t for t, _ in self._samples]
             watts = [w for _, w in self._samples]

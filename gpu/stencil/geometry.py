@@ -20,7 +20,10 @@ BX, BY = 32, 8  # mirrors stencil.cu
 THREADS = BX * BY
 MAX_INDEX = (1 << 31) - 1  # the kernels index a launch's points with 32-bit ints
 MIN_ZCHUNK = 16  # planes: shorter chunks of the second phase cost more than they balance
-START_PLANES = {"int_z": 0.0, "int_z_reg": 2.0}  # a chunk's start in plane-times: int_z_reg re-reads 4 planes of p (1 plane of traffic) and fills its pipeline
+START_PLANES = {
+    "int_z": 0.0,
+    "int_z_reg": 2.0,
+}  # a chunk's start in plane-times: int_z_reg re-reads 4 planes of p (1 plane of traffic) and fills its pipeline
 
 
 def marching(variant: str) -> str | None:
@@ -62,7 +65,11 @@ class MarchPlan:
         return self.tiles_a * self.chunks_a + (self.tiles - self.tiles_a) * self.chunks_b
 
     def describe(self) -> str:
-        a = f"{self.tiles_a} tiles x {self.chunks_a} chunk{'s' if self.chunks_a > 1 else ''} of {self.za}" if self.tiles_a else ""
+        a = (
+            f"{self.tiles_a} tiles x {self.chunks_a} chunk{'s' if self.chunks_a > 1 else ''} of {self.za}"
+            if self.tiles_a
+            else ""
+        )
         rest = self.tiles - self.tiles_a
         b = f"{rest} tiles x {self.chunks_b} chunk{'s' if self.chunks_b > 1 else ''} of {self.zb}" if rest else ""
         return " + ".join(part for part in (a, b) if part) + " planes"
@@ -165,8 +172,15 @@ def kernel_name(variant: str, sponge: int) -> str:
     return f"stencil_{variant}_sponge" if sponge > 0 else f"stencil_{variant}"
 
 
-def launches(variant: str, shape: tuple[int, int, int], source: tuple[int, int, int], sponge: int, zchunk: int | None,
-             resident: Callable[[str], int], max_points: int = MAX_INDEX) -> list[Launch]:
+def launches(
+    variant: str,
+    shape: tuple[int, int, int],
+    source: tuple[int, int, int],
+    sponge: int,
+    zchunk: int | None,
+    resident: Callable[[str], int],
+    max_points: int = MAX_INDEX,
+) -> list[Launch]:
     """The launches of one step of `variant` on a (nz, ny, nx) grid: one per z slab.
     resident(kernel): blocks the device runs at once (for march_plan; unused with zchunk)."""
     nz, ny, nx = shape
@@ -180,7 +194,11 @@ def launches(variant: str, shape: tuple[int, int, int], source: tuple[int, int, 
         if kind is None:
             plan, grid, march = None, (tx, ty, planes - 2 * RADIUS), (tx, 0, 1, 1)
         else:
-            plan = uniform_plan(nx, ny, planes, zchunk) if zchunk is not None else march_plan(nx, ny, planes, resident(name), kind)
+            plan = (
+                uniform_plan(nx, ny, planes, zchunk)
+                if zchunk is not None
+                else march_plan(nx, ny, planes, resident(name), kind)
+            )
             grid, march = (plan.blocks, 1, 1), (tx, plan.tiles_a, plan.za, plan.zb)
         out.append(Launch(name, lo, hi, grid, (nx, ny, planes, *march, sx, sy, sz - lo), plan))
     return out

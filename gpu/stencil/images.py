@@ -44,7 +44,9 @@ def agc(record: np.ndarray, window: int) -> np.ndarray:
     return a / np.maximum(rms, np.where(floor > 0, floor, 1.0))
 
 
-def shot_record_image(record: np.ndarray, window: int, max_rows: int = 2000, min_width: int = 256, max_width: int = 2048) -> Image.Image:
+def shot_record_image(
+    record: np.ndarray, window: int, max_rows: int = 2000, min_width: int = 256, max_width: int = 2048
+) -> Image.Image:
     """A seismic display of the record (steps, receivers): time runs down, one column per
     receiver, each trace under AGC over `window` samples (see `agc`) and clipped at
     RECORD_CLIP times its local RMS, so that the direct wave and the much weaker
@@ -57,7 +59,10 @@ def shot_record_image(record: np.ndarray, window: int, max_rows: int = 2000, min
     if width > max_width:
         record = record[:, :: -(-width // max_width)]
     chunk = max(1, AGC_CHUNK_VALUES // max(rows, 1))
-    pieces = [_pick_rows(np.clip(agc(record[:, j : j + chunk], max(1, window)) / RECORD_CLIP, -1.0, 1.0), max_rows) for j in range(0, record.shape[1], chunk)]
+    pieces = [
+        _pick_rows(np.clip(agc(record[:, j : j + chunk], max(1, window)) / RECORD_CLIP, -1.0, 1.0), max_rows)
+        for j in range(0, record.shape[1], chunk)
+    ]
     v = np.concatenate(pieces, axis=1)
     if v.shape[1] < min_width:
         v = np.repeat(v, -(-min_width // v.shape[1]), axis=1)

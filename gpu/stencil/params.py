@@ -44,15 +44,16 @@ MAX_VELOCITY = 100_000.0  # m/s: anything faster is a unit mistake
 MIN_VELOCITY = 1.0  # m/s: anything slower too
 MIN_SPACING, MAX_SPACING = 1e-6, 1e6  # h in m: from ultrasound cells to continental grids
 MAX_F0 = 1e9  # Hz
-MIN_PERIOD_STEPS, MAX_PERIOD_STEPS = 2.0, 1e7  # the Ricker period 1 / f0 in time steps: Nyquist, and a source that ever rises
+MIN_PERIOD_STEPS, MAX_PERIOD_STEPS = (
+    2.0,
+    1e7,
+)  # the Ricker period 1 / f0 in time steps: Nyquist, and a source that ever rises
 MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
 MAX_PLANE = ((1 << 31) - 1) // 5  # nx * ny: the kernels index a launch's planes (at least 5) with 32-bit integers
 SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
 RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
 GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
 CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
-
-
 
 
 def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -66,7 +67,14 @@ def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     return value
 
 
-def _positive(name: str, value, maximum: float | None = None, code: str = "invalid_parameter", minimum: float | None = None, unit: str = "") -> float:
+def _positive(
+    name: str,
+    value,
+    maximum: float | None = None,
+    code: str = "invalid_parameter",
+    minimum: float | None = None,
+    unit: str = "",
+) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ParamError(name, f"expected a finite number, got {value!r}", code)
     value = float(value)
@@ -85,7 +93,11 @@ def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tupl
     point = tuple(_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX) for axis, v in zip("xyz", value, strict=True))
     for axis, v, n in zip("xyz", point, shape_xyz, strict=True):
         if not RADIUS <= v <= n - 1 - RADIUS:
-            raise ParamError(name, f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})", code)
+            raise ParamError(
+                name,
+                f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})",
+                code,
+            )
     return point  # type: ignore[return-value]
 
 
@@ -128,17 +140,29 @@ class LayeredModel:
                 raise ParamError(f"model.{name}", f"expected a list of numbers, got {values!r}", "invalid_model")
             object.__setattr__(self, name, tuple(values))
         if not 1 <= len(self.depths) <= MAX_LAYERS:
-            raise ParamError("model.depths", f"expected 1 to {MAX_LAYERS} layer tops, got {len(self.depths)}", "invalid_model")
+            raise ParamError(
+                "model.depths", f"expected 1 to {MAX_LAYERS} layer tops, got {len(self.depths)}", "invalid_model"
+            )
         if len(self.velocities) != len(self.depths):
-            raise ParamError("model", f"{len(self.depths)} depths but {len(self.velocities)} velocities: give one velocity per layer", "invalid_model")
+            raise ParamError(
+                "model",
+                f"{len(self.depths)} depths but {len(self.velocities)} velocities: give one velocity per layer",
+                "invalid_model",
+            )
         for i, depth in enumerate(self.depths):
             if isinstance(depth, bool) or not isinstance(depth, numbers.Real) or not math.isfinite(depth):
                 raise ParamError(f"model.depths[{i}]", f"expected a finite number, got {depth!r}", "invalid_model")
         if self.depths[0] != 0:
-            raise ParamError("model.depths[0]", f"the first layer must start at depth 0, got {self.depths[0]}", "invalid_model")
+            raise ParamError(
+                "model.depths[0]", f"the first layer must start at depth 0, got {self.depths[0]}", "invalid_model"
+            )
         for i in range(1, len(self.depths)):
             if not self.depths[i] > self.depths[i - 1]:
-                raise ParamError(f"model.depths[{i}]", f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}", "invalid_model")
+                raise ParamError(
+                    f"model.depths[{i}]",
+                    f"depths must increase: {self.depths[i]} follows {self.depths[i - 1]}",
+                    "invalid_model",
+                )
         for i, v in enumerate(self.velocities):
             _positive(f"model.velocities[{i}]", v, MAX_VELOCITY, "invalid_model", MIN_VELOCITY, " m/s")
 
@@ -187,20 +211,34 @@ def check_velocity_array(values) -> np.ndarray:
     (code invalid_model): 3-D, float32 or float64, every value finite, > 0 and <= MAX_VELOCITY."""
     values = np.asarray(values)
     if values.ndim != 3:
-        raise ParamError("model", f"expected a 3-D array (nz, ny, nx) of velocities, got shape {values.shape}", "invalid_model")
+        raise ParamError(
+            "model", f"expected a 3-D array (nz, ny, nx) of velocities, got shape {values.shape}", "invalid_model"
+        )
     if values.dtype.kind != "f" or values.dtype.itemsize not in (4, 8):
         raise ParamError("model", f"the array is {values.dtype}; send float32 velocities in m/s", "invalid_model")
     if any(n < MIN_SIDE for n in values.shape):
-        raise ParamError("model", f"shape {values.shape} (nz, ny, nx): every side needs at least {MIN_SIDE} points", "invalid_model")
+        raise ParamError(
+            "model", f"shape {values.shape} (nz, ny, nx): every side needs at least {MIN_SIDE} points", "invalid_model"
+        )
     values = np.ascontiguousarray(values, dtype=np.float32)
     finite = np.isfinite(values)
     if not finite.all():
-        raise ParamError("model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model")
+        raise ParamError(
+            "model", f"{values.size - int(np.count_nonzero(finite))} velocities are NaN or infinite", "invalid_model"
+        )
     low, high = float(values.min()), float(values.max())
     if low < MIN_VELOCITY:
-        raise ParamError("model", f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive", "invalid_model")
+        raise ParamError(
+            "model",
+            f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive",
+            "invalid_model",
+        )
     if high > MAX_VELOCITY:
-        raise ParamError("model", f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?", "invalid_model")
+        raise ParamError(
+            "model",
+            f"the largest velocity is {high:g} m/s, more than {MAX_VELOCITY:g}: are the units m/s?",
+            "invalid_model",
+        )
     return values
 
 
@@ -260,16 +298,29 @@ class StencilParams:
         for name in ("nx", "ny", "nz"):
             _int(name, getattr(self, name), MIN_SIDE)
         if self.nz - 2 * RADIUS > MAX_INTERIOR_Z:
-            raise ParamError("nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)")
+            raise ParamError(
+                "nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)"
+            )
         if self.nx * self.ny > MAX_PLANE:
-            raise ParamError("nx", f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}")
+            raise ParamError(
+                "nx",
+                f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}",
+            )
         _positive("h", self.h, MAX_SPACING, minimum=MIN_SPACING, unit=" m")
         _int("steps", self.steps, 1, MAX_STEPS)
         _positive("f0", self.f0, MAX_F0, unit=" Hz")
         if not isinstance(self.model, (ConstantModel, LayeredModel, ArrayModel)):
-            raise ParamError("model", f"expected a constant, layered or array model, got {type(self.model).__name__}", "invalid_model")
+            raise ParamError(
+                "model",
+                f"expected a constant, layered or array model, got {type(self.model).__name__}",
+                "invalid_model",
+            )
         if isinstance(self.model, ArrayModel) and self.model.values.shape != self.shape:
-            raise ParamError("model", f"the array has shape {self.model.values.shape} (nz, ny, nx) but the grid is nz, ny, nx = {self.shape}", "invalid_model")
+            raise ParamError(
+                "model",
+                f"the array has shape {self.model.values.shape} (nz, ny, nx) but the grid is nz, ny, nx = {self.shape}",
+                "invalid_model",
+            )
         v_min, v_max = self.model.v_range(self.nz, self.h)
         object.__setattr__(self, "v_min", v_min)
         object.__setattr__(self, "v_max", v_max)
@@ -279,33 +330,52 @@ class StencilParams:
         per_step = self.f0 * dt  # periods of the source per time step
         if not 1.0 / MAX_PERIOD_STEPS <= per_step <= 1.0 / MIN_PERIOD_STEPS:
             period_steps = 1.0 / per_step if per_step > 0 else math.inf
-            raise ParamError("f0", f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * dt):.3g} to {1 / (MIN_PERIOD_STEPS * dt):.3g} Hz at this dt)")
+            raise ParamError(
+                "f0",
+                f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * dt):.3g} to {1 / (MIN_PERIOD_STEPS * dt):.3g} Hz at this dt)",
+            )
         if self.cfl > CFL_LIMIT:
-            raise ParamError("dt", f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s", "cfl_violation")
+            raise ParamError(
+                "dt",
+                f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s",
+                "cfl_violation",
+            )
         shape_xyz = (self.nx, self.ny, self.nz)
         source = (self.nx // 2, self.ny // 2, self.nz // 2) if self.source is None else self.source
         source = _point("source", source, shape_xyz, "source_outside_grid")
         object.__setattr__(self, "source", source)
         if self.receivers is None:  # every interior x on the source's line, at most MAX_RECEIVERS evenly spread
             interior = self.nx - 2 * RADIUS
-            xs = range(RADIUS, self.nx - RADIUS) if interior <= MAX_RECEIVERS else np.linspace(RADIUS, self.nx - 1 - RADIUS, MAX_RECEIVERS).round().astype(int).tolist()
+            xs = (
+                range(RADIUS, self.nx - RADIUS)
+                if interior <= MAX_RECEIVERS
+                else np.linspace(RADIUS, self.nx - 1 - RADIUS, MAX_RECEIVERS).round().astype(int).tolist()
+            )
             receivers = tuple((x, source[1], source[2]) for x in xs)
         else:
             if isinstance(self.receivers, (str, bytes)) or not hasattr(self.receivers, "__len__"):
                 raise ParamError("receivers", f"expected a list of [x, y, z] points, got {self.receivers!r}")
             if not 1 <= len(self.receivers) <= MAX_RECEIVERS:
                 raise ParamError("receivers", f"expected 1 to {MAX_RECEIVERS} receivers, got {len(self.receivers)}")
-            receivers = tuple(_point(f"receivers[{i}]", r, shape_xyz, "receiver_outside_grid") for i, r in enumerate(self.receivers))
+            receivers = tuple(
+                _point(f"receivers[{i}]", r, shape_xyz, "receiver_outside_grid") for i, r in enumerate(self.receivers)
+            )
         object.__setattr__(self, "receivers", receivers)
         if self.steps * len(receivers) > MAX_RECORD_VALUES:
-            raise ParamError("receivers", f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}")
+            raise ParamError(
+                "receivers",
+                f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}",
+            )
         max_sponge = (min(shape_xyz) - 2 * RADIUS) // 2
         _int("sponge", self.sponge, 0, max_sponge)
         if self.snapshot_every is None:
             object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
         _int("snapshot_every", self.snapshot_every, 0)
         if len(self.snapshot_steps) > MAX_SNAPSHOTS:
-            raise ParamError("snapshot_every", f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})")
+            raise ParamError(
+                "snapshot_every",
+                f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})",
+            )
         if not isinstance(self.variant, str) or self.variant not in VARIANT_CHOICES:
             raise ParamError("variant", f"must be one of {', '.join(VARIANT_CHOICES)}; got {self.variant!r}")
 
@@ -373,7 +443,12 @@ class StencilParams:
     def gpu_bytes(self) -> int:
         """Device memory a CUDA run holds: fields and coefficients, record, snapshots."""
         snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
-        return GPU_BYTES_PER_POINT * self.points + self.steps * len(self.receivers) * 4 + len(self.receivers) * 8 + snapshots
+        return (
+            GPU_BYTES_PER_POINT * self.points
+            + self.steps * len(self.receivers) * 4
+            + len(self.receivers) * 8
+            + snapshots
+        )
 
     def cpu_bytes(self) -> int:
         """Host memory a CPU (NumPy) run holds at its peak."""
@@ -384,7 +459,9 @@ class StencilParams:
 # ------------------------------------------------------------------------ the job --
 
 MODEL_FILE = "model.npy"
-MODEL_CHOICES = '{"type": "constant", "velocity": ...}, {"type": "layered", "depths": [...], "velocities": [...]}, or a .npy upload'
+MODEL_CHOICES = (
+    '{"type": "constant", "velocity": ...}, {"type": "layered", "depths": [...], "velocities": [...]}, or a .npy upload'
+)
 
 
 def velocity_model(spec: Mapping[str, Any] | None, array: np.ndarray | None = None) -> VelocityModel:
@@ -398,7 +475,10 @@ def velocity_model(spec: Mapping[str, Any] | None, array: np.ndarray | None = No
     if kind == "layered":
         return LayeredModel(tuple(spec["depths"]), tuple(spec["velocities"]))  # type: ignore[index]
     if kind == "upload":
-        raise ParamError("model", """{"type": "upload"} needs a multipart request with the .npy file in the field 'model' and this JSON in the field 'params'""")
+        raise ParamError(
+            "model",
+            """{"type": "upload"} needs a multipart request with the .npy file in the field 'model' and this JSON in the field 'params'""",
+        )
     raise ParamError("model", f"required: {MODEL_CHOICES}")
 
 
@@ -425,12 +505,33 @@ class StencilJob:
         elif receivers is not None:
             receivers = tuple(tuple(point) for point in receivers)
         source = request.get("source")
-        defaults_or_given: dict[str, Any] = {"dt": request.get("dt"), "source": tuple(source) if source is not None else None, "receivers": receivers}
+        defaults_or_given: dict[str, Any] = {
+            "dt": request.get("dt"),
+            "source": tuple(source) if source is not None else None,
+            "receivers": receivers,
+        }
         params = StencilParams(
-            nx=request["nx"], ny=request["ny"], nz=request["nz"], h=request["h"], steps=request["steps"], f0=request["f0"], model=velocity,
-            sponge=request.get("sponge", 0), snapshot_every=request.get("snapshot_every"), variant=request.get("variant", "auto"), **defaults_or_given,
+            nx=request["nx"],
+            ny=request["ny"],
+            nz=request["nz"],
+            h=request["h"],
+            steps=request["steps"],
+            f0=request["f0"],
+            model=velocity,
+            sponge=request.get("sponge", 0),
+            snapshot_every=request.get("snapshot_every"),
+            variant=request.get("variant", "auto"),
+            **defaults_or_given,
         )
-        resolved = {**request, "nx": params.nx, "ny": params.ny, "nz": params.nz, "dt": params.dt, "source": list(params.source), "snapshot_every": params.snapshot_every}
+        resolved = {
+            **request,
+            "nx": params.nx,
+            "ny": params.ny,
+            "nz": params.nz,
+            "dt": params.dt,
+            "source": list(params.source),
+            "snapshot_every": params.snapshot_every,
+        }
         if isinstance(velocity, ArrayModel):
             resolved["model"] = {"type": "upload"}
         return cls(resolved, params)
@@ -444,5 +545,9 @@ class StencilJob:
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> StencilJob:
-        model = np.load(files[MODEL_FILE], allow_pickle=False) if (stored.get("model") or {}).get("type") == "upload" else None
+        model = (
+            np.load(files[MODEL_FILE], allow_pickle=False)
+            if (stored.get("model") or {}).get("type") == "upload"
+            else None
+        )
         return cls.from_request(stored, model)

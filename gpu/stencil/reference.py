@@ -113,7 +113,9 @@ def ramp_table(nx: int, ny: int, nz: int, width: int, lo: int = 0, hi: int | Non
     """The CUDA kernels' sponge profile, float32: axis_ramp of x (nx values), of y (ny) and of
     the z planes [lo, hi) (default all), concatenated. The kernels read fx, fy, fz from it
     (bit-identical with damping below, and no division on the GPU)."""
-    return np.concatenate([axis_ramp(nx, width), axis_ramp(ny, width), axis_ramp(nz, width)[lo : nz if hi is None else hi]])
+    return np.concatenate(
+        [axis_ramp(nx, width), axis_ramp(ny, width), axis_ramp(nz, width)[lo : nz if hi is None else hi]]
+    )
 
 
 def damping(params: StencilParams) -> np.ndarray | None:
@@ -169,7 +171,14 @@ class Propagator:
     of module xp (0 on the border) instead of those of the velocity (benchmarks).
     """
 
-    def __init__(self, params: StencilParams, velocity: np.ndarray | None = None, xp=np, initial: tuple[np.ndarray, np.ndarray] | None = None, c=None):
+    def __init__(
+        self,
+        params: StencilParams,
+        velocity: np.ndarray | None = None,
+        xp=np,
+        initial: tuple[np.ndarray, np.ndarray] | None = None,
+        c=None,
+    ):
         self.params, self.xp = params, xp
         nx, ny = params.nx, params.ny
         self.offsets = (1, nx, nx * ny)
@@ -241,8 +250,12 @@ class Propagator:
         return self.p.reshape(self.params.shape)
 
 
-def simulate(params: StencilParams, velocity: np.ndarray | None = None, checkpoint: Callable[[int], None] | None = None,
-             initial: tuple[np.ndarray, np.ndarray] | None = None) -> Shot:
+def simulate(
+    params: StencilParams,
+    velocity: np.ndarray | None = None,
+    checkpoint: Callable[[int], None] | None = None,
+    initial: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Shot:
     """Run the shot on the CPU. `checkpoint(steps_done)` is called after every step (it
     may raise to stop the run). Returns the record, the snapshots at params.snapshot_steps
     and the last two fields."""

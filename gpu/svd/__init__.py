@@ -31,13 +31,20 @@ def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> Job
     a = job.load()
     times["load"] = (time.perf_counter() - start) * 1000
     method = job.resolve_method(on_gpu=lease is not None)
-    params = SvdParams(compute_uv=job.params.compute_uv, full_matrices=job.params.full_matrices, method=method, block_size=job.params.block_size)
+    params = SvdParams(
+        compute_uv=job.params.compute_uv,
+        full_matrices=job.params.full_matrices,
+        method=method,
+        block_size=job.params.block_size,
+    )
     progress(0.05)
     start = time.perf_counter()
     if method in ("cusolver", "golub_reinsch") and lease is not None:
         from gpu.svd import cuda
 
-        u, s, vt = cuda.cusolver_svd(a, params, lease) if method == "cusolver" else cuda.svd(a, params, lease, timings=times)
+        u, s, vt = (
+            cuda.cusolver_svd(a, params, lease) if method == "cusolver" else cuda.svd(a, params, lease, timings=times)
+        )
     elif method == "cusolver":
         raise ParamError("method", "cusolver needs a GPU; this job ran on the CPU")
     else:
@@ -52,9 +59,15 @@ def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> Job
         accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :])
     m, n = a.shape
     summary = {
-        "m": m, "n": n, "dtype": str(a.dtype), "method": method, "backend": backend_name(lease),
-        "singular_values": s[:VALUES_IN_JSON].astype(float).tolist(), "singular_values_count": int(s.size),
+        "m": m,
+        "n": n,
+        "dtype": str(a.dtype),
+        "method": method,
+        "backend": backend_name(lease),
+        "singular_values": s[:VALUES_IN_JSON].astype(float).tolist(),
+        "singular_values_count": int(s.size),
         "condition_number": float(s[0] / s[-1]) if s.size and s[-1] > 0 else None,
-        "accuracy": accuracy, "times_ms": {key: round(value, 3) for key, value in times.items()},
+        "accuracy": accuracy,
+        "times_ms": {key: round(value, 3) for key, value in times.items()},
     }
     return JobResult(summary, files)

@@ -36,8 +36,21 @@ def _handle() -> int:
     return handle
 
 
-def gemv(trans: str, rows: int, cols: int, alpha: float, a, a_offset: int, lda: int, x, x_offset: int, incx: int,
-         beta: float, y, y_offset: int) -> None:
+def gemv(
+    trans: str,
+    rows: int,
+    cols: int,
+    alpha: float,
+    a,
+    a_offset: int,
+    lda: int,
+    x,
+    x_offset: int,
+    incx: int,
+    beta: float,
+    y,
+    y_offset: int,
+) -> None:
     """y[y_offset:] = alpha op(A) x + beta y, A the (rows, cols) block of `a` starting at
     element a_offset with leading dimension lda; op is "N" or "T"; x strided by incx."""
     if rows <= 0 or cols <= 0:
@@ -45,17 +58,59 @@ def gemv(trans: str, rows: int, cols: int, alpha: float, a, a_offset: int, lda: 
     dtype = a.dtype
     item = dtype.itemsize
     alpha_host, beta_host = _scalar(alpha, dtype), _scalar(beta, dtype)
-    _GEMV[dtype](_handle(), _OP[trans], rows, cols, alpha_host.ctypes.data, a.data.ptr + a_offset * item, lda,
-                 x.data.ptr + x_offset * item, incx, beta_host.ctypes.data, y.data.ptr + y_offset * item, 1)
+    _GEMV[dtype](
+        _handle(),
+        _OP[trans],
+        rows,
+        cols,
+        alpha_host.ctypes.data,
+        a.data.ptr + a_offset * item,
+        lda,
+        x.data.ptr + x_offset * item,
+        incx,
+        beta_host.ctypes.data,
+        y.data.ptr + y_offset * item,
+        1,
+    )
 
 
-def gemm(trans_a: str, trans_b: str, m: int, n: int, k: int, alpha: float, a, a_offset: int, lda: int, b, b_offset: int, ldb: int,
-         beta: float, c, c_offset: int, ldc: int) -> None:
+def gemm(
+    trans_a: str,
+    trans_b: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    a,
+    a_offset: int,
+    lda: int,
+    b,
+    b_offset: int,
+    ldb: int,
+    beta: float,
+    c,
+    c_offset: int,
+    ldc: int,
+) -> None:
     """C = alpha op(A) op(B) + beta C on column-major blocks: C (m, n), op(A) (m, k), op(B) (k, n)."""
     if m <= 0 or n <= 0:
         return
     dtype = c.dtype
     item = dtype.itemsize
     alpha_host, beta_host = _scalar(alpha, dtype), _scalar(beta, dtype)
-    _GEMM[dtype](_handle(), _OP[trans_a], _OP[trans_b], m, n, k, alpha_host.ctypes.data, a.data.ptr + a_offset * item, lda,
-                 b.data.ptr + b_offset * item, ldb, beta_host.ctypes.data, c.data.ptr + c_offset * item, ldc)
+    _GEMM[dtype](
+        _handle(),
+        _OP[trans_a],
+        _OP[trans_b],
+        m,
+        n,
+        k,
+        alpha_host.ctypes.data,
+        a.data.ptr + a_offset * item,
+        lda,
+        b.data.ptr + b_offset * item,
+        ldb,
+        beta_host.ctypes.data,
+        c.data.ptr + c_offset * item,
+        ldc,
+    )

@@ -85,7 +85,9 @@ class Reflectors:
     nb: int
 
 
-def bidiagonalize(a: cupy.ndarray, block_size: int = 32, vectors: bool = True) -> tuple[cupy.ndarray, cupy.ndarray, Reflectors | None]:
+def bidiagonalize(
+    a: cupy.ndarray, block_size: int = 32, vectors: bool = True
+) -> tuple[cupy.ndarray, cupy.ndarray, Reflectors | None]:
     """Upper bidiagonal B = Q^T A P of a device (m, n) matrix with m >= n, on the current
     stream: (d (n,), e (max(n-1, 1),), reflectors or None). `a` is not modified."""
     m, n = a.shape
@@ -117,17 +119,63 @@ def bidiagonalize(a: cupy.ndarray, block_size: int = 32, vectors: bool = True) -
         for i in range(panel):
             c = p + i
             # column c brought up to date, its reflector u, and small = [U W][c:, :]^T u
-            column_reflector((1,), (REFLECTOR_THREADS,), (work, i32(m), uw, i32(m), zv, i32(n), i32(c), i32(i), i32(width), i32(m - c), tau_left, d, small),
-                             shared_mem=width * item)
+            column_reflector(
+                (1,),
+                (REFLECTOR_THREADS,),
+                (work, i32(m), uw, i32(m), zv, i32(n), i32(c), i32(i), i32(width), i32(m - c), tau_left, d, small),
+                shared_mem=width * item,
+            )
             if c == n - 1:
                 break
             blas.gemv("T", m - c, n - c - 1, 1.0, work, c + (c + 1) * m, m, uw, c + i * m, 1, 0.0, product, 0)
-            z_and_row(_blocks(n - c - 1), (THREADS,), (work, i32(m), zv, i32(n), uw, i32(m), product, small, tau_left, i32(c), i32(i), i32(width), i32(n - c - 1), row),
-                      shared_mem=2 * width * item)
+            z_and_row(
+                _blocks(n - c - 1),
+                (THREADS,),
+                (
+                    work,
+                    i32(m),
+                    zv,
+                    i32(n),
+                    uw,
+                    i32(m),
+                    product,
+                    small,
+                    tau_left,
+                    i32(c),
+                    i32(i),
+                    i32(width),
+                    i32(n - c - 1),
+                    row,
+                ),
+                shared_mem=2 * width * item,
+            )
             # the row's reflector v, and small = [Z V][c+1:, :]^T v
-            row_reflector((1,), (REFLECTOR_THREADS,), (row, i32(n - c - 1), zv, i32(n), i32(c), i32(i), i32(nb), tau_right, e, small))
-            blas.gemv("N", m - c - 1, n - c - 1, 1.0, work, (c + 1) + (c + 1) * m, m, zv, (c + 1) + (nb + i) * n, 1, 0.0, product, 0)
-            w_update(_blocks(m - c - 1), (THREADS,), (uw, i32(m), product, small, tau_right, i32(c), i32(i), i32(nb), i32(m - c - 1)), shared_mem=width * item)
+            row_reflector(
+                (1,),
+                (REFLECTOR_THREADS,),
+                (row, i32(n - c - 1), zv, i32(n), i32(c), i32(i), i32(nb), tau_right, e, small),
+            )
+            blas.gemv(
+                "N",
+                m - c - 1,
+                n - c - 1,
+                1.0,
+                work,
+                (c + 1) + (c + 1) * m,
+                m,
+                zv,
+                (c + 1) + (nb + i) * n,
+                1,
+                0.0,
+                product,
+                0,
+            )
+            w_update(
+                _blocks(m - c - 1),
+                (THREADS,),
+                (uw, i32(m), product, small, tau_right, i32(c), i32(i), i32(nb), i32(m - c - 1)),
+                shared_mem=width * item,
+            )
         t = p + panel
         # the rank-2L update of the trailing block: A[t:, t:] -= [U W][t:] [Z V][t:]^T
         blas.gemm("N", "T", m - t, n - t, width, -1.0, uw, t, m, zv, t, n, 1.0, work, t + t * m, m)
@@ -151,7 +199,24 @@ def _apply_reflectors(target: cupy.ndarray, vectors: cupy.ndarray, taus: cupy.nd
     padded_taus[:k] = taus[:k]
     for index, p in enumerate(panels):
         panel, top = min(nb, k - p), first_row + p
-        blas.gemm("T", "N", panel, panel, rows - top, 1.0, vectors, top + p * rows, rows, vectors, top + p * rows, rows, 0.0, grams, index * nb * nb, nb)
+        blas.gemm(
+            "T",
+            "N",
+            panel,
+            panel,
+            rows - top,
+            1.0,
+            vectors,
+            top + p * rows,
+            rows,
+            vectors,
+            top + p * rows,
+            rows,
+            0.0,
+            grams,
+            index * nb * nb,
+            nb,
+        )
     factors = cupy.empty_like(grams)
     _k("wy_factor", dtype)((len(panels),), (max(32, min(nb, 1024)),), (grams, padded_taus, np.int32(nb), factors))
     scratch = cupy.empty((2, nb, cols), dtype)  # Y^T X and T Y^T X, column-major (nb, cols)
@@ -164,9 +229,13 @@ def _apply_reflectors(target: cupy.ndarray, vectors: cupy.ndarray, taus: cupy.nd
         if span <= 0:
             continue
         y = top + p * rows
-        blas.gemm("T", "N", panel, span, rows - top, 1.0, vectors, y, rows, target, top + top * rows, rows, 0.0, left, 0, nb)
+        blas.gemm(
+            "T", "N", panel, span, rows - top, 1.0, vectors, y, rows, target, top + top * rows, rows, 0.0, left, 0, nb
+        )
         blas.gemm("N", "N", panel, span, panel, 1.0, factors, index * nb * nb, nb, left, 0, nb, 0.0, right, 0, nb)
-        blas.gemm("N", "N", rows - top, span, panel, -1.0, vectors, y, rows, right, 0, nb, 1.0, target, top + top * rows, rows)
+        blas.gemm(
+            "N", "N", rows - top, span, panel, -1.0, vectors, y, rows, right, 0, nb, 1.0, target, top + top * rows, rows
+        )
 
 
 def accumulate(reflectors: Reflectors, m: int, n: int, full: bool) -> tuple[cupy.ndarray, cupy.ndarray]:
@@ -197,6 +266,7 @@ class _Log:
 def _batches(headers: np.ndarray, per_batch: int):
     """Consecutive sweeps of one direction, at most `per_batch`, whose rows overlap enough
     that one pass over their union is worth it: (start, stop, first_row, elements, step)."""
+
     def rows_of(h):
         first, count, step = int(h[0]), int(h[1]), int(h[2])
         return (first, first + count) if step > 0 else (first - count + 1, first + 1)
@@ -226,14 +296,36 @@ def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy
     null = np.uint64(0)
     grid_x = (max(vt_width, ut_width) + APPLY_THREADS - 1) // APPLY_THREADS
     for start, stop, first_row, elements, step in _batches(headers, SWEEPS_PER_BATCH[log.rot_vt.dtype]):
-        apply((grid_x, 2), (APPLY_THREADS,), (
-            null if vt is None else vt, np.int32(vt_width), null if ut is None else ut, np.int32(ut_width),
-            np.int64(vt_width), np.int64(ut_width), np.int32(first_row), np.int32(elements), np.int32(step),
-            _at(log.sweeps, 4 * start), np.int32(stop - start), log.rot_vt, log.rot_u))
+        apply(
+            (grid_x, 2),
+            (APPLY_THREADS,),
+            (
+                null if vt is None else vt,
+                np.int32(vt_width),
+                null if ut is None else ut,
+                np.int32(ut_width),
+                np.int64(vt_width),
+                np.int64(ut_width),
+                np.int32(first_row),
+                np.int32(elements),
+                np.int32(step),
+                _at(log.sweeps, 4 * start),
+                np.int32(stop - start),
+                log.rot_vt,
+                log.rot_u,
+            ),
+        )
 
 
-def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: cupy.ndarray | None, side: cupy.cuda.Stream | None = None,
-                max_sweeps: int | None = None, counts: dict[str, int] | None = None) -> cupy.ndarray:
+def diagonalize(
+    d: cupy.ndarray,
+    e: cupy.ndarray,
+    ut: cupy.ndarray | None,
+    vt: cupy.ndarray | None,
+    side: cupy.cuda.Stream | None = None,
+    max_sweeps: int | None = None,
+    counts: dict[str, int] | None = None,
+) -> cupy.ndarray:
     """Singular values of the upper bidiagonal (d (n,), e (n-1,)), descending and non-negative
     (device (n,)); d and e are destroyed. The left and right rotations go to the first n
     rows of ut = U^T and to the rows of vt = V^T (row-major, C-contiguous), in place, on
@@ -255,8 +347,14 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
         state = cupy.zeros(STATE_INTS, np.int32)
         thresh = cupy.zeros(1, dtype)
         capacity = SWEEPS_PER_CHUNK * max(n - 1, 1)  # a sweep has at most n - 1 rotations
-        logs = [_Log(cupy.empty((SWEEPS_PER_CHUNK, 4), np.int32), cupy.empty((capacity, 2), dtype), cupy.empty((capacity, 2), dtype))
-                for _ in range(2 if vectors else 0)]
+        logs = [
+            _Log(
+                cupy.empty((SWEEPS_PER_CHUNK, 4), np.int32),
+                cupy.empty((capacity, 2), dtype),
+                cupy.empty((capacity, 2), dtype),
+            )
+            for _ in range(2 if vectors else 0)
+        ]
         applied: list[cupy.cuda.Event | None] = [None, None]
         chase = _k("bidiagonal_qr", dtype)
         cycles = cupy.zeros(3, np.int64) if counts is not None else None
@@ -269,10 +367,26 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
             if applied[buffer] is not None:
                 main.wait_event(applied[buffer])  # the side stream is done with this buffer
             chase_start = main.record()
-            chase((1,), (32,), (d, e, np.int32(n), state, thresh, null if log is None else log.sweeps, np.int32(SWEEPS_PER_CHUNK),
-                                null if log is None else log.rot_vt, null if log is None else log.rot_u, np.int32(capacity), np.int32(max_sweeps),
-                                np.int32(MULTISHIFT), null if cycles is None else cycles),
-                  shared_mem=shared)
+            chase(
+                (1,),
+                (32,),
+                (
+                    d,
+                    e,
+                    np.int32(n),
+                    state,
+                    thresh,
+                    null if log is None else log.sweeps,
+                    np.int32(SWEEPS_PER_CHUNK),
+                    null if log is None else log.rot_vt,
+                    null if log is None else log.rot_u,
+                    np.int32(capacity),
+                    np.int32(max_sweeps),
+                    np.int32(MULTISHIFT),
+                    null if cycles is None else cycles,
+                ),
+                shared_mem=shared,
+            )
             spans["chase"].append((chase_start, main.record()))
             status = state.get()  # waits for this chunk of the chase
             if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
@@ -292,8 +406,15 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
             chunk += 1
         if counts is not None:
             scan, test, chased = (int(c) for c in cycles.get())
-            counts.update(sweeps=int(status[STATE_SWEEPS]), rotations=int(status[STATE_CHASED]), test_steps=int(status[STATE_TESTED]), chunks=chunk + 1,
-                          scan_cycles=scan, test_cycles=test, sweep_cycles=chased)
+            counts.update(
+                sweeps=int(status[STATE_SWEEPS]),
+                rotations=int(status[STATE_CHASED]),
+                test_steps=int(status[STATE_TESTED]),
+                chunks=chunk + 1,
+                scan_cycles=scan,
+                test_cycles=test,
+                sweep_cycles=chased,
+            )
         if side is not main:
             main.wait_event(side.record())
         if counts is not None:
@@ -319,7 +440,13 @@ def diagonalize(d: cupy.ndarray, e: cupy.ndarray, ut: cupy.ndarray | None, vt: c
 # ------------------------------------------------------------------------- the SVD --
 
 
-def svd(a: np.ndarray, params: SvdParams, lease, timings: dict[str, float] | None = None, statistics: dict[str, int] | None = None):
+def svd(
+    a: np.ndarray,
+    params: SvdParams,
+    lease,
+    timings: dict[str, float] | None = None,
+    statistics: dict[str, int] | None = None,
+):
     """A = U diag(s) V^T on the lease's device: (u, s, vt) as host arrays in the dtype of
     `a`, shaped as reference.svd returns them (u, vt None without compute_uv).
     timings, if given, gets the milliseconds of each phase (CUDA events); statistics the

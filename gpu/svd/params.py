@@ -39,8 +39,6 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 MATRIX_KINDS = ("gaussian", "ill_conditioned", "low_rank")
 
 
-
-
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ParamError(name, f"expected an integer, got {value!r}")
@@ -137,7 +135,12 @@ class MatrixSpec:
             raise ParamError("spec.dtype", f"must be float32 or float64; got {self.dtype!r}")
         if self.kind not in MATRIX_KINDS:
             raise ParamError("spec.kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {self.kind!r}")
-        if isinstance(self.cond, bool) or not isinstance(self.cond, numbers.Real) or not math.isfinite(self.cond) or self.cond < 1:
+        if (
+            isinstance(self.cond, bool)
+            or not isinstance(self.cond, numbers.Real)
+            or not math.isfinite(self.cond)
+            or self.cond < 1
+        ):
             raise ParamError("spec.cond", f"must be a finite number >= 1; got {self.cond!r}")
         if self.rank is not None:
             _check_int("spec.rank", self.rank, 1, min(self.m, self.n))
@@ -162,7 +165,11 @@ class SvdJob:
         if self.matrix is not None:
             from gpu.svd.reference import SvdInputError, check_matrix  # reference imports this module
 
-            native = self.matrix.astype(self.matrix.dtype.newbyteorder("="), copy=False) if self.matrix.dtype.kind == "f" else self.matrix
+            native = (
+                self.matrix.astype(self.matrix.dtype.newbyteorder("="), copy=False)
+                if self.matrix.dtype.kind == "f"
+                else self.matrix
+            )
             try:
                 object.__setattr__(self, "matrix", check_matrix(native))
             except SvdInputError as exc:
@@ -185,9 +192,15 @@ class SvdJob:
             return
         method = self.params.method
         if method == "cusolver":
-            raise ParamError("method", "cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)")
+            raise ParamError(
+                "method",
+                "cusolver needs the CUDA backend; this server runs on the CPU (use auto, golub_reinsch or lapack)",
+            )
         if method == "golub_reinsch" and min(self.shape) > GOLUB_REINSCH_CPU_MAX_SIDE:
-            raise ParamError("method", f"golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack")
+            raise ParamError(
+                "method",
+                f"golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack",
+            )
 
     def resolve_method(self, on_gpu: bool) -> str:
         """The method that runs: `auto` becomes the faster GPU method, or LAPACK on the CPU."""
@@ -201,7 +214,11 @@ class SvdJob:
 
     def to_json(self) -> dict[str, Any]:
         """What the job store keeps (the matrix itself goes to `input_files`)."""
-        options = {"compute_uv": self.params.compute_uv, "full_matrices": self.params.full_matrices, "method": self.params.method}
+        options = {
+            "compute_uv": self.params.compute_uv,
+            "full_matrices": self.params.full_matrices,
+            "method": self.params.method,
+        }
         if self.spec is not None:
             return {"source": "spec", "spec": asdict(self.spec), **options}
         m, n = self.shape
@@ -213,7 +230,9 @@ class SvdJob:
     @classmethod
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SvdJob:
         """The job `to_json` and `input_files` stored (files: input file name -> path)."""
-        params = SvdParams(compute_uv=stored["compute_uv"], full_matrices=stored["full_matrices"], method=stored["method"])
+        params = SvdParams(
+            compute_uv=stored["compute_uv"], full_matrices=stored["full_matrices"], method=stored["method"]
+        )
         if stored["source"] == "spec":
             return cls(params, spec=MatrixSpec(**stored["spec"]))
         return cls(params, matrix=np.load(files[MATRIX_FILE], allow_pickle=False))

@@ -45,7 +45,9 @@ def check_matrix(a, max_elements: int | None = None) -> np.ndarray:
     if a.size == 0:
         raise SvdInputError(f"the matrix is empty (shape {a.shape})")
     if max_elements is not None and a.size > max_elements:
-        raise SvdInputError(f"the matrix has {a.size} elements ({a.shape[0]} x {a.shape[1]}), more than the limit of {max_elements}")
+        raise SvdInputError(
+            f"the matrix has {a.size} elements ({a.shape[0]} x {a.shape[1]}), more than the limit of {max_elements}"
+        )
     if a.dtype not in DTYPES:
         raise SvdInputError(f"dtype {a.dtype} is not supported: convert to float32 or float64")
     bad = a.size - int(np.count_nonzero(np.isfinite(a)))
@@ -127,12 +129,16 @@ def bidiagonalize(a: np.ndarray, block_size: int = 32, vectors: str = "thin"):
             if c == n - 1:
                 break
             col = u[c:, i]
-            z[c + 1 :, i] = tau_left[c] * (work[c:, c + 1 :].T @ col - z[c + 1 :, :i] @ (u[c:, :i].T @ col) - v[c + 1 :, :i] @ (w[c:, :i].T @ col))
+            z[c + 1 :, i] = tau_left[c] * (
+                work[c:, c + 1 :].T @ col - z[c + 1 :, :i] @ (u[c:, :i].T @ col) - v[c + 1 :, :i] @ (w[c:, :i].T @ col)
+            )
             work[c, c + 1 :] -= z[c + 1 :, : i + 1] @ u[c, : i + 1] + v[c + 1 :, :i] @ w[c, :i]
             v[c + 1 :, i], tau_right[c], e[c] = householder(work[c, c + 1 :])
             row = v[c + 1 :, i]
             w[c + 1 :, i] = tau_right[c] * (
-                work[c + 1 :, c + 1 :] @ row - u[c + 1 :, : i + 1] @ (z[c + 1 :, : i + 1].T @ row) - w[c + 1 :, :i] @ (v[c + 1 :, :i].T @ row)
+                work[c + 1 :, c + 1 :] @ row
+                - u[c + 1 :, : i + 1] @ (z[c + 1 :, : i + 1].T @ row)
+                - w[c + 1 :, :i] @ (v[c + 1 :, :i].T @ row)
             )
         t = p + nb
         work[t:, t:] -= u[t:] @ z[t:].T + w[t:] @ v[t:].T  # the rank-2L update of the block
@@ -274,7 +280,13 @@ def svd_2x2(f, g, h):
 TOLERANCE_ULP = 10
 
 
-def bidiagonal_svd(d: np.ndarray, e: np.ndarray, u: np.ndarray | None = None, vt: np.ndarray | None = None, max_sweeps: int | None = None):
+def bidiagonal_svd(
+    d: np.ndarray,
+    e: np.ndarray,
+    u: np.ndarray | None = None,
+    vt: np.ndarray | None = None,
+    max_sweeps: int | None = None,
+):
     """SVD of the upper bidiagonal B (diagonal d (n,), superdiagonal e (n-1,)): (s, u, vt).
 
     B = X diag(s) Y^T; u's first n columns are replaced by u X and vt's rows by Y^T vt, in
@@ -344,7 +356,9 @@ def bidiagonal_svd(d: np.ndarray, e: np.ndarray, u: np.ndarray | None = None, vt
             continue
 
         if sweeps >= max_sweeps:
-            raise np.linalg.LinAlgError(f"bidiagonal QR did not converge in {max_sweeps} sweeps ({hi + 1} singular values left)")
+            raise np.linalg.LinAlgError(
+                f"bidiagonal QR did not converge in {max_sweeps} sweeps ({hi + 1} singular values left)"
+            )
         old = (lo, hi)
         # Shifting by about the smallest singular value would swamp tiny ones: zero shift
         if n * tol * (smin / smax) <= max(eps, tol / 100):

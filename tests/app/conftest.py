@@ -15,8 +15,8 @@ with warnings.catch_warnings():  # Starlette's TestClient warns that httpx is de
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from app.config import Settings  # noqa: E402
-from app.main import create_app  # noqa: E402
+from app.config import Settings
+from app.main import create_app
 
 
 def pytest_configure(config):
@@ -42,7 +42,9 @@ def make_client(tmp_path):
     clients = []
 
     def make(raise_server_exceptions: bool = True, **overrides) -> TestClient:
-        client = TestClient(create_app(make_settings(tmp_path, **overrides)), raise_server_exceptions=raise_server_exceptions)
+        client = TestClient(
+            create_app(make_settings(tmp_path, **overrides)), raise_server_exceptions=raise_server_exceptions
+        )
         client.__enter__()
         clients.append(client)
         return client

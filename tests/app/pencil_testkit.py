@@ -15,13 +15,12 @@ import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import httpx
-import pytest
-
 import numpy as np
+import pytest
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,7 +33,7 @@ MAGIC = {
 MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _photo_full(name: str) -> np.ndarray:
     from skimage import data
 
@@ -43,7 +42,9 @@ def _photo_full(name: str) -> np.ndarray:
     return array
 
 
-def photo(name: str = "astronaut", width: int = 128, height: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
+def photo(
+    name: str = "astronaut", width: int = 128, height: int | None = None, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """A photograph from skimage.data as uint8 (H, W[, 3]) resized to `width` x `height`
     (height keeps the aspect when omitted). With `rng`, a random crop of at least 70 %
     of each side is taken first, so tests do not always see the same pixels."""
@@ -80,7 +81,9 @@ def encode(image: np.ndarray | Image.Image, fmt: str = "jpeg", **kwargs) -> byte
     return buffer.getvalue()
 
 
-def photo_bytes(name: str = "astronaut", fmt: str = "jpeg", width: int = 128, height: int | None = None, rng=None) -> bytes:
+def photo_bytes(
+    name: str = "astronaut", fmt: str = "jpeg", width: int = 128, height: int | None = None, rng=None
+) -> bytes:
     return encode(photo(name, width, height, rng), fmt)
 
 
@@ -113,7 +116,9 @@ def sketch_files(data: bytes, filename: str = "photo.jpg", content_type: str = "
 def assert_api_error(response, status: int, code: str, client=None) -> dict:
     """The response is our JSON error `{"error": code, "detail": <non-empty str>}` with
     `status`; when `client` is given, the server still answers GET /healthz afterwards."""
-    assert response.status_code == status, f"expected {status} {code}, got {response.status_code}: {response.text[:500]}"
+    assert response.status_code == status, (
+        f"expected {status} {code}, got {response.status_code}: {response.text[:500]}"
+    )
     assert response.headers["content-type"].startswith("application/json"), response.headers
     body = response.json()
     assert set(body) in ({"error", "detail"}, {"error", "detail", "field"}), body  # field: the parameter a 422 names
@@ -134,7 +139,9 @@ def metric_samples(text: str) -> list:
 
 def metric_value(text: str, name: str, **labels: str) -> float | None:
     """The sum of the samples called `name` whose labels include `labels`, or None."""
-    found = [s.value for s in metric_samples(text) if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    found = [
+        s.value for s in metric_samples(text) if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     return sum(found) if found else None
 
 
@@ -160,7 +167,14 @@ def server_env(workdir: Path, **settings: str) -> dict[str, str]:
 
 
 @contextmanager
-def server_process(command: list[str], workdir: Path, env: dict[str, str], base: str, ready_path: str = "/healthz", startup_timeout_s: float = 60) -> Iterator[subprocess.Popen]:
+def server_process(
+    command: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    base: str,
+    ready_path: str = "/healthz",
+    startup_timeout_s: float = 60,
+) -> Iterator[subprocess.Popen]:
     """`command` run in `workdir` (so that no .env file of the checkout is read), its output
     in workdir/server.log; yields the process once GET base+ready_path answers 200, and
     stops it afterwards (SIGTERM, then SIGKILL)."""
@@ -200,18 +214,34 @@ def live_server(workdir: Path, startup_timeout_s: float = 60, **settings: str) -
     PENCIL_* settings (e.g. workers="1") and the others at their defaults; yields its
     base URL once GET /healthz answers 200, and stops the server afterwards."""
     port = free_port()
-    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     base = f"http://127.0.0.1:{port}"
     with server_process(command, workdir, server_env(workdir, **settings), base, startup_timeout_s=startup_timeout_s):
         yield base
 
 
-def multipart_body(boundary: str, image: bytes, filename: str = "photo.jpg", fields: dict[str, str] | None = None) -> bytes:
+def multipart_body(
+    boundary: str, image: bytes, filename: str = "photo.jpg", fields: dict[str, str] | None = None
+) -> bytes:
     """A multipart/form-data body built by hand (to stream it without a Content-Length)."""
     parts = []
     for name, value in (fields or {}).items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: image/jpeg\r\n\r\n'.encode() + image + b"\r\n")
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: image/jpeg\r\n\r\n'.encode()
+        + image
+        + b"\r\n"
+    )
     parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts)
 

@@ -45,8 +45,10 @@ def _chromium_path() -> str | None:
 def chromium_path() -> str:
     path = _chromium_path()
     if path is None:
-        pytest.skip("Chromium not found (no `chromium` on PATH, no /usr/bin/chromium); "
-                    "install Debian's chromium package to run the browser tests")
+        pytest.skip(
+            "Chromium not found (no `chromium` on PATH, no /usr/bin/chromium); "
+            "install Debian's chromium package to run the browser tests"
+        )
     return path
 
 
@@ -253,8 +255,9 @@ def test_shows_the_servers_error(server, web_page, page_errors, tmp_path):
 
 def test_phone_layout_has_no_horizontal_scroll(server, chromium_browser, photo):
     base, health = server
-    context = chromium_browser.new_context(viewport={"width": 375, "height": 800}, device_scale_factor=2,
-                                  is_mobile=True, has_touch=True)
+    context = chromium_browser.new_context(
+        viewport={"width": 375, "height": 800}, device_scale_factor=2, is_mobile=True, has_touch=True
+    )
     try:
         page = context.new_page()
         errors: list[str] = []
@@ -329,15 +332,26 @@ def test_jobs_page_submits_any_kind_as_json_and_shows_its_images(jobs_server, we
     assert {"svd", "stencil"} <= set(kinds)
     page.select_option("#json-kind", "stencil")
     assert json.loads(page.input_value("#json-body"))["model"]["type"] == "layered"  # the API's example
-    small = {"nx": 24, "ny": 20, "nz": 22, "h": 10.0, "steps": 40, "f0": 15.0, "source": [12, 10, 6],
-             "receivers": {"start": [4, 10, 4], "end": [19, 10, 4], "count": 8},
-             "model": {"type": "layered", "depths": [0, 100], "velocities": [1500, 2500]}, "snapshot_every": 20}
+    small = {
+        "nx": 24,
+        "ny": 20,
+        "nz": 22,
+        "h": 10.0,
+        "steps": 40,
+        "f0": 15.0,
+        "source": [12, 10, 6],
+        "receivers": {"start": [4, 10, 4], "end": [19, 10, 4], "count": 8},
+        "model": {"type": "layered", "depths": [0, 100], "velocities": [1500, 2500]},
+        "snapshot_every": 20,
+    }
     page.fill("#json-body", json.dumps(small))
     page.click("#json-submit")
     _wait_for_newest_job(page, "stencil")
     assert "shot_record.png" in page.inner_text(NEWEST_JOB)
     page.wait_for_selector(f"{NEWEST_JOB} img.result-thumb")
-    page.wait_for_function(f"[...document.querySelectorAll('{NEWEST_JOB} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)")
+    page.wait_for_function(
+        f"[...document.querySelectorAll('{NEWEST_JOB} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)"
+    )
     page.fill("#json-body", "{not json")
     page.click("#json-submit")
     page.wait_for_selector("#error:not([hidden])")

@@ -80,7 +80,16 @@ def test_unreadable_image_is_status_1(inputs, tmp_path, capsys):
     assert "notes.jpg" in err and "tiny.png" in err
 
 
-@pytest.mark.parametrize("args", [["--line-frac", "9"], ["--stroke-width", "6"], ["--quality", "0"], ["--stroke-gamma", "nan"], ["--max-side", "big"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--line-frac", "9"],
+        ["--stroke-width", "6"],
+        ["--quality", "0"],
+        ["--stroke-gamma", "nan"],
+        ["--max-side", "big"],
+    ],
+)
 def test_bad_option_values_are_status_2(inputs, tmp_path, capsys, args):
     out = tmp_path / "out"
     assert cli.main(["sketch", str(inputs["a"][0]), "-o", str(out), *args]) == 2
@@ -94,7 +103,9 @@ def test_unknown_choice_is_an_argparse_error(inputs, tmp_path):
     assert caught.value.code == 2
 
 
-@pytest.mark.parametrize(("fmt", "extension", "pil"), [("webp", "webp", "WEBP"), ("jpeg", "jpg", "JPEG"), ("png", "png", "PNG")])
+@pytest.mark.parametrize(
+    ("fmt", "extension", "pil"), [("webp", "webp", "WEBP"), ("jpeg", "jpg", "JPEG"), ("png", "png", "PNG")]
+)
 def test_output_format(inputs, tmp_path, fmt, extension, pil):
     out = tmp_path / "out"
     (a, a_size), (b, b_size) = inputs["a"], inputs["b"]
@@ -108,7 +119,24 @@ def test_output_format(inputs, tmp_path, fmt, extension, pil):
 def test_pencil_options(inputs, tmp_path):
     out = tmp_path / "out"
     a, (width, height) = inputs["a"]
-    args = ["--mode", "color", "--tone", "dark", "--texture", "fast", "--line-frac", "0.05", "--stroke-width", "2", "--stroke-gamma", "1.5", "--tone-gamma", "1.2", "--max-side", "48"]
+    args = [
+        "--mode",
+        "color",
+        "--tone",
+        "dark",
+        "--texture",
+        "fast",
+        "--line-frac",
+        "0.05",
+        "--stroke-width",
+        "2",
+        "--stroke-gamma",
+        "1.5",
+        "--tone-gamma",
+        "1.2",
+        "--max-side",
+        "48",
+    ]
     assert cli.main(["sketch", str(a), "-o", str(out), *args]) == 0
     image = open_image((out / "a-sketch.png").read_bytes())
     assert image.mode == "RGB"
@@ -121,7 +149,9 @@ def test_same_drawing_as_the_api(inputs, tmp_path, client):
     assert cli.main(["sketch", str(a), "-o", str(out), "--tone", "medium"]) == 0
     response = client.post("/sketch", files={"image": ("a.jpg", a.read_bytes(), "image/jpeg")}, data={"tone": "medium"})
     assert response.status_code == 200
-    assert np.array_equal(np.asarray(open_image(response.content)), np.asarray(open_image((out / "a-sketch.png").read_bytes())))
+    assert np.array_equal(
+        np.asarray(open_image(response.content)), np.asarray(open_image((out / "a-sketch.png").read_bytes()))
+    )
 
 
 @pytest.mark.skipif(bool(cuda_devices()) and cuda_pipeline_available(), reason="CUDA is available here")
@@ -152,7 +182,7 @@ def test_serve_passes_host_and_port_to_uvicorn(monkeypatch):
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append((args, kwargs)))
     assert cli.main(["serve", "--port", "9123"]) == 0
-    (args, kwargs), = calls
+    ((args, kwargs),) = calls
     assert args == ("app.main:create_app",) and kwargs["factory"] is True
     assert kwargs["port"] == 9123 and kwargs["host"] == "127.0.0.1"
 
@@ -165,9 +195,22 @@ def test_serve_passes_host_and_port_to_uvicorn(monkeypatch):
 
 
 def test_help_lists_every_option():
-    result = subprocess.run([sys.executable, "-m", "app.cli", "sketch", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "sketch", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
-    for flag in ("--mode", "--tone", "--texture", "--line-frac", "--stroke-width", "--stroke-gamma", "--tone-gamma", "--max-side", "--format", "--quality"):
+    for flag in (
+        "--mode",
+        "--tone",
+        "--texture",
+        "--line-frac",
+        "--stroke-width",
+        "--stroke-gamma",
+        "--tone-gamma",
+        "--max-side",
+        "--format",
+        "--quality",
+    ):
         assert flag in result.stdout
 
 
@@ -196,7 +239,10 @@ def test_inputs_with_the_same_name_do_not_overwrite_each_other(tmp_path):
     out = tmp_path / "out"
     assert cli.main(["sketch", str(first), str(second), str(third), "-o", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["x-sketch-2.png", "x-sketch-3.png", "x-sketch.png"]
-    drawings = [np.asarray(open_image((out / name).read_bytes())) for name in ("x-sketch.png", "x-sketch-2.png", "x-sketch-3.png")]
+    drawings = [
+        np.asarray(open_image((out / name).read_bytes()))
+        for name in ("x-sketch.png", "x-sketch-2.png", "x-sketch-3.png")
+    ]
     assert not np.array_equal(drawings[0], drawings[1]) and not np.array_equal(drawings[1], drawings[2])
 
 
@@ -213,7 +259,9 @@ def test_version_prints_the_package_version_and_exits_0(capsys):
     assert stop.value.code == 0
     assert capsys.readouterr().out == f"pencil-gpu {VERSION}\n"
     # as a user runs it: a command, no subcommand needed, nothing on stderr
-    result = subprocess.run([sys.executable, "-m", "app.cli", "--version"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--version"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"pencil-gpu {VERSION}\n" and result.stderr == ""
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 import pencil_testkit
+import pytest
 from pencil_testkit import assert_api_error, metric_value, photo_bytes, sketch_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +21,9 @@ REQUEST_TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
     """One render worker and a queue of two, so 32 clients overload it."""
-    with pencil_testkit.live_server(tmp_path_factory.mktemp("live"), workers="1", max_queue="2", log_level="warning") as base:
+    with pencil_testkit.live_server(
+        tmp_path_factory.mktemp("live"), workers="1", max_queue="2", log_level="warning"
+    ) as base:
         yield base
 
 
@@ -79,7 +81,9 @@ def test_parallel_requests_get_200_or_503(live_server, rng):
     assert metric_value(text, "pencil_rejected_requests_total", code="overloaded") >= len(busy)
 
     # and the server still renders afterwards
-    after = httpx.post(f"{live_server}/sketch", files=sketch_files(photo_bytes("coffee", "jpeg", 96)), timeout=REQUEST_TIMEOUT)
+    after = httpx.post(
+        f"{live_server}/sketch", files=sketch_files(photo_bytes("coffee", "jpeg", 96)), timeout=REQUEST_TIMEOUT
+    )
     assert after.status_code == 200, after.text
 
 

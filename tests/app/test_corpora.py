@@ -37,7 +37,7 @@ def upload(client, data, name: str | None = "test") -> dict:
 def chunks(data: bytes, size: int):
     """A body without Content-Length (chunked), `size` bytes a chunk."""
     for start in range(0, len(data), size):
-        yield data[start:start + size]
+        yield data[start : start + size]
 
 
 def test_upload_stores_any_bytes_exactly(make_client, rng):
@@ -73,10 +73,23 @@ def test_a_chunked_body_is_written_to_disk_as_it_arrives(make_client, rng, monke
         messages.append(message)
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/corpora", "raw_path": b"/corpora", "query_string": b"", "root_path": "", "state": {},
-        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {TOKEN}".encode()), (b"transfer-encoding", b"chunked")],
-        "client": ("testclient", 50000), "server": ("testserver", 80),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/corpora",
+        "raw_path": b"/corpora",
+        "query_string": b"",
+        "root_path": "",
+        "state": {},
+        "headers": [
+            (b"host", b"testserver"),
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"transfer-encoding", b"chunked"),
+        ],
+        "client": ("testclient", 50000),
+        "server": ("testserver", 80),
     }
     client.portal.call(client.app, scope, receive, send)
     assert messages[0]["status"] == 201, messages
@@ -100,7 +113,9 @@ def test_list_is_newest_first_and_get_and_delete(make_client):
     assert_api_error(client.get(f"/corpora/{first['id']}"), 404, "corpus_not_found")
     assert_api_error(client.delete(f"/corpora/{first['id']}"), 404, "corpus_not_found")
     assert [c["id"] for c in client.get("/corpora").json()["corpora"]] == [second["id"]]
-    assert sorted(p.name for p in corpus_dir(client).iterdir()) == sorted([f"{second['id']}.bin", f"{second['id']}.json"])
+    assert sorted(p.name for p in corpus_dir(client).iterdir()) == sorted(
+        [f"{second['id']}.bin", f"{second['id']}.json"]
+    )
 
 
 @pytest.mark.parametrize("corpus_id", ["0" * 32, "nope", "..jobs.sqlite3", "A" * 32, "0" * 33])
@@ -146,10 +161,16 @@ def test_corpora_have_their_own_body_limit(make_client):
 def test_bad_uploads(make_client):
     client = admin(make_client)
     assert_api_error(client.post("/corpora", content=b""), 400, "empty_corpus", client)
-    assert_api_error(client.post("/corpora", files={"file": ("a.txt", b"hello")}), 415, "unsupported_media_type", client)
+    assert_api_error(
+        client.post("/corpora", files={"file": ("a.txt", b"hello")}), 415, "unsupported_media_type", client
+    )
     assert_api_error(client.post("/corpora", params={"name": "   "}, content=b"abc"), 422, "invalid_parameter", client)
-    assert_api_error(client.post("/corpora", params={"name": "a\x01b"}, content=b"abc"), 422, "invalid_parameter", client)
-    assert_api_error(client.post("/corpora", params={"name": "n" * 201}, content=b"abc"), 422, "invalid_parameter", client)
+    assert_api_error(
+        client.post("/corpora", params={"name": "a\x01b"}, content=b"abc"), 422, "invalid_parameter", client
+    )
+    assert_api_error(
+        client.post("/corpora", params={"name": "n" * 201}, content=b"abc"), 422, "invalid_parameter", client
+    )
     assert client.get("/corpora").json()["corpora"] == []
 
 
@@ -184,7 +205,9 @@ def test_corpora_survive_a_restart_and_debris_is_removed(make_client, tmp_path):
     (folder / ".abcdefabcdefabcdefabcdefabcdefab.partial").write_bytes(b"an upload in progress")
     client = admin(make_client)
     assert client.get("/corpora").json()["corpora"] == [kept]
-    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt", ".abcdefabcdefabcdefabcdefabcdefab.partial"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt", ".abcdefabcdefabcdefabcdefabcdefab.partial"]
+    )
 
 
 def test_a_corpus_in_use_by_a_queued_search_cannot_be_deleted(make_client, monkeypatch):
@@ -226,7 +249,9 @@ def test_a_search_submitted_while_its_corpus_is_deleted_is_refused_or_blocks_the
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=client.app), base_url="http://test") as http:
             delete = asyncio.create_task(http.delete(f"/corpora/{corpus['id']}", headers=headers))
             await asyncio.sleep(0.05)
-            search = await http.post("/jobs/search", json={"corpus_id": corpus["id"], "patterns": ["needle"]}, headers=headers)
+            search = await http.post(
+                "/jobs/search", json={"corpus_id": corpus["id"], "patterns": ["needle"]}, headers=headers
+            )
             return await delete, search
 
     deleted, search = asyncio.run(delete_and_search())

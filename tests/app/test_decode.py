@@ -7,8 +7,18 @@ import io
 
 import numpy as np
 import pytest
+from pencil_testkit import (
+    assert_api_error,
+    decoded,
+    encode,
+    open_image,
+    photo,
+    photo_bytes,
+    png_with_header,
+    sketch_files,
+    smooth_random,
+)
 from PIL import Image
-from pencil_testkit import assert_api_error, decoded, encode, open_image, photo, photo_bytes, png_with_header, sketch_files, smooth_random
 
 from app.errors import IMAGE_ERROR_STATUS
 from gpu.codec.decode import decode_image, sniff_format, to_array
@@ -62,14 +72,25 @@ def truncated_jpeg(rng) -> bytes:
 # ---------------------------------------------------------------- sniff_format --
 
 
-@pytest.mark.parametrize(("fmt", "expected"), [("jpeg", "JPEG"), ("png", "PNG"), ("webp", "WEBP"), ("gif", None), ("bmp", None), ("tiff", None)])
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [("jpeg", "JPEG"), ("png", "PNG"), ("webp", "WEBP"), ("gif", None), ("bmp", None), ("tiff", None)],
+)
 def test_sniff_format_of_real_files(fmt, expected):
     assert sniff_format(photo_bytes("chelsea", fmt, 64)) == expected
 
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xff\xd8", b"\x89PNG", b"RIFF\x00\x00\x00\x00WEBX", b"RIFF\x00\x00\x00\x00WEB", b"hello, this is text\n", b"<svg xmlns='http://www.w3.org/2000/svg'/>"],
+    [
+        b"",
+        b"\xff\xd8",
+        b"\x89PNG",
+        b"RIFF\x00\x00\x00\x00WEBX",
+        b"RIFF\x00\x00\x00\x00WEB",
+        b"hello, this is text\n",
+        b"<svg xmlns='http://www.w3.org/2000/svg'/>",
+    ],
 )
 def test_sniff_format_rejects_non_images_and_short_prefixes(data):
     assert sniff_format(data) is None
@@ -234,7 +255,21 @@ def test_png_with_trns_colour_is_composited_on_white():
         (lambda rng: png_with_header(60000, 60000), 413, "too_many_pixels"),  # Pillow's bomb guard
         (lambda rng: png_with_header(8000, 8000), 413, "too_many_pixels"),  # over our limit, under Pillow's
     ],
-    ids=["empty", "text", "gif", "bmp", "tiff", "truncated-jpeg", "jpeg-signature-noise", "truncated-png", "png-no-pixels", "1x1", "15px-wide", "60000x60000", "8000x8000"],
+    ids=[
+        "empty",
+        "text",
+        "gif",
+        "bmp",
+        "tiff",
+        "truncated-jpeg",
+        "jpeg-signature-noise",
+        "truncated-png",
+        "png-no-pixels",
+        "1x1",
+        "15px-wide",
+        "60000x60000",
+        "8000x8000",
+    ],
 )
 def test_decode_rejects(rng, make, status, code):
     with pytest.raises(ImageError) as caught:
@@ -375,7 +410,13 @@ def test_http_webp_upload(client, rng):
 
 
 def test_http_many_bad_inputs_in_a_row_then_a_good_one(client, rng):
-    bad = [b"", b"GIF89a....", truncated_jpeg(rng), png_with_header(60000, 60000), encode(np.full((2, 2), 9, np.uint8), "png")]
+    bad = [
+        b"",
+        b"GIF89a....",
+        truncated_jpeg(rng),
+        png_with_header(60000, 60000),
+        encode(np.full((2, 2), 9, np.uint8), "png"),
+    ]
     for data in bad:
         assert upload(client, data).status_code in (400, 413, 415)
     response = upload(client, photo_bytes("coffee", "jpeg", 96))
@@ -422,7 +463,9 @@ def test_png_with_an_exif_orientation_is_turned_upright():
 
 # EXIF whose orientation tag is 6 and whose make tag was mangled (type byte 0x06 -> 0x01 in
 # a count field, found by fuzzing): Pillow's exif_transpose raises struct.error on it.
-MANGLED_EXIF = bytes.fromhex("4578696600004d4d002a00000008000201060002000000070000002601120003000000010006000000000000b8616d6572610000")
+MANGLED_EXIF = bytes.fromhex(
+    "4578696600004d4d002a00000008000201060002000000070000002601120003000000010006000000000000b8616d6572610000"
+)
 
 
 def test_a_photo_with_mangled_exif_is_drawn_as_stored(make_client):

@@ -101,7 +101,17 @@ def test_parse_encode_options(raw, expected):
     assert parse_encode_options(raw) == expected
 
 
-@pytest.mark.parametrize("raw", [{"format": "gif"}, {"quality": "0"}, {"quality": "101"}, {"quality": "7.5"}, {"quality": "nan"}, {"quality": "best"}])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"format": "gif"},
+        {"quality": "0"},
+        {"quality": "101"},
+        {"quality": "7.5"},
+        {"quality": "nan"},
+        {"quality": "best"},
+    ],
+)
 def test_parse_encode_options_rejects(raw):
     with pytest.raises(ParamError) as caught:
         parse_encode_options(raw)

@@ -29,7 +29,15 @@ def test_unknown_path_is_json_404(client, path):
     assert_api_error(client.get(path), 404, "not_found", client)
 
 
-@pytest.mark.parametrize(("method", "path", "allowed"), [("GET", "/sketch", "POST"), ("PUT", "/sketch", "POST"), ("DELETE", "/sketch", "POST"), ("POST", "/healthz", "GET")])
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", "/sketch", "POST"),
+        ("PUT", "/sketch", "POST"),
+        ("DELETE", "/sketch", "POST"),
+        ("POST", "/healthz", "GET"),
+    ],
+)
 def test_wrong_method_is_json_405(client, method, path, allowed):
     response = client.request(method, path)
     assert_api_error(response, 405, "method_not_allowed", client)
@@ -93,7 +101,9 @@ def test_streamed_multipart_under_limit_renders(small_client):
     image = photo_bytes("chelsea", "jpeg", 96)
     body = multipart_body("b0und", image, "cat.jpg", {"format": "jpeg", "mode": "color"})
     assert len(body) < LIMIT
-    response = small_client.post("/sketch", content=chunks(body, 1000), headers={"content-type": "multipart/form-data; boundary=b0und"})
+    response = small_client.post(
+        "/sketch", content=chunks(body, 1000), headers={"content-type": "multipart/form-data; boundary=b0und"}
+    )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "image/jpeg"
     assert response.headers["content-disposition"] == 'inline; filename="cat-sketch.jpg"'
@@ -102,7 +112,9 @@ def test_streamed_multipart_under_limit_renders(small_client):
 def test_oversize_does_not_break_following_requests(small_client):
     big = b"\xff\xd8\xff" + b"\x00" * (3 * LIMIT)
     for _ in range(3):
-        assert small_client.post("/sketch", content=chunks(big), headers={"content-type": "image/jpeg"}).status_code == 413
+        assert (
+            small_client.post("/sketch", content=chunks(big), headers={"content-type": "image/jpeg"}).status_code == 413
+        )
         assert small_client.post("/sketch", content=big, headers={"content-type": "image/jpeg"}).status_code == 413
     response = small_client.post("/sketch", files=sketch_files(photo_bytes("coffee", "jpeg", 80)))
     assert response.status_code == 200, response.text
@@ -150,10 +162,18 @@ def test_client_leaving_mid_upload_is_499_not_a_500(client):
         sent.append(message)
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/sketch", "raw_path": b"/sketch", "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/sketch",
+        "raw_path": b"/sketch",
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"content-type", b"image/jpeg"), (b"host", b"testserver")],
-        "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
     }
     asyncio.run(client.app(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
@@ -179,6 +199,8 @@ def test_the_api_document_describes_every_error_as_the_error_shape(make_client):
                 if int(status) >= 400 and schema is not None:
                     assert set(schema["required"]) == {"error", "detail"}, (method, path, status)
     for kind in ("svd", "stencil", "cs256", "search"):
-        assert {"202", "400", "401", "413", "415", "422"} <= set(document["paths"][f"/jobs/{kind}"]["post"]["responses"]), kind
+        assert {"202", "400", "401", "413", "415", "422"} <= set(
+            document["paths"][f"/jobs/{kind}"]["post"]["responses"]
+        ), kind
     assert {"200", "202"} <= set(document["paths"]["/jobs/{job_id}"]["delete"]["responses"])
     assert "400" in document["paths"]["/jobs"]["get"]["responses"]

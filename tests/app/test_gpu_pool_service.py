@@ -72,9 +72,7 @@ def test_pool_gauges_follow_the_pool():
         assert metric_value(text, "pencil_gpu_leases", device=device) == 2
         assert metric_value(text, "pencil_gpu_leases_in_use", device=device) == 0
         assert metric_value(text, "pencil_gpu_memory_used_bytes", device=device) == 4096
-        assert (
-            metric_value(text, "pencil_gpu_memory_cap_bytes", device=device) == 8 << 30
-        )
+        assert metric_value(text, "pencil_gpu_memory_cap_bytes", device=device) == 8 << 30
         assert metric_value(text, "pencil_gpu_leases_granted_total", device=device) == 0
     assert metric_value(text, "pencil_gpu_lease_waiting") == 0
 
@@ -114,9 +112,7 @@ def test_pool_gauges_follow_the_pool():
     ("error", "code"),
     [(PoolBusy("x"), "overloaded"), (DeviceOutOfMemory("x"), "gpu_out_of_memory")],
 )
-def test_pool_errors_answer_503_and_the_server_keeps_serving(
-    make_client, monkeypatch, error, code
-):
+def test_pool_errors_answer_503_and_the_server_keeps_serving(make_client, monkeypatch, error, code):
     client = make_client(raise_server_exceptions=False)
 
     def failing_draw(data, photo, params, fmt, quality, backend="cpu", pool=None):
@@ -176,9 +172,7 @@ def settings(tmp_path, **values) -> Settings:
 
 
 def test_cuda_app_builds_the_pool_of_the_chosen_devices(fake_cuda, tmp_path):
-    application = app.main.create_app(
-        settings(tmp_path, backend="cuda", devices="1", streams=3)
-    )
+    application = app.main.create_app(settings(tmp_path, backend="cuda", devices="1", streams=3))
     assert application.state.pool.device_ids == [1]
     assert application.state.backend.devices == ["1: Fake GPU 1"]
     assert application.state.workers == 3  # one render thread per lease
@@ -194,7 +188,9 @@ def test_each_of_several_processes_renders_on_its_home_gpu(fake_cuda, tmp_path, 
 def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp_path):
     from fastapi.testclient import TestClient
 
-    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=4, process_index=1, admin_token="jobs-on"))
+    application = app.main.create_app(
+        settings(tmp_path, backend="cuda", processes=4, process_index=1, admin_token="jobs-on")
+    )
     assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5 / 2)  # 2 processes render on each card
     with TestClient(application):
         assert application.state.job_runner.leading
@@ -202,7 +198,9 @@ def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp
 
 
 def test_a_lone_process_pools_every_gpu(fake_cuda, tmp_path):
-    assert app.main.create_app(settings(tmp_path, backend="cuda", processes=1, process_index=0)).state.pool.device_ids == [0, 1]
+    assert app.main.create_app(
+        settings(tmp_path, backend="cuda", processes=1, process_index=0)
+    ).state.pool.device_ids == [0, 1]
     assert app.main.home_devices(Settings(devices="1", processes=4, process_index=3), 2) == ([1], 4)
     assert app.main.home_devices(Settings(processes=6, process_index=3), 2) == ([1], 3)
 

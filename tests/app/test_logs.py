@@ -69,8 +69,23 @@ def test_access_line_of_a_render_has_the_fields(make_client, capture):
     response = client.post("/sketch?max_side=64", content=image, headers={"Content-Type": "image/jpeg"})
     assert response.status_code == 200, response.text
     (line,) = log.access()
-    assert set(line) >= {"timestamp", "level", "logger", "message", "request_id", "method", "route", "path", "status",
-                         "duration_ms", "backend", "render_ms", "queue_ms", "bytes", "request_bytes"}
+    assert set(line) >= {
+        "timestamp",
+        "level",
+        "logger",
+        "message",
+        "request_id",
+        "method",
+        "route",
+        "path",
+        "status",
+        "duration_ms",
+        "backend",
+        "render_ms",
+        "queue_ms",
+        "bytes",
+        "request_bytes",
+    }
     assert (line["level"], line["method"], line["route"], line["status"]) == ("INFO", "POST", "/sketch", 200)
     assert line["backend"] == "cpu"
     assert line["request_id"] == response.headers["X-Request-ID"]

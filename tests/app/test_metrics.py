@@ -26,7 +26,12 @@ def test_two_registries_are_independent():
     a, b = Metrics(), Metrics()
     a.requests.labels("/sketch", "POST", "200").inc()
     assert a.registry is not b.registry
-    assert b.registry.get_sample_value("pencil_http_requests_total", {"route": "/sketch", "method": "POST", "status": "200"}) is None
+    assert (
+        b.registry.get_sample_value(
+            "pencil_http_requests_total", {"route": "/sketch", "method": "POST", "status": "200"}
+        )
+        is None
+    )
 
 
 def test_random_paths_share_one_label(client, rng):

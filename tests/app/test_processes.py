@@ -25,7 +25,9 @@ def two_processes(tmp_path: Path):
     port = free_port()
     env = server_env(tmp_path, processes="2", port=str(port), admin_token=TOKEN, log_level="info")
     base = f"http://127.0.0.1:{port}"
-    with server_process([sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base, ready_path="/readyz", startup_timeout_s=90) as server:
+    with server_process(
+        [sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base, ready_path="/readyz", startup_timeout_s=90
+    ) as server:
         yield base, tmp_path / "server.log", server, env
 
 
@@ -75,9 +77,20 @@ def test_a_killed_job_runner_hands_its_jobs_over(two_processes):
     first_leader = leader_pid(base)
     with httpx.Client(base_url=base, timeout=30, headers=AUTH) as client:
         # About 10 s of LAPACK on two cores: long enough to be killed while running.
-        slow = client.post("/jobs/svd", json={"spec": {"m": 2600, "n": 2600, "dtype": "float64", "seed": 3, "kind": "gaussian"}, "method": "lapack"})
+        slow = client.post(
+            "/jobs/svd",
+            json={
+                "spec": {"m": 2600, "n": 2600, "dtype": "float64", "seed": 3, "kind": "gaussian"},
+                "method": "lapack",
+            },
+        )
         assert slow.status_code == 202, slow.text
-        quick = [client.post("/jobs/svd", json={"spec": {"m": 40, "n": 30, "dtype": "float64", "seed": s, "kind": "gaussian"}}) for s in range(4)]
+        quick = [
+            client.post(
+                "/jobs/svd", json={"spec": {"m": 40, "n": 30, "dtype": "float64", "seed": s, "kind": "gaussian"}}
+            )
+            for s in range(4)
+        ]
         ids = [slow.json()["id"]] + [r.json()["id"] for r in quick]
         deadline = time.monotonic() + 30
         while client.get(f"/jobs/{ids[0]}").json()["status"] != "running":
@@ -112,7 +125,14 @@ def alive(pid: int) -> bool:
 
 def test_a_second_server_on_the_same_port_is_refused(two_processes, tmp_path):
     _, _, _, env = two_processes
-    second = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env={**env, "PENCIL_DATA_DIR": str(tmp_path / "other")}, capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve"],
+        cwd=tmp_path,
+        env={**env, "PENCIL_DATA_DIR": str(tmp_path / "other")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert second.returncode == 2
     assert "cannot serve on" in second.stderr
 
@@ -134,7 +154,9 @@ def test_processes_dying_at_start_end_the_server_instead_of_looping(tmp_path):
     # with batch jobs on: only they use the data directory
     env = server_env(tmp_path, processes="2", port=str(free_port()), data_dir=str(not_a_directory), admin_token=TOKEN)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "giving up" in result.stderr
     assert time.monotonic() - started < 90

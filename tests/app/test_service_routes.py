@@ -8,8 +8,8 @@ import shutil
 import pytest
 from pencil_testkit import metric_value, photo_bytes, sketch_files
 
-from gpu.codec.encode import ENCODE_OPTIONS
 from app.main import VERSION
+from gpu.codec.encode import ENCODE_OPTIONS
 from gpu.pencil.params import PENCIL_OPTIONS
 
 ALL_OPTIONS = PENCIL_OPTIONS + ENCODE_OPTIONS
@@ -142,7 +142,10 @@ def test_page_serves_the_upload_form(client):
     assert "/static/app.js" in html or "static/app.js" in html
 
 
-@pytest.mark.parametrize(("path", "media"), [("/static/app.js", "javascript"), ("/static/style.css", "text/css"), ("/favicon.ico", "image/svg+xml")])
+@pytest.mark.parametrize(
+    ("path", "media"),
+    [("/static/app.js", "javascript"), ("/static/style.css", "text/css"), ("/favicon.ico", "image/svg+xml")],
+)
 def test_static_files(client, path, media):
     response = client.get(path)
     assert response.status_code == 200
@@ -186,7 +189,11 @@ def test_openapi_documents_every_option_as_query_parameter(sketch_operation):
         if option.maximum is not None:
             assert schema["maximum"] == option.maximum
         if option.default is not None:
-            assert schema["default"] == pytest.approx(option.default) if option.type is float else schema["default"] == option.default
+            assert (
+                schema["default"] == pytest.approx(option.default)
+                if option.type is float
+                else schema["default"] == option.default
+            )
 
 
 def test_openapi_documents_the_form(sketch_operation):

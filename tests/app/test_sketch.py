@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pencil_testkit import MAGIC, MEDIA, PHOTOS, assert_api_error, decoded, encode, open_image, photo, photo_bytes, sketch_files
+from pencil_testkit import (
+    MAGIC,
+    MEDIA,
+    PHOTOS,
+    assert_api_error,
+    decoded,
+    encode,
+    open_image,
+    photo,
+    photo_bytes,
+    sketch_files,
+)
 
 from gpu.codec.encode import ENCODE_OPTIONS
 from gpu.pencil.params import PENCIL_OPTIONS
@@ -15,7 +26,12 @@ UPLOAD_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 
 
 def post(client, data: bytes, filename: str = "photo.jpg", content_type: str = "image/jpeg", params=None, **options):
-    return client.post("/sketch", files=sketch_files(data, filename, content_type), data={k: str(v) for k, v in options.items()}, params=params)
+    return client.post(
+        "/sketch",
+        files=sketch_files(data, filename, content_type),
+        data={k: str(v) for k, v in options.items()},
+        params=params,
+    )
 
 
 def drawing_mean(response) -> float:
@@ -54,7 +70,10 @@ def test_response_headers(client, rng):
     assert response.headers["content-length"] == str(len(response.content))
     assert response.headers["cache-control"] == "no-store"
     # a space is not kept in the plain filename; the exact name travels as RFC 5987 UTF-8
-    assert response.headers["content-disposition"] == "inline; filename=\"My_cat-sketch.png\"; filename*=UTF-8''My%20cat-sketch.png"
+    assert (
+        response.headers["content-disposition"]
+        == "inline; filename=\"My_cat-sketch.png\"; filename*=UTF-8''My%20cat-sketch.png"
+    )
 
 
 def test_content_disposition_cannot_inject_header_text(client):
@@ -72,7 +91,10 @@ def test_unicode_filename_is_accepted(make_client):
     client = make_client(raise_server_exceptions=False)
     response = post(client, photo_bytes("astronaut", "jpeg", 96), "фото.jpg")
     assert response.status_code == 200, response.text
-    assert response.headers["content-disposition"] == "inline; filename=\"____-sketch.png\"; filename*=UTF-8''%D1%84%D0%BE%D1%82%D0%BE-sketch.png"
+    assert (
+        response.headers["content-disposition"]
+        == "inline; filename=\"____-sketch.png\"; filename*=UTF-8''%D1%84%D0%BE%D1%82%D0%BE-sketch.png"
+    )
 
 
 @pytest.mark.parametrize("name", ["astronaut", "camera"])
@@ -137,7 +159,9 @@ def test_quality_is_ignored_for_png(client):
 @pytest.mark.parametrize("texture", ["lu", "fast"])
 def test_tone_presets_order_brightness(client, rng, name, texture):
     data = photo_bytes(name, "jpeg", 128, rng=rng)
-    light, medium, dark = (drawing_mean(post(client, data, tone=tone, texture=texture)) for tone in ("light", "medium", "dark"))
+    light, medium, dark = (
+        drawing_mean(post(client, data, tone=tone, texture=texture)) for tone in ("light", "medium", "dark")
+    )
     assert light > medium > dark
 
 
@@ -179,10 +203,14 @@ def test_stroke_width_bounds_and_effect(client, rng):
     assert thin > wide
 
 
-@pytest.mark.parametrize(("size", "max_side"), [((320, 200), 100), ((200, 320), 100), ((300, 300), 64), ((250, 97), 17)])
+@pytest.mark.parametrize(
+    ("size", "max_side"), [((320, 200), 100), ((200, 320), 100), ((300, 300), 64), ((250, 97), 17)]
+)
 def test_max_side_downscales_keeping_aspect(client, rng, size, max_side):
     width, height = size
-    response = post(client, encode(photo("chelsea", width, height, rng=rng), "png"), "c.png", "image/png", max_side=max_side)
+    response = post(
+        client, encode(photo("chelsea", width, height, rng=rng), "png"), "c.png", "image/png", max_side=max_side
+    )
     assert response.status_code == 200, response.text
     out_w, out_h = open_image(response.content).size
     assert response.headers["x-image-size"] == f"{out_w}x{out_h}"
@@ -198,7 +226,9 @@ def test_max_side_never_upscales(client):
 
 def test_options_as_query_parameters(client, rng):
     data = photo_bytes("astronaut", "jpeg", 128, 128, rng=rng)
-    response = client.post("/sketch", params={"mode": "color", "format": "jpeg", "max_side": "64"}, files=sketch_files(data))
+    response = client.post(
+        "/sketch", params={"mode": "color", "format": "jpeg", "max_side": "64"}, files=sketch_files(data)
+    )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "image/jpeg"
     assert response.headers["x-image-size"] == "64x64"
@@ -218,7 +248,9 @@ def test_invalid_query_option_is_rejected_even_with_valid_form_fields(client):
     data = photo_bytes("chelsea", "jpeg", 96)
     assert post(client, data, params={"tone": "pitch-black"}, tone="dark").status_code == 200
     # ...but a bad query value for an option the form leaves alone is an error
-    body = assert_api_error(post(client, data, params={"tone": "pitch-black"}, mode="gray"), 422, "invalid_parameter", client)
+    body = assert_api_error(
+        post(client, data, params={"tone": "pitch-black"}, mode="gray"), 422, "invalid_parameter", client
+    )
     assert "tone" in body["detail"]
 
 
@@ -239,7 +271,9 @@ def test_unknown_fields_and_query_parameters_are_ignored(client):
 def test_raw_body_upload(client, rng, content_type):
     # the type of the body is decided from its bytes, whatever image/* type was sent
     source = photo("astronaut", 100, rng=rng)
-    response = client.post("/sketch", content=encode(source, "jpeg"), headers={"content-type": content_type}, params={"tone": "dark"})
+    response = client.post(
+        "/sketch", content=encode(source, "jpeg"), headers={"content-type": content_type}, params={"tone": "dark"}
+    )
     assert response.status_code == 200, response.text
     assert response.headers["x-image-size"] == f"{source.shape[1]}x{source.shape[0]}"
     assert response.headers["content-disposition"] == 'inline; filename="image-sketch.png"'
@@ -249,7 +283,10 @@ def test_raw_body_upload(client, rng, content_type):
 
 def test_raw_body_with_query_options(client):
     response = client.post(
-        "/sketch", content=photo_bytes("chelsea", "png", 140), headers={"content-type": "image/png"}, params={"format": "jpeg", "mode": "color", "max_side": "70"}
+        "/sketch",
+        content=photo_bytes("chelsea", "png", 140),
+        headers={"content-type": "image/png"},
+        params={"format": "jpeg", "mode": "color", "max_side": "70"},
     )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "image/jpeg"

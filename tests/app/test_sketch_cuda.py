@@ -32,7 +32,9 @@ def test_health_shows_the_cuda_backend_and_its_pool(make_client):
 def test_sketch_renders_on_the_gpu_like_the_reference(make_client, texture, mode):
     client = make_client(backend="cuda")
     upload = photo_bytes("chelsea", "png", 451)
-    response = client.post("/sketch", files=sketch_files(upload, "cat.png", "image/png"), data={"texture": texture, "mode": mode})
+    response = client.post(
+        "/sketch", files=sketch_files(upload, "cat.png", "image/png"), data={"texture": texture, "mode": mode}
+    )
     assert response.status_code == 200, response.text
     assert response.headers["x-backend"] == "cuda"
     got = decoded(response.content)
@@ -42,4 +44,10 @@ def test_sketch_renders_on_the_gpu_like_the_reference(make_client, texture, mode
     assert difference.mean() <= 1.0 and (difference <= 2).mean() >= 0.99
 
     metrics = client.get("/metrics").text
-    assert sum(metric_value(metrics, "pencil_gpu_leases_granted_total", device=str(d)) or 0 for d in range(len(cuda_devices()))) >= 1
+    assert (
+        sum(
+            metric_value(metrics, "pencil_gpu_leases_granted_total", device=str(d)) or 0
+            for d in range(len(cuda_devices()))
+        )
+        >= 1
+    )

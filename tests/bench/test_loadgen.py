@@ -17,7 +17,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # the head and the body go out in two writes
 
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         busy = self.path == "/busy"
         body = b'{"error": "overloaded"}' if busy else b"drawing" * 100
@@ -48,7 +48,14 @@ def base_url():
 
 
 def test_closed_loop_counts_answers_orders_latencies_and_reconnects(base_url):
-    result = loadgen.run(f"{base_url}/sketch", b"\xff\xd8 not really a jpeg", fields={"format": "jpeg"}, connections=2, duration=0.8, warmup=0.2)
+    result = loadgen.run(
+        f"{base_url}/sketch",
+        b"\xff\xd8 not really a jpeg",
+        fields={"format": "jpeg"},
+        connections=2,
+        duration=0.8,
+        warmup=0.2,
+    )
     assert result.mode == "closed" and result.ok > 10
     assert result.rps == pytest.approx(result.ok / 0.8)
     assert 0 < result.p50_ms <= result.p90_ms <= result.p99_ms <= result.max_ms

@@ -67,9 +67,7 @@ class FakeRuntime:
 
 
 def make_pool(devices=1, streams=1, **kwargs) -> DevicePool:
-    return DevicePool(
-        streams_per_device=streams, runtime=FakeRuntime(devices), **kwargs
-    )
+    return DevicePool(streams_per_device=streams, runtime=FakeRuntime(devices), **kwargs)
 
 
 def waiting(pool: DevicePool) -> int:
@@ -146,9 +144,7 @@ def test_no_visible_device_is_an_error():
 
 def test_constructor_caps_memory_and_makes_leases():
     runtime = FakeRuntime(count=3)
-    pool = DevicePool(
-        [0, 2], streams_per_device=3, memory_fraction=0.75, runtime=runtime
-    )
+    pool = DevicePool([0, 2], streams_per_device=3, memory_fraction=0.75, runtime=runtime)
     assert runtime.capped == [(0, 0.75), (2, 0.75)]
     assert pool.device_ids == [0, 2]
     assert pool.size == 6

@@ -15,7 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from pencil_testkit import admin_client, assert_api_error, fetch_npy, metric_value, photo_bytes, sketch_files, wait_for_job
+from pencil_testkit import (
+    admin_client,
+    assert_api_error,
+    fetch_npy,
+    metric_value,
+    photo_bytes,
+    sketch_files,
+    wait_for_job,
+)
 
 import app.main
 from app.jobs.kinds import JobKind, Submission
@@ -45,7 +53,10 @@ def npy(array: np.ndarray) -> bytes:
 def upload(data: bytes, **options) -> dict:
     """Keyword arguments of client.post for a multipart upload of `data` as `matrix`, with
     the options as JSON in the field `params`."""
-    return {"files": {"matrix": ("a.npy", data, "application/octet-stream")}, "data": {"params": json.dumps(options)} if options else {}}
+    return {
+        "files": {"matrix": ("a.npy", data, "application/octet-stream")},
+        "data": {"params": json.dumps(options)} if options else {},
+    }
 
 
 def spec(m=24, n=16, dtype="float64", seed=0, kind="gaussian", **extra) -> dict:
@@ -103,11 +114,18 @@ def test_jobs_are_disabled_without_an_admin_token(make_client):
         assert_api_error(response, 503, "admin_disabled")
 
 
-@pytest.mark.parametrize("authorization", [None, f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer", "Bearer ", f"Basic {TOKEN}", f"Token {TOKEN}", TOKEN])
+@pytest.mark.parametrize(
+    "authorization",
+    [None, f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer", "Bearer ", f"Basic {TOKEN}", f"Token {TOKEN}", TOKEN],
+)
 def test_a_wrong_or_missing_token_is_401(make_client, authorization):
     client = make_client(admin_token=TOKEN)
     headers = {} if authorization is None else {"Authorization": authorization}
-    for response in (client.get("/jobs", headers=headers), client.post("/jobs/svd", json={"spec": spec()}, headers=headers), client.post("/jobs/nope", headers=headers)):
+    for response in (
+        client.get("/jobs", headers=headers),
+        client.post("/jobs/svd", json={"spec": spec()}, headers=headers),
+        client.post("/jobs/nope", headers=headers),
+    ):
         assert_api_error(response, 401, "unauthorized")
         assert response.headers["www-authenticate"] == "Bearer"
     assert client.get("/jobs", headers={"Authorization": f"Bearer {TOKEN}"}).json()["jobs"] == []  # nothing was created
@@ -126,7 +144,11 @@ def test_the_right_token_is_accepted_whatever_the_case_of_the_scheme(make_client
 
 @pytest.mark.parametrize(
     ("method", "dtype", "m", "n", "rtol"),
-    [("lapack", "float64", 64, 40, 1e-6), ("golub_reinsch", "float32", 40, 24, 1e-4), ("golub_reinsch", "float64", 20, 36, 1e-8)],
+    [
+        ("lapack", "float64", 64, 40, 1e-6),
+        ("golub_reinsch", "float32", 40, 24, 1e-4),
+        ("golub_reinsch", "float64", 20, 36, 1e-8),
+    ],
 )
 def test_svd_of_a_generated_matrix(make_client, rng, method, dtype, m, n, rtol):
     client = admin(make_client)
@@ -201,10 +223,13 @@ def test_svd_of_an_uploaded_matrix(make_client, rng, shape, fields):
     np.testing.assert_allclose((u[:, :k].astype(np.float64) * s) @ vt[:k], a, atol=1e-4 * expected[0])
 
 
-@pytest.mark.parametrize("layout", [
-    ">f8",
-    "fortran",
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ">f8",
+        "fortran",
+    ],
+)
 def test_uploads_in_any_byte_order_and_memory_layout_succeed(make_client, rng, layout):
     """A big-endian or Fortran-ordered .npy is accepted at submission; it must also run."""
     client = admin(make_client)
@@ -240,24 +265,46 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(np.ones((0, 3)))), 422, "invalid_matrix", id="empty-matrix"),
     pytest.param(upload(npy(np.ones((101, 100), np.float32))), 413, "too_many_elements", id="upload-too-large"),
     pytest.param({"json": {"spec": spec(101, 100)}}, 413, "too_many_elements", id="spec-too-large"),
-    pytest.param({"files": {"other": ("a.npy", npy(GOOD), "application/octet-stream")}}, 400, "missing_matrix", id="no-matrix-field"),
-    pytest.param({"files": {"x": ("x", b"1")}, "data": {"matrix": "not a file"}}, 400, "missing_matrix", id="matrix-not-a-file"),
-    pytest.param({"content": b"1 2 3", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type", id="text-plain"),
-    pytest.param({"content": b"{'spec': ", "headers": {"Content-Type": "application/json"}}, 400, "bad_request", id="not-json"),
+    pytest.param(
+        {"files": {"other": ("a.npy", npy(GOOD), "application/octet-stream")}},
+        400,
+        "missing_matrix",
+        id="no-matrix-field",
+    ),
+    pytest.param(
+        {"files": {"x": ("x", b"1")}, "data": {"matrix": "not a file"}}, 400, "missing_matrix", id="matrix-not-a-file"
+    ),
+    pytest.param(
+        {"content": b"1 2 3", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type", id="text-plain"
+    ),
+    pytest.param(
+        {"content": b"{'spec': ", "headers": {"Content-Type": "application/json"}}, 400, "bad_request", id="not-json"
+    ),
     pytest.param({"json": [1, 2]}, 422, "invalid_parameter", id="json-array"),
     pytest.param({"json": {"method": "lapack"}}, 422, "invalid_parameter", id="no-spec"),
     pytest.param({"json": {"spec": spec(m=0)}}, 422, "invalid_parameter", id="m-zero"),
     pytest.param({"json": {"spec": spec(kind="hilbert")}}, 422, "invalid_parameter", id="unknown-kind"),
     pytest.param({"json": {"spec": spec(dtype="int8")}}, 422, "invalid_parameter", id="spec-dtype"),
-    pytest.param({"json": {"spec": spec(kind="ill_conditioned", cond=0.5)}}, 422, "invalid_parameter", id="cond-below-1"),
+    pytest.param(
+        {"json": {"spec": spec(kind="ill_conditioned", cond=0.5)}}, 422, "invalid_parameter", id="cond-below-1"
+    ),
     pytest.param({"json": {"spec": spec(), "method": "cusolver"}}, 422, "invalid_parameter", id="spec-cusolver-on-cpu"),
     pytest.param(upload(npy(GOOD), method="cusolver"), 422, "invalid_parameter", id="upload-cusolver-on-cpu"),
     pytest.param(upload(npy(GOOD), method="jacobi"), 422, "invalid_parameter", id="unknown-method"),
     pytest.param(upload(npy(GOOD), compute_uv="maybe"), 422, "invalid_parameter", id="compute-uv-not-bool"),
-    pytest.param({**upload(npy(GOOD)), "data": {"method": "lapack"}}, 422, "use_params_field", id="options-as-separate-fields"),
-    pytest.param({**upload(npy(GOOD)), "data": {"params": "{method: lapack}"}}, 400, "bad_request", id="params-not-json"),
+    pytest.param(
+        {**upload(npy(GOOD)), "data": {"method": "lapack"}}, 422, "use_params_field", id="options-as-separate-fields"
+    ),
+    pytest.param(
+        {**upload(npy(GOOD)), "data": {"params": "{method: lapack}"}}, 400, "bad_request", id="params-not-json"
+    ),
     pytest.param({**upload(npy(GOOD)), "data": {"params": "[1]"}}, 422, "invalid_parameter", id="params-not-an-object"),
-    pytest.param({"json": {"spec": spec()}, "headers": {"Idempotency-Key": "k" * 201}}, 400, "bad_idempotency_key", id="idempotency-key-too-long"),
+    pytest.param(
+        {"json": {"spec": spec()}, "headers": {"Idempotency-Key": "k" * 201}},
+        400,
+        "bad_idempotency_key",
+        id="idempotency-key-too-long",
+    ),
 ]
 
 
@@ -269,14 +316,18 @@ def test_bad_input_is_refused_at_once_and_creates_no_job(make_client, tmp_path, 
     assert list((tmp_path / "data" / "jobs").iterdir()) == []  # no input files left behind
 
 
-@pytest.mark.parametrize("body", [
-    b'{"spec": {"m": 8, "n": 6, "kind": "low_rank", "rank": 7}}',
-    b'{"spec": {"m": 8, "n": 6, "kind": "ill_conditioned", "cond": Infinity}}',
-    b'{"spec": {"m": 8, "n": 6, "kind": "gaussian", "cond": Infinity}}',
-    b'{"spec": {"m": true, "n": 6}}',
-    b'{"spec": {"m": 8, "n": 6, "seed": false}}',
-    b'{"spec": {"m": 8, "n": 6}, "compute_uv": 1}',
-], ids=["rank-above-min", "cond-infinity", "cond-infinity-unused", "m-boolean", "seed-boolean", "compute-uv-number"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"spec": {"m": 8, "n": 6, "kind": "low_rank", "rank": 7}}',
+        b'{"spec": {"m": 8, "n": 6, "kind": "ill_conditioned", "cond": Infinity}}',
+        b'{"spec": {"m": 8, "n": 6, "kind": "gaussian", "cond": Infinity}}',
+        b'{"spec": {"m": true, "n": 6}}',
+        b'{"spec": {"m": 8, "n": 6, "seed": false}}',
+        b'{"spec": {"m": 8, "n": 6}, "compute_uv": 1}',
+    ],
+    ids=["rank-above-min", "cond-infinity", "cond-infinity-unused", "m-boolean", "seed-boolean", "compute-uv-number"],
+)
 def test_a_spec_the_generator_would_refuse_is_422_at_once(make_client, body):
     client = admin(make_client, raise_server_exceptions=False)
     response = client.post("/jobs/svd", content=body, headers={"Content-Type": "application/json"})
@@ -287,14 +338,26 @@ def test_a_spec_the_generator_would_refuse_is_422_at_once(make_client, body):
 def test_unknown_kinds_jobs_and_files_are_404(make_client, tmp_path):
     client = admin(make_client)
     assert_api_error(client.post("/jobs/nope", json={}), 404, "unknown_job_kind")
-    for response in (client.get("/jobs/0123abcd"), client.get("/jobs/0123abcd/result"), client.get("/jobs/0123abcd/files/s.npy"), client.delete("/jobs/0123abcd")):
+    for response in (
+        client.get("/jobs/0123abcd"),
+        client.get("/jobs/0123abcd/result"),
+        client.get("/jobs/0123abcd/files/s.npy"),
+        client.delete("/jobs/0123abcd"),
+    ):
         assert_api_error(response, 404, "job_not_found")
 
     job_id = submit(client, json={"spec": spec(8, 6)})
     finished_ok(client, job_id)
     assert (tmp_path / "data" / "jobs.sqlite3").is_file()
     assert_api_error(client.get(f"/jobs/{job_id}/files/nope.npy"), 404, "file_not_found")
-    for name in ("%2E%2E", "..%2Fjobs.sqlite3", "..%2F..%2Fjobs.sqlite3", "%2E%2E%2F%2E%2E%2Fjobs.sqlite3", "..%5C..%5Cjobs.sqlite3", "%2E"):
+    for name in (
+        "%2E%2E",
+        "..%2Fjobs.sqlite3",
+        "..%2F..%2Fjobs.sqlite3",
+        "%2E%2E%2F%2E%2E%2Fjobs.sqlite3",
+        "..%5C..%5Cjobs.sqlite3",
+        "%2E",
+    ):
         response = client.get(f"/jobs/{job_id}/files/{name}")
         assert response.status_code == 404, (name, response.status_code, response.content[:64])
         assert b"SQLite format" not in response.content
@@ -317,11 +380,21 @@ def test_idempotency_key_replays_the_job_and_refuses_another_body(make_client, r
     assert other_key.status_code == 202 and other_key.json()["id"] != first.json()["id"]
 
     a = npy(rng.standard_normal((6, 5)).astype(np.float32))  # the multipart boundary differs per request
-    uploads = [client.post("/jobs/svd", **upload(a, compute_uv=False), headers={"Idempotency-Key": "up"}) for _ in range(2)]
+    uploads = [
+        client.post("/jobs/svd", **upload(a, compute_uv=False), headers={"Idempotency-Key": "up"}) for _ in range(2)
+    ]
     assert [r.status_code for r in uploads] == [202, 200] and uploads[0].json()["id"] == uploads[1].json()["id"]
-    assert_api_error(client.post("/jobs/svd", **upload(a, compute_uv=True), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
+    assert_api_error(
+        client.post("/jobs/svd", **upload(a, compute_uv=True), headers={"Idempotency-Key": "up"}),
+        409,
+        "idempotency_conflict",
+    )
     other_matrix = npy(rng.standard_normal((6, 5)).astype(np.float32))  # same shape, dtype and options
-    assert_api_error(client.post("/jobs/svd", **upload(other_matrix, compute_uv=False), headers={"Idempotency-Key": "up"}), 409, "idempotency_conflict")
+    assert_api_error(
+        client.post("/jobs/svd", **upload(other_matrix, compute_uv=False), headers={"Idempotency-Key": "up"}),
+        409,
+        "idempotency_conflict",
+    )
 
     assert sorted(job_ids(client)) == sorted({first.json()["id"], other_key.json()["id"], uploads[0].json()["id"]})
     finished_ok(client, first.json()["id"])
@@ -392,7 +465,9 @@ def slow_kind(monkeypatch):
                 return JobResult({"steps": i})
         raise RuntimeError("the test never released the slow job")
 
-    monkeypatch.setattr(app.main, "JOB_KINDS", {**app.main.JOB_KINDS, "slow": JobKind("slow", "a test job", parse, SlowJob, run)})
+    monkeypatch.setattr(
+        app.main, "JOB_KINDS", {**app.main.JOB_KINDS, "slow": JobKind("slow", "a test job", parse, SlowJob, run)}
+    )
     yield release
     release.set()
 
@@ -412,7 +487,11 @@ def test_cancel_of_queued_and_running_jobs(make_client, slow_kind):
 
     response = client.delete(f"/jobs/{queued}")
     assert response.status_code == 200, response.text
-    assert response.json()["status"] == "canceled" and response.json()["finished"] is not None and "retry-after" not in response.headers
+    assert (
+        response.json()["status"] == "canceled"
+        and response.json()["finished"] is not None
+        and "retry-after" not in response.headers
+    )
 
     response = client.delete(f"/jobs/{running}")
     assert response.status_code == 202, response.text
@@ -465,7 +544,9 @@ def test_svd_jobs_alongside_sketches(make_client, rng):
 
     def submit_job(i: int):
         barrier.wait(timeout=WAIT_S)
-        return client.post("/jobs/svd", json={"spec": spec(32, 24, seed=i), "method": "golub_reinsch" if i % 4 == 0 else "lapack"})
+        return client.post(
+            "/jobs/svd", json={"spec": spec(32, 24, seed=i), "method": "golub_reinsch" if i % 4 == 0 else "lapack"}
+        )
 
     def sketch(_):
         barrier.wait(timeout=WAIT_S)
@@ -505,7 +586,9 @@ def test_the_api_docs_show_the_svd_job_schema_and_an_example(make_client):
     post = document["paths"]["/jobs/svd"]["post"]
     body = post["requestBody"]["content"]
     spec_schema = body["application/json"]["schema"]["properties"]["spec"]
-    assert {"m", "n", "dtype", "seed", "kind", "cond", "rank"} <= set(spec_schema["properties"])  # written in place, no dangling $ref
+    assert {"m", "n", "dtype", "seed", "kind", "cond", "rank"} <= set(
+        spec_schema["properties"]
+    )  # written in place, no dangling $ref
     assert "$ref" not in str(body)
     assert body["application/json"]["example"]["spec"]["kind"] == "ill_conditioned"
     assert body["multipart/form-data"]["schema"]["required"] == ["matrix"]

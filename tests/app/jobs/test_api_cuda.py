@@ -51,8 +51,12 @@ def test_svd_jobs_run_on_the_gpu(make_client, method, dtype):
     assert (body["method"], body["backend"]) == (expected_method, "cuda")
     if method == "golub_reinsch":
         assert {"bidiagonalization", "diagonalization"} <= body["times_ms"].keys()
-    expected = np.linalg.svd(make_matrix(300, 200, np.dtype(dtype), 3, "ill_conditioned", cond=1e4).astype(np.float64), compute_uv=False)
-    np.testing.assert_allclose(body["singular_values"], expected, rtol=1e-3 if dtype == "float32" else 1e-10, atol=1e-6 * expected[0])
+    expected = np.linalg.svd(
+        make_matrix(300, 200, np.dtype(dtype), 3, "ill_conditioned", cond=1e4).astype(np.float64), compute_uv=False
+    )
+    np.testing.assert_allclose(
+        body["singular_values"], expected, rtol=1e-3 if dtype == "float32" else 1e-10, atol=1e-6 * expected[0]
+    )
     assert max(body["accuracy"].values()) <= 35
 
 
@@ -83,7 +87,11 @@ def test_golub_reinsch_on_the_gpu_takes_matrices_the_cpu_reference_refuses(make_
     a = make_matrix(700, 600, np.float32, 11, "gaussian")
     buffer = io.BytesIO()
     np.save(buffer, a)
-    response = client.post("/jobs/svd", files={"matrix": ("a.npy", buffer.getvalue(), "application/octet-stream")}, data={"params": json.dumps({"method": "golub_reinsch"})})
+    response = client.post(
+        "/jobs/svd",
+        files={"matrix": ("a.npy", buffer.getvalue(), "application/octet-stream")},
+        data={"params": json.dumps({"method": "golub_reinsch"})},
+    )
     assert response.status_code == 202, response.text
     job_id, deadline = response.json()["id"], time.monotonic() + 120
     while (job := client.get(f"/jobs/{job_id}").json())["status"] in ("queued", "running"):
@@ -92,5 +100,10 @@ def test_golub_reinsch_on_the_gpu_takes_matrices_the_cpu_reference_refuses(make_
     assert job["status"] == "succeeded", job
     body = client.get(f"/jobs/{job_id}/result").json()["result"]
     assert body["method"] == "golub_reinsch" and max(body["accuracy"].values()) <= 35
-    files = {name: np.load(io.BytesIO(client.get(f"/jobs/{job_id}/files/{name}").content)) for name in ("u.npy", "s.npy", "vt.npy")}
-    np.testing.assert_allclose((files["u.npy"].astype(np.float64) * files["s.npy"]) @ files["vt.npy"], a, atol=1e-3 * np.abs(a).max())
+    files = {
+        name: np.load(io.BytesIO(client.get(f"/jobs/{job_id}/files/{name}").content))
+        for name in ("u.npy", "s.npy", "vt.npy")
+    }
+    np.testing.assert_allclose(
+        (files["u.npy"].astype(np.float64) * files["s.npy"]) @ files["vt.npy"], a, atol=1e-3 * np.abs(a).max()
+    )

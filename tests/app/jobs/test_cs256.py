@@ -62,7 +62,9 @@ def fetch(client, url: str) -> bytes:
     return response.content
 
 
-def check_result(client, body: dict, dense_in: np.ndarray, x: np.ndarray, dtype: str, vec: int, sparsity: float | None) -> fmt.CS256:
+def check_result(
+    client, body: dict, dense_in: np.ndarray, x: np.ndarray, dtype: str, vec: int, sparsity: float | None
+) -> fmt.CS256:
     """The job's files and figures against an independent computation."""
     result = body["result"]
     cs = files.load_npz(fetch(client, body["files"]["cs256.npz"]))
@@ -85,18 +87,25 @@ def check_result(client, body: dict, dense_in: np.ndarray, x: np.ndarray, dtype:
     report = result["format"]
     assert report == json.loads(json.dumps(fmt.storage_report(cs)))
     assert result["vectors"] == (1 if x.ndim == 1 else x.shape[1])
-    assert set(result["times_ms"]) >= {"load", "convert", "cs256", "dense"} and all(v >= 0 for v in result["times_ms"].values())
-    assert result["speedup"]["vs_dense"] == pytest.approx(result["times_ms"]["dense"] / result["times_ms"]["cs256"], rel=1e-3)
+    assert set(result["times_ms"]) >= {"load", "convert", "cs256", "dense"} and all(
+        v >= 0 for v in result["times_ms"].values()
+    )
+    assert result["speedup"]["vs_dense"] == pytest.approx(
+        result["times_ms"]["dense"] / result["times_ms"]["cs256"], rel=1e-3
+    )
     vectors_bytes = (cs.m + cs.n) * result["vectors"] * fmt.STORAGE[dtype].itemsize
     assert result["bytes_moved"]["cs256"] == report["formats"]["cs256"]["bytes"] + vectors_bytes
     return cs
 
 
-@pytest.mark.parametrize(("dtype", "vec", "sparsity", "vectors"), [
-    ("float16", 8, 0.66, 1),
-    ("bfloat16", 4, 0.5, 3),
-    ("float32", 16, 0.75, 16),
-])
+@pytest.mark.parametrize(
+    ("dtype", "vec", "sparsity", "vectors"),
+    [
+        ("float16", 8, 0.66, 1),
+        ("bfloat16", 4, 0.5, 3),
+        ("float32", 16, 0.75, 16),
+    ],
+)
 def test_a_generated_matrix_is_pruned_converted_and_multiplied(make_client, rng, dtype, vec, sparsity, vectors):
     client = admin(make_client)
     seed = int(rng.integers(0, 2**31))
@@ -115,7 +124,16 @@ def test_a_generated_matrix_is_pruned_converted_and_multiplied(make_client, rng,
 def test_json_x_is_used_as_given(make_client, rng):
     client = admin(make_client)
     x = rng.standard_normal((300, 2)).round(3)
-    body, _ = run_job(client, json={"spec": {"m": 9, "n": 300, "dtype": "float32", "seed": 5}, "sparsity": None, "x": x.tolist(), "save": "both", "repeats": 1})
+    body, _ = run_job(
+        client,
+        json={
+            "spec": {"m": 9, "n": 300, "dtype": "float32", "seed": 5},
+            "sparsity": None,
+            "x": x.tolist(),
+            "save": "both",
+            "repeats": 1,
+        },
+    )
     assert set(body["files"]) == {"y.npy", "cs256.npz", "cs256.safetensors"}
     check_result(client, body, make_matrix(9, 300, "float32", 5), x.astype(np.float32), "float32", 8, None)
     from_st = files.load_safetensors(fetch(client, body["files"]["cs256.safetensors"]))
@@ -151,16 +169,33 @@ def test_a_product_past_float16s_range_is_reported_not_a_server_error(make_clien
 def test_a_safetensors_tensor_by_name_in_bfloat16(make_client, rng):
     client = admin(make_client)
     weight = fmt.float32_to_bf16_bits(rng.standard_normal((40, 700)).astype(np.float32))
-    data = safetensors({"model.embed": ("F32", rng.standard_normal((4, 4)).astype(np.float32)), "model.layers.0.mlp.up_proj.weight": ("BF16", weight), "bias": ("F32", np.ones(40, np.float32))})
-    body, job = run_job(client, **upload(data, "model.safetensors", tensor="model.layers.0.mlp.up_proj.weight", sparsity=0.66, seed=3, repeats=1))
-    assert job["params"]["file"] == "safetensors" and job["params"]["dtype"] == "bfloat16" and job["params"]["tensor"] == "model.layers.0.mlp.up_proj.weight"
+    data = safetensors(
+        {
+            "model.embed": ("F32", rng.standard_normal((4, 4)).astype(np.float32)),
+            "model.layers.0.mlp.up_proj.weight": ("BF16", weight),
+            "bias": ("F32", np.ones(40, np.float32)),
+        }
+    )
+    body, job = run_job(
+        client,
+        **upload(
+            data, "model.safetensors", tensor="model.layers.0.mlp.up_proj.weight", sparsity=0.66, seed=3, repeats=1
+        ),
+    )
+    assert (
+        job["params"]["file"] == "safetensors"
+        and job["params"]["dtype"] == "bfloat16"
+        and job["params"]["tensor"] == "model.layers.0.mlp.up_proj.weight"
+    )
     check_result(client, body, weight, make_x(700, 1, "bfloat16", 3), "bfloat16", 8, 0.66)
 
 
 def test_a_single_tensor_needs_no_name_and_dtype_rounds_float64(make_client, rng):
     client = admin(make_client)
     a = rng.standard_normal((12, 300))
-    body, job = run_job(client, **upload(safetensors({"w": ("F64", a)}), "w.safetensors", dtype="float16", sparsity=0.5, repeats=1))
+    body, job = run_job(
+        client, **upload(safetensors({"w": ("F64", a)}), "w.safetensors", dtype="float16", sparsity=0.5, repeats=1)
+    )
     assert job["params"]["tensor"] == "w" and job["params"]["dtype"] == "float16"
     check_result(client, body, a.astype(np.float16), make_x(300, 1, "float16", 0), "float16", 8, 0.5)
 
@@ -208,35 +243,85 @@ BAD_REQUESTS = [
     pytest.param(upload(npy(GOOD), seed=-1), 422, "invalid_parameter", id="seed-negative"),
     pytest.param(upload(npy(GOOD), dtype="int8"), 422, "invalid_parameter", id="dtype-int8"),
     pytest.param(upload(npy(GOOD), colour="red"), 422, "invalid_parameter", id="unknown-option"),
-    pytest.param({**upload(npy(GOOD)), "data": {"sparsity": "0.5"}}, 422, "use_params_field", id="options-as-separate-fields"),
+    pytest.param(
+        {**upload(npy(GOOD)), "data": {"sparsity": "0.5"}}, 422, "use_params_field", id="options-as-separate-fields"
+    ),
     pytest.param(upload(npy(GOOD), tensor="w"), 422, "invalid_parameter", id="tensor-for-npy"),
     pytest.param(upload(npy(GOOD), vectors=2, variant="split4"), 422, "invalid_parameter", id="split4-several-vectors"),
     pytest.param(upload(TWO, "m.safetensors"), 422, "missing_tensor", id="safetensors-no-tensor-name"),
     pytest.param(upload(TWO, "m.safetensors", tensor="c"), 422, "unknown_tensor", id="safetensors-unknown-tensor"),
-    pytest.param(upload(safetensors({"v": ("F32", np.ones(5, np.float32))}), "m.safetensors"), 422, "not_a_matrix", id="safetensors-1-d"),
-    pytest.param(upload(safetensors({"w": ("I32", np.ones((3, 3), np.int32))}), "m.safetensors"), 422, "unsupported_dtype", id="safetensors-int32"),
-    pytest.param(upload(safetensors({"w": ("F32", WITH_NAN)}), "m.safetensors"), 422, "invalid_matrix", id="safetensors-nan"),
-    pytest.param(upload(safetensors({"w": ("F32", np.ones((300, 300), np.float32))}), "m.safetensors"), 413, "too_many_elements", id="safetensors-too-large"),
-    pytest.param(upload(_file({"w": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}}, b"\0" * 40), "m.safetensors"), 400, "malformed_safetensors", id="safetensors-truncated"),
+    pytest.param(
+        upload(safetensors({"v": ("F32", np.ones(5, np.float32))}), "m.safetensors"),
+        422,
+        "not_a_matrix",
+        id="safetensors-1-d",
+    ),
+    pytest.param(
+        upload(safetensors({"w": ("I32", np.ones((3, 3), np.int32))}), "m.safetensors"),
+        422,
+        "unsupported_dtype",
+        id="safetensors-int32",
+    ),
+    pytest.param(
+        upload(safetensors({"w": ("F32", WITH_NAN)}), "m.safetensors"), 422, "invalid_matrix", id="safetensors-nan"
+    ),
+    pytest.param(
+        upload(safetensors({"w": ("F32", np.ones((300, 300), np.float32))}), "m.safetensors"),
+        413,
+        "too_many_elements",
+        id="safetensors-too-large",
+    ),
+    pytest.param(
+        upload(_file({"w": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}}, b"\0" * 40), "m.safetensors"),
+        400,
+        "malformed_safetensors",
+        id="safetensors-truncated",
+    ),
     pytest.param(upload(_file({}, b""), "m.safetensors"), 422, "missing_tensor", id="safetensors-empty"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones(5, np.float32))), 422, "invalid_x", id="x-wrong-length"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones((4, 17), np.float32))), 422, "invalid_x", id="x-17-vectors"),
     pytest.param(upload(npy(GOOD), x=npy(np.array([1, np.nan, 2, 3], np.float32))), 422, "invalid_x", id="x-nan"),
     pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.int64))), 422, "invalid_x", id="x-integers"),
     pytest.param(upload(npy(GOOD), x=b"not npy"), 400, "malformed_npy", id="x-garbage"),
-    pytest.param(upload(npy(GOOD), x=npy(np.ones(4, np.float32))[:128] + b"\0" * 8), 400, "malformed_npy", id="x-header-longer-than-its-data"),
-    pytest.param(upload(npy(GOOD), x=npy(np.ones((4, 2), np.float32)), vectors=3), 422, "invalid_parameter", id="x-and-vectors-disagree"),
-    pytest.param({"files": {"x": ("x.npy", npy(np.ones(4)), "application/octet-stream")}}, 400, "missing_matrix", id="no-matrix-field"),
-    pytest.param({"files": {"other": ("o", b"1")}, "data": {"matrix": "not a file"}}, 400, "missing_matrix", id="matrix-not-a-file"),
-    pytest.param({"content": b"1 2 3", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type", id="text-plain"),
-    pytest.param({"content": b"{'spec': ", "headers": {"Content-Type": "application/json"}}, 400, "bad_request", id="not-json"),
+    pytest.param(
+        upload(npy(GOOD), x=npy(np.ones(4, np.float32))[:128] + b"\0" * 8),
+        400,
+        "malformed_npy",
+        id="x-header-longer-than-its-data",
+    ),
+    pytest.param(
+        upload(npy(GOOD), x=npy(np.ones((4, 2), np.float32)), vectors=3),
+        422,
+        "invalid_parameter",
+        id="x-and-vectors-disagree",
+    ),
+    pytest.param(
+        {"files": {"x": ("x.npy", npy(np.ones(4)), "application/octet-stream")}},
+        400,
+        "missing_matrix",
+        id="no-matrix-field",
+    ),
+    pytest.param(
+        {"files": {"other": ("o", b"1")}, "data": {"matrix": "not a file"}},
+        400,
+        "missing_matrix",
+        id="matrix-not-a-file",
+    ),
+    pytest.param(
+        {"content": b"1 2 3", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type", id="text-plain"
+    ),
+    pytest.param(
+        {"content": b"{'spec': ", "headers": {"Content-Type": "application/json"}}, 400, "bad_request", id="not-json"
+    ),
     pytest.param({"json": [1, 2]}, 422, "invalid_parameter", id="json-array"),
     pytest.param({"json": {"sparsity": 0.5}}, 422, "invalid_parameter", id="no-spec"),
     pytest.param({"json": spec(m=0)}, 422, "invalid_parameter", id="m-zero"),
     pytest.param({"json": spec(dtype="float64")}, 422, "invalid_parameter", id="spec-float64"),
     pytest.param({"json": spec(seed=-1)}, 422, "invalid_parameter", id="spec-seed-negative"),
     pytest.param({"json": spec(m=1000, n=1000)}, 413, "too_many_elements", id="spec-too-large"),
-    pytest.param({"json": spec(m=MAX_ELEMENTS // 256 + 1, n=1)}, 413, "too_many_elements", id="spec-narrow-but-padded-too-large"),
+    pytest.param(
+        {"json": spec(m=MAX_ELEMENTS // 256 + 1, n=1)}, 413, "too_many_elements", id="spec-narrow-but-padded-too-large"
+    ),
     pytest.param({"json": spec(m=True)}, 422, "invalid_parameter", id="spec-m-boolean"),
     pytest.param({"json": {**spec(), "repeats": True}}, 422, "invalid_parameter", id="repeats-boolean"),
     pytest.param({"json": {**spec(n=3), "x": [True, 1.0, 2.0]}}, 422, "invalid_parameter", id="x-boolean"),
@@ -245,7 +330,9 @@ BAD_REQUESTS = [
     pytest.param({"json": {**spec(), "dtype": "float32"}}, 422, "invalid_parameter", id="json-dtype-outside-spec"),
     pytest.param({"json": {**spec(), "sparsty": 0.5}}, 422, "invalid_parameter", id="json-misspelt-option"),
     pytest.param({"json": {**spec(), "x": [1.0, 2.0]}}, 422, "invalid_x", id="json-x-short"),
-    pytest.param({"json": {**spec(), "x": [[1.0, 2.0], [3.0]] + [[0.0, 0.0]] * 298}}, 422, "invalid_x", id="json-x-ragged"),
+    pytest.param(
+        {"json": {**spec(), "x": [[1.0, 2.0], [3.0]] + [[0.0, 0.0]] * 298}}, 422, "invalid_x", id="json-x-ragged"
+    ),
     pytest.param({"json": {**spec(), "x": [1e6] * 300}}, 422, "invalid_x", id="json-x-overflows-float16"),
     pytest.param({"json": {**spec(), "x": [[1.0] * 17] * 300}}, 422, "invalid_x", id="json-x-17-vectors"),
 ]
@@ -263,7 +350,9 @@ def test_bad_input_is_refused_at_once_and_creates_no_job(make_client, tmp_path, 
 def test_json_nan_in_x_is_refused(make_client):
     client = admin(make_client)
     body = b'{"spec": {"m": 2, "n": 3}, "x": [1.0, NaN, 2.0]}'
-    assert_api_error(client.post("/jobs/cs256", content=body, headers={"Content-Type": "application/json"}), 422, "invalid_x")
+    assert_api_error(
+        client.post("/jobs/cs256", content=body, headers={"Content-Type": "application/json"}), 422, "invalid_x"
+    )
 
 
 def test_the_api_docs_show_the_cs256_job(make_client):
@@ -271,7 +360,9 @@ def test_the_api_docs_show_the_cs256_job(make_client):
     post = client.get("/openapi.json").json()["paths"]["/jobs/cs256"]["post"]
     body = post["requestBody"]["content"]
     assert {"m", "n", "dtype", "seed"} <= set(body["application/json"]["schema"]["properties"]["spec"]["properties"])
-    assert {"sparsity", "vec", "x", "vectors", "repeats", "save", "variant"} <= set(body["application/json"]["schema"]["properties"])
+    assert {"sparsity", "vec", "x", "vectors", "repeats", "save", "variant"} <= set(
+        body["application/json"]["schema"]["properties"]
+    )
     assert "$ref" not in str(body)
     assert body["multipart/form-data"]["schema"]["required"] == ["matrix"]
     assert body["application/json"]["example"]["sparsity"] == 0.66
@@ -285,9 +376,20 @@ def test_a_job_on_the_gpu_measures_the_kernel_and_its_anchors(make_client, rng, 
     client.headers["Authorization"] = f"Bearer {TOKEN}"
     seed = int(rng.integers(0, 2**31))
     for vectors, variant in ((1, "group"), (1, "split4"), (5, "group")):
-        body, _ = run_job(client, json={"spec": {"m": 1000, "n": 2000, "dtype": dtype, "seed": seed}, "sparsity": 0.66, "vectors": vectors, "variant": variant, "repeats": 5})
+        body, _ = run_job(
+            client,
+            json={
+                "spec": {"m": 1000, "n": 2000, "dtype": dtype, "seed": seed},
+                "sparsity": 0.66,
+                "vectors": vectors,
+                "variant": variant,
+                "repeats": 5,
+            },
+        )
         result = body["result"]
         assert result["backend"] == "cuda" and result["kernel"]["variant"] == variant
-        check_result(client, body, make_matrix(1000, 2000, dtype, seed), make_x(2000, vectors, dtype, seed), dtype, 8, 0.66)
+        check_result(
+            client, body, make_matrix(1000, 2000, dtype, seed), make_x(2000, vectors, dtype, seed), dtype, 8, 0.66
+        )
         assert result["times_ms"]["cs256"] > 0 and result["times_ms"]["dense"] > 0 and result["times_ms"]["csr"] > 0
         assert result["anchors"]["dense"].startswith("cuBLAS") and result["anchors"]["csr"].startswith("cuSPARSE")

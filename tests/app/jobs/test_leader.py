@@ -25,7 +25,11 @@ def test_one_holder_at_a_time(tmp_path):
 def test_the_lock_of_a_killed_process_is_taken_over(tmp_path):
     path = tmp_path / "lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from app.jobs.leader import RunnerLock; import sys, time; assert RunnerLock({str(path)!r}).try_acquire(); print('held', flush=True); time.sleep(60)"],
+        [
+            sys.executable,
+            "-c",
+            f"from app.jobs.leader import RunnerLock; import sys, time; assert RunnerLock({str(path)!r}).try_acquire(); print('held', flush=True); time.sleep(60)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.getcwd(),

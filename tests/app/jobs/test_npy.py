@@ -18,7 +18,9 @@ def npy(array: np.ndarray, version: tuple[int, int] | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def handmade(shape: tuple[int, ...], version: tuple[int, int], payload: bytes = b"\0" * 64, descr: str = "<f4") -> bytes:
+def handmade(
+    shape: tuple[int, ...], version: tuple[int, int], payload: bytes = b"\0" * 64, descr: str = "<f4"
+) -> bytes:
     """A .npy file whose header says `shape` whatever the payload holds."""
     header = repr({"descr": descr, "fortran_order": False, "shape": shape}).encode("utf-8")
     length_size = 2 if version == (1, 0) else 4

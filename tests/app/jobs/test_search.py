@@ -61,7 +61,9 @@ def as_json_pattern(pattern: bytes, rng) -> str | dict:
     return {"base64": base64.b64encode(pattern).decode()}
 
 
-def check_result(client, result: dict, text: bytes, patterns: list[bytes], max_positions: int, line_numbers: bool) -> None:
+def check_result(
+    client, result: dict, text: bytes, patterns: list[bytes], max_positions: int, line_numbers: bool
+) -> None:
     body = result["result"]
     assert body["text_bytes"] == len(text)
     assert len(body["patterns"]) == len(patterns)
@@ -80,7 +82,9 @@ def check_result(client, result: dict, text: bytes, patterns: list[bytes], max_p
             newlines = np.flatnonzero(np.frombuffer(text, np.uint8) == ord("\n"))
             lines = np.searchsorted(newlines, expected).astype(np.int64) + 1  # newlines before each match, plus one
             assert entry["lines"] == lines[:max_positions].tolist(), context
-            np.testing.assert_array_equal(fetch_npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context)
+            np.testing.assert_array_equal(
+                fetch_npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context
+            )
         else:
             assert "lines" not in entry and "lines_file" not in entry, context
 
@@ -88,19 +92,44 @@ def check_result(client, result: dict, text: bytes, patterns: list[bytes], max_p
 # ------------------------------------------------------------------ CPU backend --
 
 
-@pytest.mark.parametrize("name", ["english", "random_bytes", "dna", "runs", "boundaries", "long_pattern", "longer_than_text", "equal_to_text", "utf8", "nul_bytes"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "english",
+        "random_bytes",
+        "dna",
+        "runs",
+        "boundaries",
+        "long_pattern",
+        "longer_than_text",
+        "equal_to_text",
+        "utf8",
+        "nul_bytes",
+    ],
+)
 def test_search_jobs_find_what_brute_force_finds(make_client, rng, name):
     client = admin(make_client)
     text, patterns, granularity = cases(rng, size=20_000)[name]
     corpus_id = store_corpus(client, text)
     algorithm = ALGORITHMS[int(rng.integers(0, len(ALGORITHMS)))]
-    body = {"corpus_id": corpus_id, "patterns": [as_json_pattern(p, rng) for p in patterns], "algorithm": algorithm, "max_positions": 25, "line_numbers": True}
+    body = {
+        "corpus_id": corpus_id,
+        "patterns": [as_json_pattern(p, rng) for p in patterns],
+        "algorithm": algorithm,
+        "max_positions": 25,
+        "line_numbers": True,
+    }
     if granularity:
         body["granularity"] = granularity
     result = result_of(client, body)
     check_result(client, result, text, patterns, 25, True)
     out = result["result"]
-    assert (out["backend"], out["source"], out["corpus_id"], out["algorithm"]) == ("cpu", "corpus", corpus_id, algorithm)
+    assert (out["backend"], out["source"], out["corpus_id"], out["algorithm"]) == (
+        "cpu",
+        "corpus",
+        corpus_id,
+        algorithm,
+    )
     assert out["times_ms"]["search"] >= 0 and out["times_ms"]["total"] >= out["times_ms"]["search"]
     assert set(out["throughput_gbps"]) == {"search", "end_to_end"}
 
@@ -109,13 +138,29 @@ def test_inline_texts_utf8_and_base64(make_client, rng):
     client = admin(make_client)
     text = english(5000, rng) + "\n¿dónde está el 😀?\n".encode()
     patterns = [b"the", "😀".encode(), "dónde".encode(), b"\n"]
-    result = result_of(client, {"text": text.decode("utf-8"), "patterns": [p.decode() for p in patterns], "line_numbers": True, "max_positions": 3})
+    result = result_of(
+        client,
+        {
+            "text": text.decode("utf-8"),
+            "patterns": [p.decode() for p in patterns],
+            "line_numbers": True,
+            "max_positions": 3,
+        },
+    )
     check_result(client, result, text, patterns, 3, True)
     assert result["result"]["source"] == "text" and result["result"]["corpus_id"] is None
     assert [e["pattern"] for e in result["result"]["patterns"]] == [p.decode() for p in patterns]
     binary = rng.integers(0, 3, 3000, dtype=np.uint8).tobytes()  # NUL-heavy
     patterns = [b"\0\0\0", b"\x01\0\x02", b"\xff"]
-    result = result_of(client, {"text_base64": base64.b64encode(binary).decode(), "patterns": [{"base64": base64.b64encode(p).decode()} for p in patterns], "max_positions": 0, "fused": True})
+    result = result_of(
+        client,
+        {
+            "text_base64": base64.b64encode(binary).decode(),
+            "patterns": [{"base64": base64.b64encode(p).decode()} for p in patterns],
+            "max_positions": 0,
+            "fused": True,
+        },
+    )
     check_result(client, result, binary, patterns, 0, False)
     assert result["result"]["patterns"][0]["positions"] == [] and result["result"]["patterns"][0]["count"] > 0
     assert result["result"]["patterns"][2]["pattern"] is None  # not UTF-8: given as base64 only
@@ -128,7 +173,17 @@ def test_eight_patterns_each_algorithm(make_client, rng):
     patterns = [b"the", b"e", b"Python", b"The ", text[100:116], text[5000:5064], b"\n", b"not in the text at all"]
     for algorithm in ALGORITHMS:
         for variant in ("naive", "optimized"):
-            result = result_of(client, {"corpus_id": corpus_id, "patterns": [p.decode() for p in patterns], "algorithm": algorithm, "variant": variant, "streams": 8, "max_positions": 10})
+            result = result_of(
+                client,
+                {
+                    "corpus_id": corpus_id,
+                    "patterns": [p.decode() for p in patterns],
+                    "algorithm": algorithm,
+                    "variant": variant,
+                    "streams": 8,
+                    "max_positions": 10,
+                },
+            )
             check_result(client, result, text, patterns, 10, False)
 
 
@@ -176,9 +231,25 @@ def test_bad_input_is_4xx_now_and_makes_no_job(make_client, body, status, code, 
 
 def test_bodies_that_are_not_search_json(make_client):
     client = admin(make_client)
-    assert_api_error(client.post("/jobs/search", content=b'{"patterns": ["a"], "text": "abc"', headers={"Content-Type": "application/json"}), 400, "bad_request", client)
-    assert_api_error(client.post("/jobs/search", content=b"patterns=a", headers={"Content-Type": "application/x-www-form-urlencoded"}), 415, "unsupported_media_type", client)
-    assert_api_error(client.post("/jobs/search", files={"text": ("t.txt", b"abc")}), 415, "unsupported_media_type", client)
+    assert_api_error(
+        client.post(
+            "/jobs/search", content=b'{"patterns": ["a"], "text": "abc"', headers={"Content-Type": "application/json"}
+        ),
+        400,
+        "bad_request",
+        client,
+    )
+    assert_api_error(
+        client.post(
+            "/jobs/search", content=b"patterns=a", headers={"Content-Type": "application/x-www-form-urlencoded"}
+        ),
+        415,
+        "unsupported_media_type",
+        client,
+    )
+    assert_api_error(
+        client.post("/jobs/search", files={"text": ("t.txt", b"abc")}), 415, "unsupported_media_type", client
+    )
     lone_surrogate = b'{"text": "abc", "patterns": ["\\ud800"]}'  # not Unicode text: such bytes go as base64
     response = client.post("/jobs/search", content=lone_surrogate, headers={"Content-Type": "application/json"})
     assert_api_error(response, 400, "bad_request", client)
@@ -231,14 +302,30 @@ def test_search_jobs_on_the_gpu_keep_the_corpus_resident(make_client, rng):
     results = []
     for algorithm in ALGORITHMS:
         for variant in ("naive", "optimized"):
-            result = result_of(client, {"corpus_id": corpus_id, "patterns": [p.decode() for p in patterns], "algorithm": algorithm, "variant": variant, "streams": 3, "line_numbers": True, "max_positions": 20})
+            result = result_of(
+                client,
+                {
+                    "corpus_id": corpus_id,
+                    "patterns": [p.decode() for p in patterns],
+                    "algorithm": algorithm,
+                    "variant": variant,
+                    "streams": 3,
+                    "line_numbers": True,
+                    "max_positions": 20,
+                },
+            )
             check_result(client, result, text, patterns, 20, True)
             results.append(result["result"])
-    fused = result_of(client, {"corpus_id": corpus_id, "patterns": [p.decode() for p in patterns], "fused": True, "max_positions": 20})
+    fused = result_of(
+        client, {"corpus_id": corpus_id, "patterns": [p.decode() for p in patterns], "fused": True, "max_positions": 20}
+    )
     check_result(client, fused, text, patterns, 20, False)
     assert results[0]["backend"] == "cuda" and results[0]["resident"] is False
     assert all(r["resident"] is True for r in results[1:]) and fused["result"]["resident"] is True
-    assert set(results[0]["times_ms"]) == {"upload", "kernels", "download", "total"} and results[0]["times_ms"]["upload"] > 0
+    assert (
+        set(results[0]["times_ms"]) == {"upload", "kernels", "download", "total"}
+        and results[0]["times_ms"]["upload"] > 0
+    )
     assert all(r["times_ms"]["upload"] == 0 for r in results[1:])
     assert client.get(f"/corpora/{corpus_id}").json()["resident_on"] != []
     assert client.delete(f"/corpora/{corpus_id}").status_code == 200

@@ -15,10 +15,9 @@ from pencil_testkit import JOB_FINISHED, admin_client, assert_api_error, wait_fo
 from PIL import Image
 
 from app.jobs.stencil import EXAMPLE
-from gpu.stencil import StencilJob
-from gpu.stencil.images import agc, shot_record_image
 from gpu.backend import cuda_devices
-from gpu.stencil import reference
+from gpu.stencil import StencilJob, reference
+from gpu.stencil.images import agc, shot_record_image
 from gpu.stencil.params import VARIANTS
 
 TOKEN = "stencil-test-token"
@@ -31,8 +30,18 @@ def admin(make_client, **overrides):
 
 
 def shot(**changes) -> dict:
-    body = {"nx": 60, "ny": 24, "nz": 36, "h": 10.0, "steps": 300, "f0": 12.0, "source": [30, 12, 8],
-            "receivers": {"start": [4, 12, 8], "end": [55, 12, 8], "count": 52}, "model": LAYERED, "snapshot_every": 100}
+    body = {
+        "nx": 60,
+        "ny": 24,
+        "nz": 36,
+        "h": 10.0,
+        "steps": 300,
+        "f0": 12.0,
+        "source": [30, 12, 8],
+        "receivers": {"start": [4, 12, 8], "end": [55, 12, 8], "count": 52},
+        "model": LAYERED,
+        "snapshot_every": 100,
+    }
     body.update(changes)
     return body
 
@@ -86,8 +95,19 @@ def test_a_layered_shot_from_json(make_client):
     result = result_of(client, submit(client, json=body))
     r = result["result"]
     assert r["backend"] == "cpu" and r["variant"] == "reference" and r["variant_requested"] == "auto"
-    assert r["grid"] == {"nx": 60, "ny": 24, "nz": 36, "h": 10.0, "points": 60 * 24 * 36, "interior_points": 56 * 20 * 32}
-    assert r["dt"] == pytest.approx(0.4 * 10.0 / 2500.0) and r["cfl"] == pytest.approx(0.4) and r["dt_max"] == pytest.approx(0.002)
+    assert r["grid"] == {
+        "nx": 60,
+        "ny": 24,
+        "nz": 36,
+        "h": 10.0,
+        "points": 60 * 24 * 36,
+        "interior_points": 56 * 20 * 32,
+    }
+    assert (
+        r["dt"] == pytest.approx(0.4 * 10.0 / 2500.0)
+        and r["cfl"] == pytest.approx(0.4)
+        and r["dt_max"] == pytest.approx(0.002)
+    )
     assert r["model"] == {"type": "layered", "v_min": 1500.0, "v_max": 2500.0}
     assert r["receivers"] == 52 and r["record"]["shape"] == [300, 52] and r["snapshot_steps"] == [100, 200, 300]
     assert r["gpts_per_s"] > 0 and r["effective_gb_per_s"] == pytest.approx(16 * r["gpts_per_s"])
@@ -95,7 +115,9 @@ def test_a_layered_shot_from_json(make_client):
     assert r["warnings"] == []
 
     files = result["files"]
-    expected_files = {"shot_record.npy", "shot_record.png", "receivers.npy", "velocity_xz.png"} | {f"snapshot_{s:07d}_{a}.png" for s in (100, 200, 300) for a in ("xz", "xy")}
+    expected_files = {"shot_record.npy", "shot_record.png", "receivers.npy", "velocity_xz.png"} | {
+        f"snapshot_{s:07d}_{a}.png" for s in (100, 200, 300) for a in ("xz", "xy")
+    }
     assert set(files) == expected_files and sorted(r["files"]) == sorted(expected_files)
     record = np.load(io.BytesIO(fetch(client, files["shot_record.npy"])), allow_pickle=False)
     expected = expected_shot(body)
@@ -126,7 +148,16 @@ def test_an_uploaded_model_gives_the_same_shot_as_its_spec(make_client, rng):
 
     # a random heterogeneous model, float64 big-endian on the wire, explicit matching sizes
     model = rng.uniform(1800, 2600, (20, 16, 24))
-    params = {"nx": 24, "ny": 16, "nz": 20, "h": 10.0, "steps": 40, "f0": 15.0, "model": {"type": "upload"}, "snapshot_every": 0}
+    params = {
+        "nx": 24,
+        "ny": 16,
+        "nz": 20,
+        "h": 10.0,
+        "steps": 40,
+        "f0": 15.0,
+        "model": {"type": "upload"},
+        "snapshot_every": 0,
+    }
     job = submit(client, **upload(npy(model.astype(">f8")), params))
     record = np.load(io.BytesIO(fetch(client, result_of(client, job)["files"]["shot_record.npy"])))
     np.testing.assert_array_equal(record, expected_shot({**params, "model": None}, model.astype(np.float32)).record)
@@ -134,7 +165,16 @@ def test_an_uploaded_model_gives_the_same_shot_as_its_spec(make_client, rng):
 
 def test_defaults_and_warnings(make_client):
     client = admin(make_client)
-    body = {"nx": 30, "ny": 20, "nz": 26, "h": 20.0, "steps": 40, "f0": 40.0, "model": {"type": "constant", "velocity": 2000.0}, "sponge": 5}
+    body = {
+        "nx": 30,
+        "ny": 20,
+        "nz": 26,
+        "h": 20.0,
+        "steps": 40,
+        "f0": 40.0,
+        "model": {"type": "constant", "velocity": 2000.0},
+        "sponge": 5,
+    }
     r = result_of(client, submit(client, json=body))["result"]
     assert r["source"] == [15, 10, 13] and r["receivers"] == 26 and r["snapshot_steps"] == [10, 20, 30, 40]
     assert r["dt"] == pytest.approx(0.004) and r["sponge"] == 5 and r["eta_max"] > 0
@@ -171,8 +211,18 @@ def test_progress_and_cancel_of_a_running_shot(make_client):
         ({"model": None}, 422, "invalid_parameter", "model: required"),
         ({"model": {"type": "upload"}}, 422, "invalid_parameter", "multipart"),
         ({"model": {"type": "granite"}}, 422, "invalid_parameter", "model"),
-        ({"model": {"type": "layered", "depths": [5.0, 100.0], "velocities": [1500.0, 2000.0]}}, 422, "invalid_model", "must start at depth 0"),
-        ({"model": {"type": "layered", "depths": [0.0], "velocities": [1500.0, 2000.0]}}, 422, "invalid_model", "1 depths but 2 velocities"),
+        (
+            {"model": {"type": "layered", "depths": [5.0, 100.0], "velocities": [1500.0, 2000.0]}},
+            422,
+            "invalid_model",
+            "must start at depth 0",
+        ),
+        (
+            {"model": {"type": "layered", "depths": [0.0], "velocities": [1500.0, 2000.0]}},
+            422,
+            "invalid_model",
+            "1 depths but 2 velocities",
+        ),
         ({"model": {"type": "constant", "velocity": -1.0}}, 422, "invalid_model", "must be > 0"),
         ({"nx": None}, 422, "invalid_parameter", "nx: required"),
         ({"nx": 4}, 422, "invalid_parameter", "nx"),
@@ -186,8 +236,20 @@ def test_progress_and_cancel_of_a_running_shot(make_client):
         ({"unknown": 1}, 422, "invalid_parameter", "unknown"),
         ({"nx": 4000, "ny": 4000, "nz": 100}, 413, "grid_too_large", "PENCIL_MAX_STENCIL_POINTS"),
         ({"nx": 300, "ny": 300, "nz": 300}, 413, "grid_too_large", "PENCIL_MAX_STENCIL_CPU_POINTS"),
-        ({"nx": 256, "ny": 256, "nz": 256, "steps": 1_000_000, "source": None, "receivers": [[128, 128, 128]], "snapshot_every": 0},
-         413, "run_too_long", "PENCIL_MAX_STENCIL_CPU_POINT_STEPS"),
+        (
+            {
+                "nx": 256,
+                "ny": 256,
+                "nz": 256,
+                "steps": 1_000_000,
+                "source": None,
+                "receivers": [[128, 128, 128]],
+                "snapshot_every": 0,
+            },
+            413,
+            "run_too_long",
+            "PENCIL_MAX_STENCIL_CPU_POINT_STEPS",
+        ),
         ({"h": 1e30}, 422, "invalid_parameter", "h: must be <= 1e+06 m"),
         ({"f0": 1e-20}, 422, "invalid_parameter", "period 1 / f0"),
         ({"model": {"type": "constant", "velocity": 1e-300}}, 422, "invalid_model", ">= 1 m/s"),
@@ -209,11 +271,24 @@ def test_bad_json_requests_are_refused_before_a_job_exists(make_client, changes,
 
 def test_malformed_bodies(make_client):
     client = admin(make_client)
-    assert_api_error(client.post("/jobs/stencil", content=b"{not json", headers={"Content-Type": "application/json"}), 400, "bad_request")
+    assert_api_error(
+        client.post("/jobs/stencil", content=b"{not json", headers={"Content-Type": "application/json"}),
+        400,
+        "bad_request",
+    )
     nan = json.dumps(shot()).replace("12.0", "NaN", 1)
-    assert_api_error(client.post("/jobs/stencil", content=nan.encode(), headers={"Content-Type": "application/json"}), 422, "invalid_parameter")
+    assert_api_error(
+        client.post("/jobs/stencil", content=nan.encode(), headers={"Content-Type": "application/json"}),
+        422,
+        "invalid_parameter",
+    )
     assert_api_error(client.post("/jobs/stencil", json=[1, 2, 3]), 422, "invalid_parameter")
-    assert_api_error(client.post("/jobs/stencil", content=b"nx=3", headers={"Content-Type": "text/plain"}), 415, "unsupported_media_type", client)
+    assert_api_error(
+        client.post("/jobs/stencil", content=b"nx=3", headers={"Content-Type": "text/plain"}),
+        415,
+        "unsupported_media_type",
+        client,
+    )
 
 
 def test_bad_uploads_are_refused(make_client, rng):
@@ -240,8 +315,22 @@ def test_bad_uploads_are_refused(make_client, rng):
         (upload(npy(good), "{broken"), 400, "bad_request"),
         (upload(npy(good), "[1]"), 422, "invalid_parameter"),
         (upload(npy(good), {"h": 10.0}), 422, "invalid_parameter"),
-        ({"files": {"velocity": ("v.npy", npy(good), "application/octet-stream")}, "data": {"params": json.dumps(params)}}, 400, "missing_model"),
-        ({"files": {"model": ("v.npy", npy(good), "application/octet-stream")}, "data": {"params": json.dumps(params), "extra": "1"}}, 422, "use_params_field"),
+        (
+            {
+                "files": {"velocity": ("v.npy", npy(good), "application/octet-stream")},
+                "data": {"params": json.dumps(params)},
+            },
+            400,
+            "missing_model",
+        ),
+        (
+            {
+                "files": {"model": ("v.npy", npy(good), "application/octet-stream")},
+                "data": {"params": json.dumps(params), "extra": "1"},
+            },
+            422,
+            "use_params_field",
+        ),
     ]
     for request, status, code in cases:
         assert_api_error(client.post("/jobs/stencil", **request), status, code)
@@ -288,7 +377,7 @@ def test_long_and_wide_records_are_resampled_without_losing_arrivals():
     assert image.shape[0] == 2000 and image.shape[1] <= 2048
     row = 7777 // 5
     assert set(np.unique(image[row])) <= {0, 255} and len(np.unique(image[row])) == 2
-    assert (image[:row - 2] == 128).all()
+    assert (image[: row - 2] == 128).all()
 
 
 def test_agc_levels_each_trace():

@@ -39,8 +39,15 @@ def test_non_finite_numbers_in_a_result_are_stored_as_null(store):
     stored with null there, so the API can always send it."""
     job, _ = store.create("cs256", {}, {})
     store.claim_next()
-    store.succeed(job.id, {"error": float("inf"), "nested": {"values": [1.5, float("nan"), -float("inf")], "pair": (2.0, 3)}, "ok": 0.25})
-    assert store.get(job.id).result == {"error": None, "nested": {"values": [1.5, None, None], "pair": [2.0, 3]}, "ok": 0.25}
+    store.succeed(
+        job.id,
+        {"error": float("inf"), "nested": {"values": [1.5, float("nan"), -float("inf")], "pair": (2.0, 3)}, "ok": 0.25},
+    )
+    assert store.get(job.id).result == {
+        "error": None,
+        "nested": {"values": [1.5, None, None], "pair": [2.0, 3]},
+        "ok": 0.25,
+    }
 
 
 def test_failure_keeps_the_message(store):

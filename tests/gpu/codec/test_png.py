@@ -52,9 +52,9 @@ def chunks(png: bytes) -> list[tuple[bytes, bytes]]:
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     result, offset = [], 8
     while offset < len(png):
-        (length,) = struct.unpack(">I", png[offset:offset + 4])
-        kind, data = png[offset + 4:offset + 8], png[offset + 8:offset + 8 + length]
-        (crc,) = struct.unpack(">I", png[offset + 8 + length:offset + 12 + length])
+        (length,) = struct.unpack(">I", png[offset : offset + 4])
+        kind, data = png[offset + 4 : offset + 8], png[offset + 8 : offset + 8 + length]
+        (crc,) = struct.unpack(">I", png[offset + 8 + length : offset + 12 + length])
         assert len(data) == length, f"{kind!r} runs past the end"
         assert crc == zlib.crc32(kind + data), f"bad CRC on {kind!r}"
         result.append((kind, data))
@@ -106,7 +106,12 @@ def test_strided_views_round_trip(rng, row_filter):
 def test_smooth_and_flat_images_round_trip():
     """Long matches and runs, which random data never gives the compressor."""
     ramp = np.add.outer(np.arange(300), np.arange(200)).astype(np.uint8)
-    for image in (ramp, np.full((50, 70), 255, np.uint8), np.zeros((33, 65, 3), np.uint8), np.dstack([ramp, ramp[::-1], 255 - ramp])):
+    for image in (
+        ramp,
+        np.full((50, 70), 255, np.uint8),
+        np.zeros((33, 65, 3), np.uint8),
+        np.dstack([ramp, ramp[::-1], 255 - ramp]),
+    ):
         assert_round_trip(image, encode_png(image))
 
 
@@ -121,7 +126,7 @@ def test_pillow_verifies_the_crcs_and_catches_a_flipped_bit(rng, channels):
         image.verify()
     broken = bytearray(png)
     broken[-20] ^= 0x10  # inside the last IDAT's data
-    with pytest.raises(SyntaxError), Image.open(io.BytesIO(bytes(broken))) as image:  # noqa: PT012
+    with pytest.raises(SyntaxError), Image.open(io.BytesIO(bytes(broken))) as image:
         image.verify()
 
 
@@ -275,7 +280,17 @@ def test_png_from_filtered_rejects_a_bad_filter_type_or_dtype():
         png_from_filtered(np.zeros((5, 7), np.int16), 6, 5, 1)
 
 
-@pytest.mark.parametrize("image", [np.zeros((4, 5, 4), np.uint8), np.zeros((4, 5, 1), np.uint8), np.zeros((4, 5), np.uint16), np.zeros((4, 5), np.float32), np.zeros(5, np.uint8), np.zeros((0, 5), np.uint8)])
+@pytest.mark.parametrize(
+    "image",
+    [
+        np.zeros((4, 5, 4), np.uint8),
+        np.zeros((4, 5, 1), np.uint8),
+        np.zeros((4, 5), np.uint16),
+        np.zeros((4, 5), np.float32),
+        np.zeros(5, np.uint8),
+        np.zeros((0, 5), np.uint8),
+    ],
+)
 def test_encode_png_rejects_other_images(image):
     with pytest.raises(ValueError):
         encode_png(image)

@@ -84,7 +84,14 @@ def test_spmv_equals_the_dense_product(cuda, cupy, rng, dtype, vec):
 def test_spmm_equals_the_dense_product_for_2_to_16_vectors(cuda, cupy, rng, dtype):
     for shape, k, vec in itertools.product([(1, 300), (65, 1000), (300, 4099)], [2, 3, 4, 5, 8, 11, 16], (4, 16)):
         dense = sparse_matrix(rng, shape, 0.4, dtype)
-        check_product(cuda, cupy, dense, fmt.from_dense(dense, vec, dtype), vectors(rng, shape[1], k, dtype), f"{shape} k={k} vec={vec}")
+        check_product(
+            cuda,
+            cupy,
+            dense,
+            fmt.from_dense(dense, vec, dtype),
+            vectors(rng, shape[1], k, dtype),
+            f"{shape} k={k} vec={vec}",
+        )
 
 
 @pytest.mark.parametrize("dtype", fmt.DTYPES)
@@ -97,9 +104,21 @@ def test_every_lane_count_chunk_width_and_x_slicing(cuda, cupy, rng, dtype):
     for lanes, chunk, k in itertools.product(cuda.LANES, cuda.CHUNKS, (1, 4)):
         x = vectors(rng, shape[1], k, dtype)
         for slice_tiles in (None, 4, 8, 17, 64):
-            check_product(cuda, cupy, dense, cs, x, f"lanes {lanes} chunk {chunk} k {k} slices {slice_tiles}", lanes=lanes, chunk=chunk, slice_tiles=slice_tiles)
+            check_product(
+                cuda,
+                cupy,
+                dense,
+                cs,
+                x,
+                f"lanes {lanes} chunk {chunk} k {k} slices {slice_tiles}",
+                lanes=lanes,
+                chunk=chunk,
+                slice_tiles=slice_tiles,
+            )
     for blocks_per_sm in (1, 3):
-        check_product(cuda, cupy, dense, cs, vectors(rng, shape[1], 1, dtype), "few blocks", blocks_per_sm=blocks_per_sm)
+        check_product(
+            cuda, cupy, dense, cs, vectors(rng, shape[1], 1, dtype), "few blocks", blocks_per_sm=blocks_per_sm
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
@@ -111,7 +130,9 @@ def test_a_grid_smaller_than_the_rows_strides_over_them(cuda, cupy, rng, dtype):
 
     dense = sparse_matrix(rng, (1500, 1300), 0.2, dtype)
     dense[rng.random(1500) < 0.05] = 0  # empty rows
-    dense[rng.integers(0, 1500, 10), :] = fmt.from_float(rng.standard_normal((10, 1300)).astype(np.float32), dtype)  # full rows
+    dense[rng.integers(0, 1500, 10), :] = fmt.from_float(
+        rng.standard_normal((10, 1300)).astype(np.float32), dtype
+    )  # full rows
     cs_host = fmt.from_dense(dense, 8, dtype)
     cs = cs_host.to_device()
     for lanes, k, slice_tiles, grid in itertools.product((1, 8, 32), (1, 4), (None, 4), (1, 3, 7)):
@@ -166,13 +187,19 @@ def test_device_conversions_equal_the_host_ones(cupy, rng):
         assert device.xp is cupy
         device.validate()
         for name in ("values", "indices", "row_ptr", "block_increments"):
-            np.testing.assert_array_equal(getattr(device, name).get().view(np.uint8), getattr(host, name).view(np.uint8), err_msg=name)
+            np.testing.assert_array_equal(
+                getattr(device, name).get().view(np.uint8), getattr(host, name).view(np.uint8), err_msg=name
+            )
         np.testing.assert_array_equal(device.to_dense().get().view(np.uint8), dense.view(np.uint8))
         for sparsity in (0.5, 0.9):
             on_host = fmt.prune(dense, sparsity, vec, dtype)
             on_device = fmt.prune(cupy.asarray(dense), sparsity, vec, dtype).to_host()
             for name in ("values", "indices", "row_ptr", "block_increments"):
-                np.testing.assert_array_equal(getattr(on_device, name).view(np.uint8), getattr(on_host, name).view(np.uint8), err_msg=f"prune {sparsity} {name}")
+                np.testing.assert_array_equal(
+                    getattr(on_device, name).view(np.uint8),
+                    getattr(on_host, name).view(np.uint8),
+                    err_msg=f"prune {sparsity} {name}",
+                )
 
 
 def test_from_cupy_csr(cupy, rng):
@@ -203,7 +230,9 @@ def test_anchors_compute_the_same_product(cupy, rng, dtype):
         assert ref.relative_error(y, exact, csr.dtype if k == 1 else "float32") <= ref.TOLERANCE[dtype]
     d_dense, d_x = cupy.asarray(dense), cupy.asarray(x)
     times = anchors.ColdTimer().times_ms(lambda: anchors.dense_matmul(d_dense, d_x, dtype), 3)
-    assert len(times) == 3 and all(0 < t < anchors.SPIN_US / 1000 for t in times)  # the spin before each run is not timed
+    assert len(times) == 3 and all(
+        0 < t < anchors.SPIN_US / 1000 for t in times
+    )  # the spin before each run is not timed
     assert anchors.copy_bandwidth(1 << 26, 2) > 1e10 and anchors.read_bandwidth(1 << 26, 2) > 1e10
 
 
@@ -218,12 +247,21 @@ def test_read_floor_reads_every_byte_once(cupy, rng, dtype, vec):
         host = fmt.from_dense(sparse_matrix(rng, shape, 0.3, dtype), vec, dtype)
         cs, expected = host.to_device(), ref.read_checksum(host)
         for blocks_per_sm in (1, 8):
-            assert anchors.ReadFloor(cs, blocks_per_sm).checksum() == expected, f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
+            assert anchors.ReadFloor(cs, blocks_per_sm).checksum() == expected, (
+                f"{shape} vec {vec}, {blocks_per_sm} blocks/SM"
+            )
 
 
 def test_plans_refuse_what_the_kernels_cannot_do(cuda, cupy):
     cs = fmt.from_dense(np.ones((4, 300), np.float16), vec=4).to_device()
-    for options in ({"variant": "nope"}, {"chunk": 8}, {"lanes": 3}, {"slice_tiles": 1}, {"k": 17}, {"k": 2, "variant": "split4"}):
+    for options in (
+        {"variant": "nope"},
+        {"chunk": 8},
+        {"lanes": 3},
+        {"slice_tiles": 1},
+        {"k": 17},
+        {"k": 2, "variant": "split4"},
+    ):
         with pytest.raises(fmt.CS256Error):
             cuda.make_plan(cs, **options)
     with pytest.raises(fmt.CS256Error, match="host"):

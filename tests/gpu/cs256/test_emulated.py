@@ -61,10 +61,24 @@ def group_product(library, cs, x: np.ndarray, chunk: int, lanes: int, slice_tile
     storage = fmt.STORAGE[cs.dtype]
     x_run = np.zeros((cs.n, k_padded), storage)
     x_run[:, :k] = x.reshape(cs.n, k)
-    y = np.full(cs.m * k_padded * storage.itemsize, 0xFF, np.uint8).view(storage).reshape(cs.m, k_padded)  # NaN in every dtype
+    y = (
+        np.full(cs.m * k_padded * storage.itemsize, 0xFF, np.uint8).view(storage).reshape(cs.m, k_padded)
+    )  # NaN in every dtype
     shared = min(slice_tiles, cs.tiles_per_row) * 256 * k_padded * storage.itemsize
-    args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(cs.m), np.int32(cs.n), np.int32(cs.padded_tiles),
-            np.int32(int(math.log2(cs.vec // chunk))), x_run, y, np.int32(int(math.log2(lanes))), np.int32(slice_tiles))
+    args = (
+        cs.values,
+        cs.indices,
+        cs.row_ptr,
+        cs.block_increments,
+        np.int32(cs.m),
+        np.int32(cs.n),
+        np.int32(cs.padded_tiles),
+        np.int32(int(math.log2(cs.vec // chunk))),
+        x_run,
+        y,
+        np.int32(int(math.log2(lanes))),
+        np.int32(slice_tiles),
+    )
     emulator.launch(library, f"cs256_group_{TAGS[cs.dtype]}_w{chunk}_k{k_padded}", grid, GROUP_BLOCK, shared, args)
     return y[:, :k].reshape((cs.m,) if x.ndim == 1 else (cs.m, k))
 
@@ -117,7 +131,13 @@ def test_group_kernel_odd_and_tiny_shapes(library, rng):
         cs = fmt.from_dense(dense, 8, "float16")
         for lanes in (1, 8):
             x = vectors(rng, n, 1, "float16")
-            check(group_product(library, cs, x, 8, lanes, cs.tiles_per_row, 1), dense, x, "float16", f"{m}x{n} density {density} lanes {lanes}")
+            check(
+                group_product(library, cs, x, 8, lanes, cs.tiles_per_row, 1),
+                dense,
+                x,
+                "float16",
+                f"{m}x{n} density {density} lanes {lanes}",
+            )
 
 
 def test_pruned_matrix_at_llm_sparsity(library, rng):
@@ -138,7 +158,17 @@ def test_split4_kernel_every_vec(library, rng, dtype):
         cs = fmt.from_dense(dense, vec, dtype)
         x = vectors(rng, n, 1, dtype)
         y = np.full(m * fmt.STORAGE[dtype].itemsize, 0xFF, np.uint8).view(fmt.STORAGE[dtype])
-        args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(m), np.int32(n), np.int32(cs.padded_tiles), x, y)
+        args = (
+            cs.values,
+            cs.indices,
+            cs.row_ptr,
+            cs.block_increments,
+            np.int32(m),
+            np.int32(n),
+            np.int32(cs.padded_tiles),
+            x,
+            y,
+        )
         emulator.launch(library, f"cs256_split4_{TAGS[dtype]}_v{vec}", grid, SPLIT4_BLOCK, 0, args)
         check(y, dense, x, dtype, f"split4 vec {vec} grid {grid}")
 
@@ -152,7 +182,18 @@ def test_read_floor_reads_every_byte_once(library, rng):
         for rows_per_block in (1, 4):
             grid, block = -(-m // rows_per_block), 64
             partials = np.zeros(grid * (block // 32), np.uint32)  # one per warp
-            args = (cs.values, cs.indices, cs.row_ptr, cs.block_increments, np.int32(m), np.int32(cs.padded_tiles), np.int32(cs.itemsize),
-                    np.int32(rows_per_block), partials)
+            args = (
+                cs.values,
+                cs.indices,
+                cs.row_ptr,
+                cs.block_increments,
+                np.int32(m),
+                np.int32(cs.padded_tiles),
+                np.int32(cs.itemsize),
+                np.int32(rows_per_block),
+                partials,
+            )
             emulator.launch(library, "cs256_read_rows", grid, block, 0, args)
-            assert int(np.bitwise_xor.reduce(partials)) == ref.read_checksum(cs), f"{m}x{n} vec {vec} {dtype}, {rows_per_block} rows per block"
+            assert int(np.bitwise_xor.reduce(partials)) == ref.read_checksum(cs), (
+                f"{m}x{n} vec {vec} {dtype}, {rows_per_block} rows per block"
+            )

@@ -70,14 +70,24 @@ def test_safetensors_round_trip_and_layout(rng, dtype, tmp_path):
     header_len = struct.unpack("<Q", data[:8])[0]
     assert (8 + header_len) % 8 == 0  # the buffer starts aligned
     header = json.loads(data[8 : 8 + header_len])
-    assert header["__metadata__"] == {"format": "cs256", "version": "1", "m": "5", "n": "1300", "vec": "16", "dtype": dtype}
+    assert header["__metadata__"] == {
+        "format": "cs256",
+        "version": "1",
+        "m": "5",
+        "n": "1300",
+        "vec": "16",
+        "dtype": dtype,
+    }
     codes = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
     assert header["values"]["dtype"] == codes[dtype] and header["indices"]["dtype"] == "U8"
     assert header["row_ptr"] == {"dtype": "I32", "shape": [6], "data_offsets": header["row_ptr"]["data_offsets"]}
     assert header["block_increments"]["shape"] == [5, 8]
     start = 8 + header_len
     begin, end = header["values"]["data_offsets"]
-    np.testing.assert_array_equal(np.frombuffer(data[start + begin : start + end], fmt.STORAGE[dtype].newbyteorder("<")).view(np.uint8), cs.values.view(np.uint8))
+    np.testing.assert_array_equal(
+        np.frombuffer(data[start + begin : start + end], fmt.STORAGE[dtype].newbyteorder("<")).view(np.uint8),
+        cs.values.view(np.uint8),
+    )
 
 
 def test_reading_a_handmade_file_with_metadata_and_padding(rng):
@@ -123,17 +133,36 @@ MALFORMED = [
     pytest.param(_file(_good(), declared=10**6), id="length-past-end"),
     pytest.param(_file(b"[1, 2]"), id="not-an-object"),
     pytest.param(_file(b"{not json"), id="bad-json"),
-    pytest.param(_file(b"{\"t\": \xff}"), id="not-utf8"),
+    pytest.param(_file(b'{"t": \xff}'), id="not-utf8"),
     pytest.param(_file({"t": {"dtype": "F32", "shape": [2, 2]}}), id="no-offsets"),
-    pytest.param(_file({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}, b"\0" * 12), id="size-mismatch"),
-    pytest.param(_file({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, b"\0" * 20), id="trailing-hole"),
+    pytest.param(
+        _file({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}, b"\0" * 12), id="size-mismatch"
+    ),
+    pytest.param(
+        _file({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, b"\0" * 20), id="trailing-hole"
+    ),
     pytest.param(_file({"t": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 32]}}), id="past-buffer"),
-    pytest.param(_file({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "u": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, b"\0" * 6), id="overlap"),
+    pytest.param(
+        _file(
+            {
+                "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "u": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+            },
+            b"\0" * 6,
+        ),
+        id="overlap",
+    ),
     pytest.param(_file({"t": {"dtype": "Q7", "shape": [2, 2], "data_offsets": [0, 16]}}), id="unknown-dtype"),
     pytest.param(_file({"t": {"dtype": "F32", "shape": [2, -2], "data_offsets": [0, 16]}}), id="negative-dim"),
     pytest.param(_file({"t": {"dtype": "F32", "shape": [2.0, 2], "data_offsets": [0, 16]}}), id="float-dim"),
     pytest.param(_file({"__metadata__": {"a": 1}, **_good()}), id="metadata-not-strings"),
-    pytest.param(_file(b'{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', b"\0" * 8), id="a-name-twice"),
+    pytest.param(
+        _file(
+            b'{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
+            b"\0" * 8,
+        ),
+        id="a-name-twice",
+    ),
 ]
 
 
@@ -156,14 +185,32 @@ def test_loading_refuses_other_files_and_tampered_matrices(rng, tmp_path):
     tampered = cs.indices.copy()
     tampered[0], tampered[1] = tampered[1], tampered[0]  # first tile's indices no longer increase
     path = tmp_path / "bad.npz"
-    np.savez(path, format=np.array("cs256"), version=np.int32(1), m=np.int64(cs.m), n=np.int64(cs.n), vec=np.int32(cs.vec), dtype=np.array("float16"),
-             values=cs.values, indices=tampered, row_ptr=cs.row_ptr, block_increments=cs.block_increments)
+    np.savez(
+        path,
+        format=np.array("cs256"),
+        version=np.int32(1),
+        m=np.int64(cs.m),
+        n=np.int64(cs.n),
+        vec=np.int32(cs.vec),
+        dtype=np.array("float16"),
+        values=cs.values,
+        indices=tampered,
+        row_ptr=cs.row_ptr,
+        block_increments=cs.block_increments,
+    )
     with pytest.raises(CS256Error, match="increase"):
         files.load_npz(path)
     foreign = files.write_safetensors({"values": ("F16", cs.values)}, {"format": "other"})
     with pytest.raises(CS256Error, match="not a CS256"):
         files.load_safetensors(foreign)
-    wrong_code = files.write_safetensors({"values": ("F32", cs.values.astype(np.float32)), "indices": ("U8", cs.indices), "row_ptr": ("I32", cs.row_ptr), "block_increments": ("U8", cs.block_increments)},
-                                         {"format": "cs256", "version": "1", "m": str(cs.m), "n": str(cs.n), "vec": str(cs.vec), "dtype": "float16"})
+    wrong_code = files.write_safetensors(
+        {
+            "values": ("F32", cs.values.astype(np.float32)),
+            "indices": ("U8", cs.indices),
+            "row_ptr": ("I32", cs.row_ptr),
+            "block_increments": ("U8", cs.block_increments),
+        },
+        {"format": "cs256", "version": "1", "m": str(cs.m), "n": str(cs.n), "vec": str(cs.vec), "dtype": "float16"},
+    )
     with pytest.raises(CS256Error, match="values is F32"):
         files.load_safetensors(wrong_code)

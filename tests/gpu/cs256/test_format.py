@@ -67,7 +67,9 @@ def test_empty_and_full_rows_and_full_tiles(rng):
     for dtype, vec in itertools.product(fmt.DTYPES, fmt.VECS):
         dense = random_matrix(rng, (6, 700), 0.3, dtype)
         dense[0] = 0  # an empty row
-        dense[2] = fmt.from_float(rng.uniform(0.5, 1.0, 700).astype(np.float32), dtype)  # a full row: 2 full tiles and 188 of 188
+        dense[2] = fmt.from_float(
+            rng.uniform(0.5, 1.0, 700).astype(np.float32), dtype
+        )  # a full row: 2 full tiles and 188 of 188
         dense[4, :] = 0
         dense[4, 256:512] = fmt.from_float(np.full(256, -1.5, np.float32), dtype)  # one full tile alone
         dense[5, :255] = fmt.from_float(np.full(255, 2.0, np.float32), dtype)  # 255 non-zeros: padded to a full tile
@@ -140,7 +142,14 @@ def test_from_csr_of_scipy_matrices(rng):
         values = fmt.to_float32(dense, dtype)
         for matrix in (sparse.csr_array(values), sparse.csr_matrix(values), sparse.coo_array(values)):
             if dtype == "bfloat16":
-                matrix = sparse.csr_array((fmt.float32_to_bf16_bits(sparse.csr_array(matrix).data), matrix.tocsr().indices, matrix.tocsr().indptr), shape=matrix.shape)
+                matrix = sparse.csr_array(
+                    (
+                        fmt.float32_to_bf16_bits(sparse.csr_array(matrix).data),
+                        matrix.tocsr().indices,
+                        matrix.tocsr().indptr,
+                    ),
+                    shape=matrix.shape,
+                )
             cs = fmt.from_csr(matrix, 8, dtype)
             np.testing.assert_array_equal(bits(cs.to_dense()), bits(dense))
         back = fmt.to_csr(cs)
@@ -150,7 +159,15 @@ def test_from_csr_of_scipy_matrices(rng):
 
 def test_from_csr_refuses_inconsistent_arrays():
     good = {"indptr": np.array([0, 1, 2]), "indices": np.array([0, 3]), "data": np.ones(2, np.float32), "shape": (2, 4)}
-    for change in ({"indptr": np.array([0, 2, 1])}, {"indptr": np.array([1, 1, 2])}, {"indices": np.array([0, 4])}, {"indices": np.array([0, -1])}, {"data": np.ones(3, np.float32)}, {"shape": (0, 4)}, {"data": np.ones(2, np.int32)}):
+    for change in (
+        {"indptr": np.array([0, 2, 1])},
+        {"indptr": np.array([1, 1, 2])},
+        {"indices": np.array([0, 4])},
+        {"indices": np.array([0, -1])},
+        {"data": np.ones(3, np.float32)},
+        {"shape": (0, 4)},
+        {"data": np.ones(2, np.int32)},
+    ):
         with pytest.raises(CS256Error):
             fmt.from_csr(SimpleNamespace(**{**good, **change}))
     with pytest.raises(CS256Error):
@@ -201,16 +218,19 @@ def test_validate_names_each_broken_rule(rng):
         broken(cs, block_increments=sums).validate()
 
 
-@pytest.mark.parametrize(("array", "dtype", "words"), [
-    (np.ones((2, 3, 4), np.float32), None, "2-D"),
-    (np.ones((0, 4), np.float32), None, "empty"),
-    (np.ones((2, 4), np.int32), None, "not supported"),
-    (np.ones((2, 4), np.uint16), None, "bfloat16"),
-    (np.ones((2, 4), np.uint16), "float16", "bfloat16 bit patterns"),
-    (np.ones((2, 4), np.float64), None, "not supported"),
-    (np.ones((2, 4), np.float32), "float64", "dtype must be"),
-    (np.ones((2, 4), np.float32), "int8", "dtype must be"),
-])
+@pytest.mark.parametrize(
+    ("array", "dtype", "words"),
+    [
+        (np.ones((2, 3, 4), np.float32), None, "2-D"),
+        (np.ones((0, 4), np.float32), None, "empty"),
+        (np.ones((2, 4), np.int32), None, "not supported"),
+        (np.ones((2, 4), np.uint16), None, "bfloat16"),
+        (np.ones((2, 4), np.uint16), "float16", "bfloat16 bit patterns"),
+        (np.ones((2, 4), np.float64), None, "not supported"),
+        (np.ones((2, 4), np.float32), "float64", "dtype must be"),
+        (np.ones((2, 4), np.float32), "int8", "dtype must be"),
+    ],
+)
 def test_from_dense_refuses_what_it_cannot_store(array, dtype, words):
     with pytest.raises(CS256Error, match=words):
         fmt.from_dense(array, 8, dtype)
@@ -249,7 +269,9 @@ def test_bfloat16_rounding_is_to_nearest_even():
     assert np.isnan(fmt.bf16_bits_to_float32(nan))[0]
     patterns = np.arange(0, 65536, dtype=np.uint32).astype(np.uint16)
     finite = np.isfinite(fmt.bf16_bits_to_float32(patterns))
-    np.testing.assert_array_equal(fmt.float32_to_bf16_bits(fmt.bf16_bits_to_float32(patterns))[finite], patterns[finite])  # exact both ways
+    np.testing.assert_array_equal(
+        fmt.float32_to_bf16_bits(fmt.bf16_bits_to_float32(patterns))[finite], patterns[finite]
+    )  # exact both ways
 
 
 # ------------------------------------------------------------------ pruning --
@@ -267,7 +289,9 @@ def kept_per_tile(cs: CS256) -> np.ndarray:
 @pytest.mark.parametrize("dtype", fmt.DTYPES)
 @pytest.mark.parametrize("vec", fmt.VECS)
 def test_pruning_keeps_multiples_of_vec_per_tile_and_the_largest_weights(rng, dtype, vec):
-    for (m, n), sparsity in itertools.product([(64, 1024), (37, 700), (1, 256), (5, 3000)], [0.5, 0.66, 0.75, 0.9, 0.999]):
+    for (m, n), sparsity in itertools.product(
+        [(64, 1024), (37, 700), (1, 256), (5, 3000)], [0.5, 0.66, 0.75, 0.9, 0.999]
+    ):
         dense = fmt.from_float(rng.standard_normal((m, n)).astype(np.float32), dtype)
         cs = fmt.prune(dense, sparsity, vec, dtype if dtype == "bfloat16" else None).validate()
         kept = kept_per_tile(cs)
@@ -286,7 +310,9 @@ def test_pruning_keeps_multiples_of_vec_per_tile_and_the_largest_weights(rng, dt
         # the sparsity reached: round((1 - s) m n / vec) groups, narrow last tiles count their missing columns
         target = (1 - sparsity) * m * n
         slack = vec / 2 + (m * (vec - 1) if n % 256 % vec else 0)
-        assert target - slack - vec <= cs.nnz <= target + slack, f"{m}x{n} at {sparsity}: {cs.nnz} kept for {target:.0f}"
+        assert target - slack - vec <= cs.nnz <= target + slack, (
+            f"{m}x{n} at {sparsity}: {cs.nnz} kept for {target:.0f}"
+        )
 
 
 def test_pruning_is_optimal_against_every_allocation(rng):
@@ -299,7 +325,11 @@ def test_pruning_is_optimal_against_every_allocation(rng):
             cs = fmt.prune(dense, sparsity, vec)
             got = float((cs.to_dense().astype(np.float64) ** 2).sum())
             ordered = np.sort(np.abs(dense.astype(np.float64)), axis=1)[:, ::-1] ** 2
-            best = max(sum(ordered[i, : vec * g].sum() for i, g in enumerate(split)) for split in itertools.product(range(11), repeat=m) if sum(split) == groups)
+            best = max(
+                sum(ordered[i, : vec * g].sum() for i, g in enumerate(split))
+                for split in itertools.product(range(11), repeat=m)
+                if sum(split) == groups
+            )
             assert got == pytest.approx(best, rel=1e-12)
 
 
@@ -311,7 +341,9 @@ def test_pruning_ties_and_already_sparse_matrices():
     assert kept_per_tile(cs).tolist()[0] == [256, 256] and kept_per_tile(cs)[1:].sum() == 0
     sparse = np.zeros((8, 300), np.float32)
     sparse[:, :10] = 1.0
-    cs = fmt.prune(sparse, 0.5, 8)  # the target keeps more than there is: every non-zero, no stored zeros beyond vec padding
+    cs = fmt.prune(
+        sparse, 0.5, 8
+    )  # the target keeps more than there is: every non-zero, no stored zeros beyond vec padding
     assert cs.nnz == 80 and cs.stored == 8 * 16
     np.testing.assert_array_equal(cs.to_dense(), sparse)
     assert fmt.prune(sparse, 0.0, 4).nnz == 80

@@ -12,20 +12,23 @@ import pytest
 from gpu.cs256 import format as fmt
 from gpu.cs256 import reference as ref
 from gpu.cs256.format import CS256Error
-from gpu.cs256.params import ParamError, Cs256Params, make_matrix, make_x
-
+from gpu.cs256.params import Cs256Params, ParamError, make_matrix, make_x
 
 
 @pytest.mark.parametrize("dtype", fmt.DTYPES)
 def test_spmv_and_spmm_equal_the_dense_product(rng, dtype):
-    for (m, n), vec, k, density in itertools.product([(1, 1), (3, 257), (40, 1000), (1, 4099)], fmt.VECS, [1, 2, 3, 16], [1.0, 0.3, 0.001]):
+    for (m, n), vec, k, density in itertools.product(
+        [(1, 1), (3, 257), (40, 1000), (1, 4099)], fmt.VECS, [1, 2, 3, 16], [1.0, 0.3, 0.001]
+    ):
         a = rng.standard_normal((m, n)).astype(np.float32)
         a[rng.random((m, n)) >= density] = 0
         dense = fmt.from_float(a, dtype)
         cs = fmt.from_dense(dense, vec, dtype)
         x = fmt.from_float(rng.standard_normal((n,) if k == 1 else (n, k)).astype(np.float32), dtype)
         exact = ref.dense_product(dense, x, dtype)
-        np.testing.assert_allclose(ref.product_float64(cs, x), exact, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(exact).max()))
+        np.testing.assert_allclose(
+            ref.product_float64(cs, x), exact, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(exact).max())
+        )
         y = ref.spmv(cs, x)
         assert y.dtype == fmt.STORAGE[dtype] and y.shape == exact.shape
         # exact float64 rounded once: at most half an ulp of the output, relative to the largest |y|
@@ -42,10 +45,17 @@ def test_padding_past_n_reads_no_x():
 
 def test_vectors_are_checked():
     cs = fmt.from_dense(np.ones((3, 10), np.float32))
-    for x in (np.ones(9, np.float32), np.ones((10, 17), np.float32), np.ones((10, 2, 2), np.float32), np.ones(10, np.int32)):
+    for x in (
+        np.ones(9, np.float32),
+        np.ones((10, 17), np.float32),
+        np.ones((10, 2, 2), np.float32),
+        np.ones(10, np.int32),
+    ):
         with pytest.raises(CS256Error):
             ref.spmv(cs, x)
-    np.testing.assert_array_equal(ref.spmv(cs, np.ones(10)), np.full(3, 10.0, np.float32))  # float64 x is rounded to float32
+    np.testing.assert_array_equal(
+        ref.spmv(cs, np.ones(10)), np.full(3, 10.0, np.float32)
+    )  # float64 x is rounded to float32
 
 
 def test_relative_error_is_max_difference_over_max_reference():
@@ -97,11 +107,22 @@ def test_generated_inputs_are_reproducible_and_in_storage():
         assert not np.array_equal(make_x(300, 1, dtype, 7), a[0])
 
 
-@pytest.mark.parametrize(("changes", "name"), [
-    ({"sparsity": 1.0}, "sparsity"), ({"sparsity": -0.01}, "sparsity"), ({"sparsity": True}, "sparsity"), ({"sparsity": "0.5"}, "sparsity"),
-    ({"vec": 2}, "vec"), ({"vec": True}, "vec"), ({"vectors": 0}, "vectors"), ({"vectors": 17}, "vectors"), ({"repeats": 0}, "repeats"),
-    ({"repeats": 2.5}, "repeats"), ({"save": "zip"}, "save"),
-])
+@pytest.mark.parametrize(
+    ("changes", "name"),
+    [
+        ({"sparsity": 1.0}, "sparsity"),
+        ({"sparsity": -0.01}, "sparsity"),
+        ({"sparsity": True}, "sparsity"),
+        ({"sparsity": "0.5"}, "sparsity"),
+        ({"vec": 2}, "vec"),
+        ({"vec": True}, "vec"),
+        ({"vectors": 0}, "vectors"),
+        ({"vectors": 17}, "vectors"),
+        ({"repeats": 0}, "repeats"),
+        ({"repeats": 2.5}, "repeats"),
+        ({"save": "zip"}, "save"),
+    ],
+)
 def test_params_refuse_bad_values(changes, name):
     with pytest.raises(ParamError) as caught:
         Cs256Params(**changes)

@@ -25,7 +25,10 @@ def test_a_generated_job_round_trips_and_its_product_is_right(tmp_path):
     assert cs_files.load_safetensors(files["cs256.safetensors"]).values.tobytes() == matrix.values.tobytes()
     y = np.load(files["y.npy"])
     expected = reference.dense_product(matrix.to_dense(), x, "float16")
-    assert y.shape == (64, 3) and reference.relative_error(y, to_float32(expected, "float16"), "float16") <= reference.TOLERANCE["float16"]
+    assert (
+        y.shape == (64, 3)
+        and reference.relative_error(y, to_float32(expected, "float16"), "float16") <= reference.TOLERANCE["float16"]
+    )
     summary = result.summary
     assert summary["accuracy"]["within_tolerance"] and summary["vectors"] == 3 and summary["backend"] == "cpu"
     assert summary["format"]["nnz"] == 64 * 600 // 2 and summary["format"]["sparsity"] == 0.5
@@ -44,12 +47,15 @@ def test_an_uploaded_matrix_and_x_are_stored_as_files(tmp_path, rng):
     assert set(result.files) == {"y.npy"} and result.summary["pruning"] is None and result.summary["source"] == "upload"
 
 
-@pytest.mark.parametrize(("matrix", "x", "field", "code"), [
-    (np.array([[1.0, np.inf]], np.float32), None, "matrix", "invalid_matrix"),
-    (np.full((2, 2), 1e6, np.float32), None, "matrix", "invalid_matrix"),  # past float16
-    (np.ones((2, 3), np.float32), np.ones(4), "x", "invalid_x"),
-    (np.ones((2, 3), np.float32), np.array([1.0, np.nan, 0.0]), "x", "invalid_x"),
-])
+@pytest.mark.parametrize(
+    ("matrix", "x", "field", "code"),
+    [
+        (np.array([[1.0, np.inf]], np.float32), None, "matrix", "invalid_matrix"),
+        (np.full((2, 2), 1e6, np.float32), None, "matrix", "invalid_matrix"),  # past float16
+        (np.ones((2, 3), np.float32), np.ones(4), "x", "invalid_x"),
+        (np.ones((2, 3), np.float32), np.array([1.0, np.nan, 0.0]), "x", "invalid_x"),
+    ],
+)
 def test_bad_uploads_name_their_field(matrix, x, field, code):
     with pytest.raises(ParamError) as caught:
         cs256.Cs256Job.uploaded(cs256.Cs256Params(), matrix, "float16", {"file": "npy"}, x=x)

@@ -36,7 +36,12 @@ def build(driver: Path, sources: dict[str, Path], cache_dir: Path, work_dir: Pat
     if compiler is None:
         raise NoCompiler("no g++ to build the CUDA emulator")
     (work_dir / "probe.cpp").write_text(PROBE)
-    if subprocess.run([compiler, "-std=c++20", "-pthread", str(work_dir / "probe.cpp"), "-o", str(work_dir / "probe")], check=False, capture_output=True, timeout=120).returncode:
+    if subprocess.run(
+        [compiler, "-std=c++20", "-pthread", str(work_dir / "probe.cpp"), "-o", str(work_dir / "probe")],
+        check=False,
+        capture_output=True,
+        timeout=120,
+    ).returncode:
         raise NoCompiler(f"{compiler} has no C++20 std::barrier / std::atomic_ref (GCC 11 or newer needed)")
     parts = [HEADER, driver, *sources.values()]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in parts)).hexdigest()[:16]
@@ -44,8 +49,25 @@ def build(driver: Path, sources: dict[str, Path], cache_dir: Path, work_dir: Pat
     if not built.exists():
         partial = work_dir / built.name
         defines = [f'-D{name}="{path}"' for name, path in sources.items()]
-        done = subprocess.run([compiler, "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", f"-I{HERE}", *defines, str(driver), "-o", str(partial)],
-                              check=False, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                compiler,
+                "-std=c++20",
+                "-O1",
+                "-fPIC",
+                "-shared",
+                "-pthread",
+                f"-I{HERE}",
+                *defines,
+                str(driver),
+                "-o",
+                str(partial),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, f"{driver.name} does not build in the emulator:\n{done.stderr[-6000:]}"
         shutil.move(partial, built)
     return built
@@ -68,7 +90,15 @@ def build_in_pytest(request, tmp_path_factory, driver: Path, sources: dict[str, 
 def load(path: Path | str) -> ctypes.CDLL:
     library = ctypes.CDLL(str(path))
     library.emu_launch.restype = ctypes.c_int
-    library.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    library.emu_launch.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_int),
+        ctypes.c_int,
+    ]
     return library
 
 
@@ -86,7 +116,9 @@ def launch(library: ctypes.CDLL, name: str, grid: int, block: int, shared_bytes:
             pointers[k] = ctypes.cast(holder, ctypes.c_void_p)
             sizes[k] = arg.itemsize
         else:
-            raise TypeError(f"{name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types")
+            raise TypeError(
+                f"{name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types"
+            )
         keep.append(holder)
     status = library.emu_launch(name.encode(), grid, block, shared_bytes, pointers, sizes, count)
     if status != 0:

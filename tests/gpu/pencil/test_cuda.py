@@ -18,7 +18,11 @@ from gpu.backend import cuda_devices
 from gpu.pencil import reference as ref
 from gpu.pencil.params import PencilParams
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"), pytest.mark.pool(streams_per_device=8)]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"),
+    pytest.mark.pool(streams_per_device=8),
+]
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "camera")
 
@@ -67,11 +71,15 @@ def test_luma_histogram_median_gradient_are_bit_exact(cuda, lease, name, height,
 def float64_responses(magnitude: np.ndarray, length: int) -> np.ndarray:
     """(8, H, W) line responses in float64: the exact values the float32 passes round."""
     kernels = ref.line_kernels(length, 0).astype(np.float64)
-    return np.stack([cv2.filter2D(magnitude.astype(np.float64), cv2.CV_64F, k, borderType=cv2.BORDER_CONSTANT) for k in kernels])
+    return np.stack(
+        [cv2.filter2D(magnitude.astype(np.float64), cv2.CV_64F, k, borderType=cv2.BORDER_CONSTANT) for k in kernels]
+    )
 
 
 @pytest.mark.parametrize("name", PHOTOS[:3])
-@pytest.mark.parametrize(("height", "width", "line_frac"), [(97, 131, 1 / 30), (240, 321, 1 / 15), (600, 450, 0.2), (1, 300, 1 / 30)])
+@pytest.mark.parametrize(
+    ("height", "width", "line_frac"), [(97, 131, 1 / 30), (240, 321, 1 / 15), (600, 450, 0.2), (1, 300, 1 / 30)]
+)
 def test_label_is_the_argmax_up_to_near_ties(cuda, lease, name, height, width, line_frac):
     luma, _ = ref.split_luma(photo(name, height, width))
     params = PencilParams(line_frac=line_frac)
@@ -119,7 +127,13 @@ def test_stroke_map_matches_the_reference_given_the_same_labels(cuda, lease, rng
     kernels = ref.line_kernels(length, stroke_width).astype(np.float64)
     label = label.get()
     expected = sum(
-        cv2.filter2D(np.where(label == i, magnitude, 0).astype(np.float64), cv2.CV_64F, kernels[i], borderType=cv2.BORDER_CONSTANT) for i in range(8)
+        cv2.filter2D(
+            np.where(label == i, magnitude, 0).astype(np.float64),
+            cv2.CV_64F,
+            kernels[i],
+            borderType=cv2.BORDER_CONSTANT,
+        )
+        for i in range(8)
     )
     assert np.isfinite(strokes).all()
     np.testing.assert_allclose(strokes, expected, rtol=0, atol=2e-5 * float(expected.max()))
@@ -154,7 +168,9 @@ def test_tone_map_lut_is_exact_and_j_within_rounding(cuda, lease, rng, tone, hei
     planes = cuda.luma_and_histogram(upload(luma))
     cdf = cuda.assets(lease.device).target_cdf(params.tone_weights)
     j, log_j, lut = cuda.tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, with_log=True)
-    np.testing.assert_array_equal(lut.get(), ref.matching_lut(ref.histogram(luma), ref.target_histogram(params.tone_weights)))
+    np.testing.assert_array_equal(
+        lut.get(), ref.matching_lut(ref.histogram(luma), ref.target_histogram(params.tone_weights))
+    )
     expected = ref.tone_map(luma, params)
     np.testing.assert_allclose(j.get(), expected, rtol=0, atol=2e-6)
     np.testing.assert_allclose(log_j.get(), np.log(np.maximum(expected, np.float32(ref.TONE_FLOOR))), rtol=0, atol=2e-5)
@@ -177,7 +193,10 @@ def test_conjugate_gradient_reaches_the_reference_solution(cuda, lease, rng, hei
     drawn = np.exp(beta * log_texture)
     wanted = np.exp(expected * log_texture)
     assert np.abs(drawn - wanted).mean() < 1.5e-3
-    energy, reference_energy = ref.lu_energy(beta, log_texture, log_tone), ref.lu_energy(expected, log_texture, log_tone)
+    energy, reference_energy = (
+        ref.lu_energy(beta, log_texture, log_tone),
+        ref.lu_energy(expected, log_texture, log_tone),
+    )
     assert energy <= reference_energy * 1.01 + 1e-6
 
 
@@ -228,7 +247,10 @@ def test_max_side_downscales_like_the_reference(cuda, lease):
 
 
 def test_concurrent_renders_equal_serial_renders_byte_for_byte(cuda, pool, rng):
-    jobs = [(photo(PHOTOS[i % 4], int(rng.integers(200, 700)), int(rng.integers(200, 700))), random_params(rng)) for i in range(24)]
+    jobs = [
+        (photo(PHOTOS[i % 4], int(rng.integers(200, 700)), int(rng.integers(200, 700))), random_params(rng))
+        for i in range(24)
+    ]
     serial = [pool.run(lambda lease, job=job: cuda.render_on(lease, *job)) for job in jobs]
     results: list[np.ndarray | None] = [None] * len(jobs)
 

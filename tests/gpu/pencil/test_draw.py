@@ -43,7 +43,10 @@ def test_exif_rotation_swaps_the_drawn_size(rng):
     assert decoded(drawing.data).shape == (image.shape[1], image.shape[0])
 
 
-@pytest.mark.parametrize(("variant", "takes"), [("color", True), ("gray", True), ("exif_rotated", True), ("progressive", False), ("cmyk", False)])
+@pytest.mark.parametrize(
+    ("variant", "takes"),
+    [("color", True), ("gray", True), ("exif_rotated", True), ("progressive", False), ("cmyk", False)],
+)
 def test_device_decoder_takes_8_bit_gray_and_ycbcr_jpegs(rng, variant, takes):
     data = jpeg(photo("chelsea", rng, 160), variant)
     assert device_decodable(open_image(data, MAX_PIXELS), data, PencilParams()) is takes

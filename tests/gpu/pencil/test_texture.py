@@ -45,8 +45,7 @@ def _structure_tensor(h: np.ndarray) -> tuple[float, float]:
     """
     h = h.astype(np.float64)
     gy, gx = np.gradient(h)
-    j = np.array([[np.sum(gx * gx), np.sum(gx * gy)],
-                  [np.sum(gx * gy), np.sum(gy * gy)]])
+    j = np.array([[np.sum(gx * gx), np.sum(gx * gy)], [np.sum(gx * gy), np.sum(gy * gy)]])
     w, v = np.linalg.eigh(j)
     g = v[:, 1]  # dominant gradient direction (x, y-down)
     grad_angle = math.degrees(math.atan2(-g[1], g[0]))
@@ -190,8 +189,9 @@ def test_spectrum_anisotropy(tile):
     assert ratio > 4.0, ratio
 
 
-@pytest.mark.parametrize("height,width", [(1, 1), (37, 100), (512, 512), (513, 1),
-                                          (700, 300), (1080, 1920), (2000, 2100)])
+@pytest.mark.parametrize(
+    "height,width", [(1, 1), (37, 100), (512, 512), (513, 1), (700, 300), (1080, 1920), (2000, 2100)]
+)
 def test_tile_texture_shape_and_values(tile, height, width):
     out = tile_texture(tile, height, width)
     assert out.shape == (height, width)
@@ -227,5 +227,3 @@ def test_tile_texture_empty_and_invalid():
         tile_texture(np.ones(5), 4, 4)
     with pytest.raises(ValueError):
         tile_texture(t, -1, 4)
-
-

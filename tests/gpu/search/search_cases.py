@@ -46,7 +46,7 @@ def english(size: int, rng: np.random.Generator) -> bytes:
 
 def _pick(text: bytes, length: int, rng: np.random.Generator) -> bytes:
     start = int(rng.integers(0, len(text) - length + 1))
-    return text[start:start + length]
+    return text[start : start + length]
 
 
 def boundary_text(granularity: int, m: int, size: int, rng: np.random.Generator) -> tuple[bytes, bytes]:
@@ -59,7 +59,7 @@ def boundary_text(granularity: int, m: int, size: int, rng: np.random.Generator)
     for k in range(1, size // granularity + 1):
         start = k * granularity - (k - 1) % m
         if start >= last_end and start + m <= size:
-            text[start:start + m] = pattern
+            text[start : start + m] = pattern
             last_end = start + m
     return bytes(text), pattern
 
@@ -76,14 +76,47 @@ def cases(rng: np.random.Generator, size: int = 24_000) -> dict[str, tuple[bytes
     nul[100:108] = b"\0" * 8
     nul = bytes(nul)
     return {
-        "english": (eng, [b"the ", b"e", _pick(eng, 16, rng), _pick(eng, 64, rng), _pick(eng, 257, rng), b"Python", b"zzqx not there"], None),
-        "random_bytes": (rnd, [_pick(rnd, 1, rng), _pick(rnd, 2, rng), _pick(rnd, 5, rng), _pick(rnd, 33, rng), _pick(rnd, 300, rng), bytes(rng.integers(0, 256, 6, dtype=np.uint8))], None),
+        "english": (
+            eng,
+            [
+                b"the ",
+                b"e",
+                _pick(eng, 16, rng),
+                _pick(eng, 64, rng),
+                _pick(eng, 257, rng),
+                b"Python",
+                b"zzqx not there",
+            ],
+            None,
+        ),
+        "random_bytes": (
+            rnd,
+            [
+                _pick(rnd, 1, rng),
+                _pick(rnd, 2, rng),
+                _pick(rnd, 5, rng),
+                _pick(rnd, 33, rng),
+                _pick(rnd, 300, rng),
+                bytes(rng.integers(0, 256, 6, dtype=np.uint8)),
+            ],
+            None,
+        ),
         "dna": (dna, [b"A", b"AC", b"ACGT", _pick(dna, 12, rng), _pick(dna, 40, rng), b"AAAA"], None),
         "runs": (runs, [b"a", b"aaaa", b"a" * 100, b"ab", b"ba", b"aab", b"a" * 1000], None),
         "boundaries": (bound80, [pat16, pat16[:5], pat16[-7:]], 80),
         "long_pattern": (eng, [_pick(eng, 100, rng), _pick(eng, 1500, rng), _pick(eng, 4096, rng)], 16),
         "longer_than_text": (eng[:50], [eng[:60], eng[:51] + b"x", b"the"], None),
         "equal_to_text": (eng[:4096], [eng[:4096], eng[:4095], eng[1:4096]], None),
-        "utf8": (utf8, ["日本".encode(), "é".encode(), "😀".encode(), "emoji 😀🚀; Ελ".encode(), "русский, עברית.\nnaïve".encode()], None),
+        "utf8": (
+            utf8,
+            [
+                "日本".encode(),
+                "é".encode(),
+                "😀".encode(),
+                "emoji 😀🚀; Ελ".encode(),
+                "русский, עברית.\nnaïve".encode(),
+            ],
+            None,
+        ),
         "nul_bytes": (nul, [b"\0", b"\0\0", b"\0\x01\0", b"\0" * 8, b"\x03\0\x03"], None),
     }

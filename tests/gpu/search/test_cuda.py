@@ -29,7 +29,18 @@ pytestmark = [
 ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
 VARIANTS = ("naive", "optimized")
 STREAMS = (1, 3, 8)
-CASE_NAMES = ("english", "random_bytes", "dna", "runs", "boundaries", "long_pattern", "longer_than_text", "equal_to_text", "utf8", "nul_bytes")
+CASE_NAMES = (
+    "english",
+    "random_bytes",
+    "dna",
+    "runs",
+    "boundaries",
+    "long_pattern",
+    "longer_than_text",
+    "equal_to_text",
+    "utf8",
+    "nul_bytes",
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +99,14 @@ def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, le
     granularities = [None, 1, 16, 1000] + ([built_for] if built_for else []) + [int(rng.integers(2, 2048))]
     for streams in STREAMS:
         for g in granularities:
-            params = SearchParams(tuple(patterns), algorithm=algorithm, variant=variant, granularity=g, streams=streams, line_numbers=(g is None))
+            params = SearchParams(
+                tuple(patterns),
+                algorithm=algorithm,
+                variant=variant,
+                granularity=g,
+                streams=streams,
+                line_numbers=(g is None),
+            )
             output = cuda.search_device(device_text, params, lease)
             check(output, expected, params, f"{name}: {algorithm}/{variant} streams={streams} g={g}")
             assert output.times_ms["kernels"] > 0 and output.launch["streams"] == streams
@@ -103,7 +121,12 @@ def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
     for g in [None, 1, 16, 333, 2048] + ([built_for] if built_for else []):
         for subset in subsets:
             params = SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True)
-            check(cuda.search_device(device_text, params, lease), expected, params, f"{name}: fused g={g} {len(subset)} patterns")
+            check(
+                cuda.search_device(device_text, params, lease),
+                expected,
+                params,
+                f"{name}: fused g={g} {len(subset)} patterns",
+            )
 
 
 def test_auto_runs_what_it_chose(cuda, lease, rng):
@@ -128,13 +151,17 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
     with cupy.cuda.Device(lease.device), lease.stream:
         data = cupy.zeros(cuda._round16(n) + cuda.TEXT_PAD, cupy.uint8)
         for s in starts:
-            data[s:s + m] = cupy.asarray(np.frombuffer(needle, np.uint8))
+            data[s : s + m] = cupy.asarray(np.frombuffer(needle, np.uint8))
         for p in newlines:
             data[p] = 10
         text = cuda.finish_text(data, n, lease)
     expected = np.asarray(starts, np.int64)
     expected_lines = np.asarray([1 + sum(p < s for p in newlines) for s in starts], np.int64)
-    runs = [SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True) for a in ALGORITHMS for v in VARIANTS]
+    runs = [
+        SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True)
+        for a in ALGORITHMS
+        for v in VARIANTS
+    ]
     runs.append(SearchParams((needle, b"\x01\x02"), fused=True, line_numbers=True))
     for params in runs:
         output = cuda.search_device(text, params, lease)
@@ -154,8 +181,8 @@ def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
     for device_text, ms in (cuda.text_from_file(path, len(data), lease), cuda.text_from_host(data, lease)):
         host = device_text.data.get()
         assert device_text.n == len(data) and ms > 0
-        assert host[:len(data)].tobytes() == data
-        assert not host[len(data):].any() and host.size >= len(data) + cuda.TEXT_PAD
+        assert host[: len(data)].tobytes() == data
+        assert not host[len(data) :].any() and host.size >= len(data) + cuda.TEXT_PAD
 
 
 def test_newline_index_and_line_numbers(cuda, lease, rng):

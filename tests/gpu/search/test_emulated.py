@@ -36,6 +36,12 @@ def library(request, tmp_path_factory) -> Path:
 def test_kernels_find_what_the_reference_finds(library):
     seed = secrets.randbits(32)
     print(f"emulator seed {seed}")
-    done = subprocess.run([sys.executable, str(EMULATOR / "run.py"), str(library), str(seed), "6000"], check=False, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(EMULATOR / "run.py"), str(library), str(seed), "6000"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     assert "0 mismatches" in done.stdout, done.stdout

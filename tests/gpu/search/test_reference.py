@@ -28,7 +28,18 @@ from gpu.search.params import (
 )
 
 ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-CASE_NAMES = ("english", "random_bytes", "dna", "runs", "boundaries", "long_pattern", "longer_than_text", "equal_to_text", "utf8", "nul_bytes")
+CASE_NAMES = (
+    "english",
+    "random_bytes",
+    "dna",
+    "runs",
+    "boundaries",
+    "long_pattern",
+    "longer_than_text",
+    "equal_to_text",
+    "utf8",
+    "nul_bytes",
+)
 
 
 def random_pattern(rng, alphabet: bytes, low: int = 1, high: int = 12) -> bytes:
@@ -42,7 +53,7 @@ def random_pattern(rng, alphabet: bytes, low: int = 1, high: int = 12) -> bytes:
 def test_lps_table_is_the_longest_proper_border_of_each_prefix(rng):
     for _ in range(300):
         p = random_pattern(rng, b"ab" if rng.random() < 0.5 else b"abc")
-        expected = [max(k for k in range(j + 1) if p[:k] == p[j + 1 - k:j + 1]) for j in range(len(p))]
+        expected = [max(k for k in range(j + 1) if p[:k] == p[j + 1 - k : j + 1]) for j in range(len(p))]
         assert ref.lps_table(p).tolist() == expected, p
 
 
@@ -64,7 +75,9 @@ def good_suffix_by_definition(p: bytes) -> list[int]:
     for i in range(m + 1):
         j = i - 1
         for s in range(1, m + 1):
-            if all(k - s < 0 or p[k - s] == p[k] for k in range(max(i, 0), m)) and (i == 0 or j - s < 0 or p[j - s] != p[j]):
+            if all(k - s < 0 or p[k - s] == p[k] for k in range(max(i, 0), m)) and (
+                i == 0 or j - s < 0 or p[j - s] != p[j]
+            ):
                 break
         out.append(s)
     return out
@@ -83,7 +96,7 @@ def test_rabin_karp_hash_and_its_roll(rng):
     h, power = ref.rk_hash(data[:m]), ref.rk_power(m)
     for i in range(len(data) - m):
         h = (h * RK_BASE + data[i + m] - power * data[i]) & 0xFFFFFFFF
-        assert h == ref.rk_hash(data[i + 1:i + 1 + m]), i
+        assert h == ref.rk_hash(data[i + 1 : i + 1 + m]), i
 
 
 # ------------------------------------------------- the algorithms, chunked --
@@ -103,7 +116,9 @@ def test_chunked_algorithms_find_what_brute_force_finds(rng, name, algorithm):
                 continue  # each one-to-few-position chunk hashes or scans 4 KB in Python: slow, and g = 16 covers it
             got = ref.search_chunked(text, pattern, algorithm, g)
             assert got.dtype == np.int64
-            np.testing.assert_array_equal(got, expected, err_msg=f"{name}: {algorithm} g={g} pattern={pattern[:40]!r} (m={len(pattern)})")
+            np.testing.assert_array_equal(
+                got, expected, err_msg=f"{name}: {algorithm} g={g} pattern={pattern[:40]!r} (m={len(pattern)})"
+            )
 
 
 def test_chunked_algorithms_on_random_small_cases(rng):
@@ -114,7 +129,11 @@ def test_chunked_algorithms_on_random_small_cases(rng):
         expected = ref.brute_force(text, pattern)
         for algorithm in ALGORITHMS:
             for g in (1, 2, 3, 5, 64):
-                np.testing.assert_array_equal(ref.search_chunked(text, pattern, algorithm, g), expected, err_msg=f"{algorithm} g={g} {text!r} {pattern!r}")
+                np.testing.assert_array_equal(
+                    ref.search_chunked(text, pattern, algorithm, g),
+                    expected,
+                    err_msg=f"{algorithm} g={g} {text!r} {pattern!r}",
+                )
 
 
 def test_overlapping_occurrences_are_all_found():
@@ -138,7 +157,9 @@ def test_boundary_case_straddles_every_chunk_boundary(rng):
 def test_find_all_is_brute_force(rng, name):
     text, patterns, _ = cases(rng)[name]
     for pattern in patterns:
-        np.testing.assert_array_equal(ref.find_all(text, pattern), ref.brute_force(text, pattern), err_msg=f"{name}: {pattern[:40]!r}")
+        np.testing.assert_array_equal(
+            ref.find_all(text, pattern), ref.brute_force(text, pattern), err_msg=f"{name}: {pattern[:40]!r}"
+        )
 
 
 def test_line_numbers_count_the_newlines_before_each_position(rng, monkeypatch):
@@ -190,7 +211,14 @@ def test_cpu_backend_progress_can_cancel(rng, monkeypatch):
 
 def test_params_defaults_and_stream_count():
     params = SearchParams((b"a", b"bc"))
-    assert (params.algorithm, params.variant, params.granularity, params.max_positions, params.line_numbers, params.fused) == ("auto", "optimized", None, 1000, False, False)
+    assert (
+        params.algorithm,
+        params.variant,
+        params.granularity,
+        params.max_positions,
+        params.line_numbers,
+        params.fused,
+    ) == ("auto", "optimized", None, 1000, False, False)
     assert params.stream_count == 2
     assert SearchParams((b"x",) * 8).stream_count == 4
     assert SearchParams((b"x",) * 8, streams=8).stream_count == 8

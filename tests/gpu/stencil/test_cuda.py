@@ -26,7 +26,11 @@ from gpu.stencil.params import (
     StencilParams,
 )
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"), pytest.mark.pool(streams_per_device=2)]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device"),
+    pytest.mark.pool(streams_per_device=2),
+]
 
 # (nx, ny, nz): odd sizes (36 x 12: a 32 x 8 interior); nx a multiple of 32 (aligned full
 # tiles); nx = 33 (a second x tile holding only the border); a single interior point; a
@@ -42,8 +46,13 @@ def cuda():
     return cuda
 
 
-def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], sponge: int, steps: int = STEPS,
-                source: tuple[int, int, int] | None = None) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
+def random_case(
+    rng: np.random.Generator,
+    shape_xyz: tuple[int, int, int],
+    sponge: int,
+    steps: int = STEPS,
+    source: tuple[int, int, int] | None = None,
+) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
     """Random velocities (1500-4000 m/s) at dt near the largest stable step, a random source
     (unless given) and receivers, random initial fields (zero border)."""
     nx, ny, nz = shape_xyz
@@ -54,8 +63,20 @@ def random_case(rng: np.random.Generator, shape_xyz: tuple[int, int, int], spong
     points = [tuple(int(a[i]) for a in interior) for i in range(8)]
     if source is not None:
         points[0] = source
-    params = StencilParams(nx=nx, ny=ny, nz=nz, h=h, steps=steps, f0=float(rng.uniform(10, 40)), model=ArrayModel(velocity), dt=dt,
-                           source=points[0], receivers=points[1:], sponge=sponge, snapshot_every=steps // 3)
+    params = StencilParams(
+        nx=nx,
+        ny=ny,
+        nz=nz,
+        h=h,
+        steps=steps,
+        f0=float(rng.uniform(10, 40)),
+        model=ArrayModel(velocity),
+        dt=dt,
+        source=points[0],
+        receivers=points[1:],
+        sponge=sponge,
+        snapshot_every=steps // 3,
+    )
     fields = []
     for _ in range(2):
         p = np.zeros(params.shape, np.float32)
@@ -71,12 +92,20 @@ def relative_l2(actual: np.ndarray, expected: np.ndarray) -> float:
 def compare(run, expected: ref.Shot, what: str) -> None:
     shot = run.shot
     assert np.isfinite(shot.record).all(), f"{what}: record rows missing (NaN) or diverged"
-    for name, a, b in (("field", shot.field, expected.field), ("previous", shot.previous, expected.previous), ("record", shot.record, expected.record)):
+    for name, a, b in (
+        ("field", shot.field, expected.field),
+        ("previous", shot.previous, expected.previous),
+        ("record", shot.record, expected.record),
+    ):
         error = relative_l2(a, b)
-        assert error <= 1e-5, f"{what}: {name} relative L2 {error:.3g}, {int(np.count_nonzero(a != b))} of {a.size} values differ"
+        assert error <= 1e-5, (
+            f"{what}: {name} relative L2 {error:.3g}, {int(np.count_nonzero(a != b))} of {a.size} values differ"
+        )
     assert [s.step for s in shot.snapshots] == [s.step for s in expected.snapshots]
     for got, want in zip(shot.snapshots, expected.snapshots, strict=True):
-        assert relative_l2(got.xz, want.xz) <= 1e-5 and relative_l2(got.xy, want.xy) <= 1e-5, f"{what}: snapshot {want.step}"
+        assert relative_l2(got.xz, want.xz) <= 1e-5 and relative_l2(got.xy, want.xy) <= 1e-5, (
+            f"{what}: snapshot {want.step}"
+        )
 
 
 @pytest.mark.parametrize("sponge", [0, 2])
@@ -87,7 +116,7 @@ def test_every_variant_matches_the_reference(cuda, lease, rng, shape, sponge):
     params, initial = random_case(rng, shape, sponge)
     expected = ref.simulate(params, initial=initial)
     for variant in VARIANTS:
-        for zchunk in ((None, 1, 5) if "int_z" in variant else (None,)):
+        for zchunk in (None, 1, 5) if "int_z" in variant else (None,):
             run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=zchunk, measure_energy=False)
             assert run.variant == variant
             assert (run.plan is None) == ("int_z" not in variant)
@@ -130,11 +159,24 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
         buffers.append(padded)
     p, pp, c = (b[guard : guard + n] for b in buffers)
     amp = float(ref.source_amplitudes(params)[0])
-    for zchunk in ((None, 3) if "int_z" in variant else (None,)):
+    for zchunk in (None, 3) if "int_z" in variant else (None,):
         pp[...] = cupy.asarray(poisoned_prev.ravel())
-        cuda.launch(variant, p, pp, c, params.shape, params.source, amp, params.sponge, float(np.float32(params.eta_max)), zchunk=zchunk)
+        cuda.launch(
+            variant,
+            p,
+            pp,
+            c,
+            params.shape,
+            params.source,
+            amp,
+            params.sponge,
+            float(np.float32(params.eta_max)),
+            zchunk=zchunk,
+        )
         for b in buffers:
-            assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), f"{variant} wrote into a guard zone"
+            assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), (
+                f"{variant} wrote into a guard zone"
+            )
         out = pp.get().reshape(params.shape)
         border = out.copy()
         border[interior] = np.nan
@@ -151,7 +193,14 @@ def test_source_on_tile_and_chunk_edges(cuda, lease, rng, variant):
     for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
         params, initial = random_case(rng, (41, 20, 15), sponge=3, steps=30, source=source)
         expected = ref.simulate(params, initial=initial)
-        run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=5 if "int_z" in variant else None, measure_energy=False)
+        run = cuda.simulate(
+            lease,
+            params,
+            variant=variant,
+            initial=initial,
+            zchunk=5 if "int_z" in variant else None,
+            measure_energy=False,
+        )
         np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} source {source}")
         np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=f"{variant} source {source}")
 
@@ -178,7 +227,9 @@ def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
             name = cuda.kernel_name(variant, sponge)
             kernel = cuda._k(name)
             resident = cuda.resident_blocks(name)
-            print(f"{name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {resident} blocks at once")
+            print(
+                f"{name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {resident} blocks at once"
+            )
             assert kernel.local_size_bytes == 0, f"{name} spills {kernel.local_size_bytes} bytes"
             assert resident >= 4 * cuda.kernels.device_attribute("MultiProcessorCount")
             plan = cuda.march_plan(variant, (260, 260, 1028), sponge=sponge)
@@ -202,8 +253,19 @@ def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):
 
 def test_a_shot_from_rest_matches_the_reference(cuda, lease):
     """The job's case: zero fields, a Ricker source, a layered model, receivers on a line."""
-    params = StencilParams(nx=101, ny=37, nz=61, h=10.0, steps=400, f0=12.0, model=LayeredModel((0.0, 300.0), (1500.0, 2500.0)),
-                           source=(50, 18, 12), receivers=tuple((x, 18, 12) for x in range(4, 97, 3)), sponge=8, snapshot_every=100)
+    params = StencilParams(
+        nx=101,
+        ny=37,
+        nz=61,
+        h=10.0,
+        steps=400,
+        f0=12.0,
+        model=LayeredModel((0.0, 300.0), (1500.0, 2500.0)),
+        source=(50, 18, 12),
+        receivers=tuple((x, 18, 12) for x in range(4, 97, 3)),
+        sponge=8,
+        snapshot_every=100,
+    )
     expected = ref.simulate(params)
     assert np.abs(expected.record).max() > 0
     run = cuda.simulate(lease, params, variant="readonly_int_z_reg", measure_energy=False)
@@ -223,7 +285,9 @@ def test_the_cupy_slicing_anchor_matches_the_reference(lease, rng):
 
 
 def test_cancel_between_batches(cuda, lease, pool):
-    params = StencilParams(nx=64, ny=64, nz=64, h=10.0, steps=5000, f0=10.0, model=ConstantModel(2000.0), snapshot_every=0)
+    params = StencilParams(
+        nx=64, ny=64, nz=64, h=10.0, steps=5000, f0=10.0, model=ConstantModel(2000.0), snapshot_every=0
+    )
     seen = []
 
     class Stop(Exception):
@@ -237,12 +301,27 @@ def test_cancel_between_batches(cuda, lease, pool):
     with pytest.raises(Stop):
         cuda.simulate(lease, params, variant="shared", checkpoint=checkpoint, measure_energy=False)
     assert seen[0] < seen[1] < params.steps
-    run = cuda.simulate(lease, StencilParams(nx=16, ny=16, nz=16, h=10.0, steps=10, f0=10.0, model=ConstantModel(2000.0)), variant="naive", measure_energy=False)
+    run = cuda.simulate(
+        lease,
+        StencilParams(nx=16, ny=16, nz=16, h=10.0, steps=10, f0=10.0, model=ConstantModel(2000.0)),
+        variant="naive",
+        measure_energy=False,
+    )
     assert np.isfinite(run.shot.record).all()  # the lease still works
 
 
 def test_energy_is_measured_over_the_run(cuda, lease):
-    params = StencilParams(nx=256, ny=256, nz=256, h=10.0, steps=1500, f0=5.0, model=ConstantModel(2000.0), snapshot_every=0, receivers=[(128, 128, 128)])
+    params = StencilParams(
+        nx=256,
+        ny=256,
+        nz=256,
+        h=10.0,
+        steps=1500,
+        f0=5.0,
+        model=ConstantModel(2000.0),
+        snapshot_every=0,
+        receivers=[(128, 128, 128)],
+    )
     run = cuda.simulate(lease, params, variant="readonly")
     energy = run.energy
     try:

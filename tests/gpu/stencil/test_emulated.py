@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[3]
 SOURCE = ROOT / "gpu" / "stencil" / "stencil.cu"
 EMULATOR = Path(__file__).with_name("emulator") / "emulator.cpp"
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to build the CPU emulation of the kernels")
+pytestmark = pytest.mark.skipif(
+    shutil.which("g++") is None, reason="needs g++ (C++20) to build the CPU emulation of the kernels"
+)
 
 FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
@@ -41,14 +43,46 @@ FLOAT_P = ctypes.POINTER(ctypes.c_float)
 def emulator(tmp_path_factory):
     """The emulator, built once per test session (a few seconds)."""
     build = tmp_path_factory.mktemp("stencil_emulator") / "libemulator.so"
-    command = ["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas",
-               f'-DSTENCIL_SOURCE="{SOURCE}"', "-x", "c++", str(EMULATOR), "-o", str(build)]
+    command = [
+        "g++",
+        "-std=c++20",
+        "-O1",
+        "-ffp-contract=off",
+        "-fno-fast-math",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        "-Wno-unknown-pragmas",
+        f'-DSTENCIL_SOURCE="{SOURCE}"',
+        "-x",
+        "c++",
+        str(EMULATOR),
+        "-o",
+        str(build),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lib = ctypes.CDLL(str(build))
     lib.emulate.restype = ctypes.c_int
-    lib.emulate.argtypes = [ctypes.c_char_p, FLOAT_P, FLOAT_P, FLOAT_P, ctypes.c_longlong, FLOAT_P, ctypes.c_longlong, ctypes.POINTER(ctypes.c_int),
-                            ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+    lib.emulate.argtypes = [
+        ctypes.c_char_p,
+        FLOAT_P,
+        FLOAT_P,
+        FLOAT_P,
+        ctypes.c_longlong,
+        FLOAT_P,
+        ctypes.c_longlong,
+        ctypes.POINTER(ctypes.c_int),
+        ctypes.c_float,
+        ctypes.c_float,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
     return lib
 
 
@@ -57,8 +91,23 @@ def _pointer(a: np.ndarray):
     return a.ctypes.data_as(FLOAT_P)
 
 
-def emulated_launch(lib, variant: str, p: np.ndarray, pp: np.ndarray, c: np.ndarray, shape, source, amp: float, sponge: int, eta_max: float,
-                    zchunk: int | None = None, resident: int = 792, max_points: int = geometry.MAX_INDEX, order: int = 0, seed: int = 0) -> None:
+def emulated_launch(
+    lib,
+    variant: str,
+    p: np.ndarray,
+    pp: np.ndarray,
+    c: np.ndarray,
+    shape,
+    source,
+    amp: float,
+    sponge: int,
+    eta_max: float,
+    zchunk: int | None = None,
+    resident: int = 792,
+    max_points: int = geometry.MAX_INDEX,
+    order: int = 0,
+    seed: int = 0,
+) -> None:
     """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the emulator."""
     nz, ny, nx = shape
     plane = nx * ny
@@ -68,9 +117,24 @@ def emulated_launch(lib, variant: str, p: np.ndarray, pp: np.ndarray, c: np.ndar
         ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
         ints = (ctypes.c_int * 10)(*step.ints)
         message = ctypes.create_string_buffer(512)
-        rc = lib.emulate(step.kernel.encode(), *(_pointer(v) for v in views), views[0].size, _pointer(ramps) if ramps is not None else None,
-                         0 if ramps is None else ramps.size, ints, amp, eta_max, *step.grid, order, seed, message, len(message))
-        assert rc == 0, f"{step.kernel} {step.grid}: {message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
+        rc = lib.emulate(
+            step.kernel.encode(),
+            *(_pointer(v) for v in views),
+            views[0].size,
+            _pointer(ramps) if ramps is not None else None,
+            0 if ramps is None else ramps.size,
+            ints,
+            amp,
+            eta_max,
+            *step.grid,
+            order,
+            seed,
+            message,
+            len(message),
+        )
+        assert rc == 0, (
+            f"{step.kernel} {step.grid}: {message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
+        )
 
 
 def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None):
@@ -81,8 +145,20 @@ def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, so
     dt = 0.499 * 10.0 / float(velocity.max())
     if source is None:
         source = tuple(int(rng.integers(2, n - 2)) for n in shape_xyz)
-    params = StencilParams(nx=nx, ny=ny, nz=nz, h=10.0, steps=steps, f0=float(rng.uniform(10, 40)), model=ArrayModel(velocity), dt=dt,
-                           source=source, receivers=[source], sponge=sponge, snapshot_every=0)
+    params = StencilParams(
+        nx=nx,
+        ny=ny,
+        nz=nz,
+        h=10.0,
+        steps=steps,
+        f0=float(rng.uniform(10, 40)),
+        model=ArrayModel(velocity),
+        dt=dt,
+        source=source,
+        receivers=[source],
+        sponge=sponge,
+        snapshot_every=0,
+    )
     fields = []
     for _ in range(2):
         f = np.zeros(params.shape, np.float32)
@@ -91,7 +167,9 @@ def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, so
     return params, fields[0], fields[1]
 
 
-def run_emulated(lib, variant: str, params: StencilParams, p0: np.ndarray, p_prev: np.ndarray, **launch) -> tuple[np.ndarray, np.ndarray]:
+def run_emulated(
+    lib, variant: str, params: StencilParams, p0: np.ndarray, p_prev: np.ndarray, **launch
+) -> tuple[np.ndarray, np.ndarray]:
     """(p^steps, p^(steps-1)) of `params.steps` emulated steps from (p0, p_prev)."""
     c = ref.coefficients(params.velocity(), params.dt, params.h).ravel()
     p, pp = p0.ravel().copy(), p_prev.ravel().copy()
@@ -99,7 +177,9 @@ def run_emulated(lib, variant: str, params: StencilParams, p0: np.ndarray, p_pre
     eta_max = float(np.float32(params.eta_max))
     for n in range(params.steps):
         before = p.copy()
-        emulated_launch(lib, variant, p, pp, c, params.shape, params.source, float(amplitudes[n]), params.sponge, eta_max, **launch)
+        emulated_launch(
+            lib, variant, p, pp, c, params.shape, params.source, float(amplitudes[n]), params.sponge, eta_max, **launch
+        )
         np.testing.assert_array_equal(p, before, err_msg="p^n was written")
         p, pp = pp, p
     return p.reshape(params.shape), pp.reshape(params.shape)
@@ -113,7 +193,9 @@ def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **laun
     border[2:-2, 2:-2, 2:-2] = 0
     assert not border.any(), f"{label}: the Dirichlet border was written"
     differ = int(np.count_nonzero(field != expected.field))
-    assert differ == 0, f"{label}: {differ} of {field.size} values differ from the reference (max |diff| {np.abs(field - expected.field).max():.3g})"
+    assert differ == 0, (
+        f"{label}: {differ} of {field.size} values differ from the reference (max |diff| {np.abs(field - expected.field).max():.3g})"
+    )
     np.testing.assert_array_equal(previous, expected.previous, err_msg=label)
     return field
 
@@ -153,8 +235,11 @@ def test_no_shared_memory_race(emulator, rng, variant):
     """The block's threads in reverse and shuffled order between barriers give the same
     result as in order (a race would make it depend on the order)."""
     params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=2, steps=1)
-    fields = [run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
-              for zchunk in (None, 3) for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))]
+    fields = [
+        run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
+        for zchunk in (None, 3)
+        for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))
+    ]
     for f in fields[1:]:
         np.testing.assert_array_equal(f, fields[0], err_msg=variant)
 
@@ -176,7 +261,9 @@ def test_source_on_tile_and_chunk_edges(emulator, rng, variant):
     y tile, the first plane of a z chunk, and inside the sponge."""
     for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
         params, p0, p_prev = random_case(rng, (41, 20, 15), sponge=3, steps=2, source=source)
-        assert_matches(emulator, variant, params, p0, p_prev, what=f"source {source}", zchunk=5 if "int_z" in variant else None)
+        assert_matches(
+            emulator, variant, params, p0, p_prev, what=f"source {source}", zchunk=5 if "int_z" in variant else None
+        )
 
 
 def test_the_emulator_catches_what_it_checks(emulator, rng):
@@ -184,15 +271,51 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
     outside the arrays; a launch that skips the last planes leaves interior points unwritten."""
     params, p0, p_prev = random_case(rng, (37, 12, 9), sponge=2, steps=1)
     nz, ny, nx = params.shape
-    p, pp, c = p0.ravel().copy(), p_prev.ravel().copy(), ref.coefficients(params.velocity(), params.dt, params.h).ravel()
-    step = geometry.launches("readonly_int_z_reg", params.shape, params.source, params.sponge, None, lambda _name: 792)[0]
+    p, pp, c = (
+        p0.ravel().copy(),
+        p_prev.ravel().copy(),
+        ref.coefficients(params.velocity(), params.dt, params.h).ravel(),
+    )
+    step = geometry.launches("readonly_int_z_reg", params.shape, params.source, params.sponge, None, lambda _name: 792)[
+        0
+    ]
     short = ref.ramp_table(nx, ny, nz, params.sponge, 0, 2)  # fz of the border planes 0, 1 only
     message = ctypes.create_string_buffer(512)
-    rc = emulator.emulate(step.kernel.encode(), _pointer(p), _pointer(pp), _pointer(c), p.size, _pointer(short), short.size, (ctypes.c_int * 10)(*step.ints),
-                          0.0, 1.0, *step.grid, 0, 0, message, len(message))
+    rc = emulator.emulate(
+        step.kernel.encode(),
+        _pointer(p),
+        _pointer(pp),
+        _pointer(c),
+        p.size,
+        _pointer(short),
+        short.size,
+        (ctypes.c_int * 10)(*step.ints),
+        0.0,
+        1.0,
+        *step.grid,
+        0,
+        0,
+        message,
+        len(message),
+    )
     assert rc == 1 and b"load outside" in message.value
     fewer = geometry.launches("readonly", params.shape, params.source, 0, None, lambda _name: 792)[0]
     grid = (fewer.grid[0], fewer.grid[1], fewer.grid[2] - 1)
-    rc = emulator.emulate(fewer.kernel.encode(), _pointer(p), _pointer(pp), _pointer(c), p.size, None, 0, (ctypes.c_int * 10)(*fewer.ints),
-                          0.0, 0.0, *grid, 0, 0, message, len(message))
+    rc = emulator.emulate(
+        fewer.kernel.encode(),
+        _pointer(p),
+        _pointer(pp),
+        _pointer(c),
+        p.size,
+        None,
+        0,
+        (ctypes.c_int * 10)(*fewer.ints),
+        0.0,
+        0.0,
+        *grid,
+        0,
+        0,
+        message,
+        len(message),
+    )
     assert rc == 1 and b"not written" in message.value

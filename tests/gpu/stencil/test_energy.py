@@ -20,7 +20,9 @@ class FakeNvml(types.ModuleType):
     class NVMLError(Exception):
         pass
 
-    def __init__(self, counter: bool = True, watts: float = 250.0, counter_step_mj: int = 1000, fail_init: bool = False):
+    def __init__(
+        self, counter: bool = True, watts: float = 250.0, counter_step_mj: int = 1000, fail_init: bool = False
+    ):
         super().__init__("pynvml")
         self.counter, self.watts, self.counter_step_mj, self.fail_init = counter, watts, counter_step_mj, fail_init
         self.energy_mj = 10_000_000

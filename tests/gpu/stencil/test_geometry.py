@@ -34,13 +34,18 @@ def makespan(plan: geometry.MarchPlan, resident: int, start: float) -> float:
 
 
 def test_tiles_start_at_x_0_and_y_2():
-    assert geometry.tiles(1024, 256) == (32, 32)  # 1024 columns in 32 aligned tiles; 252 interior rows in 32 (the last half full)
+    assert geometry.tiles(1024, 256) == (
+        32,
+        32,
+    )  # 1024 columns in 32 aligned tiles; 252 interior rows in 32 (the last half full)
     assert geometry.tiles(33, 13) == (2, 2)  # the second x tile holds only the border column x = 32
     assert geometry.tiles(5, 5) == (1, 1)
 
 
 @pytest.mark.parametrize("kind", ["int_z", "int_z_reg"])
-@pytest.mark.parametrize("shape", [(37, 21, 19), (64, 11, 12), (5, 5, 5), (200, 100, 100), (1024, 40, 70), (33, 13, 300)])
+@pytest.mark.parametrize(
+    "shape", [(37, 21, 19), (64, 11, 12), (5, 5, 5), (200, 100, 100), (1024, 40, 70), (33, 13, 300)]
+)
 def test_every_plan_updates_every_interior_plane_of_every_tile_once(shape, kind):
     nx, ny, nz = shape
     for resident in (1, 2, 7, 64, 792, 100_000):
@@ -53,7 +58,9 @@ def test_every_plan_updates_every_interior_plane_of_every_tile_once(shape, kind)
         geometry.uniform_plan(nx, ny, nz, 0)
 
 
-@pytest.mark.parametrize("shape", [(1024, 256, 256), (2048, 256, 256), (4096, 256, 256), (7168, 256, 256), (512, 512, 512)])
+@pytest.mark.parametrize(
+    "shape", [(1024, 256, 256), (2048, 256, 256), (4096, 256, 256), (7168, 256, 256), (512, 512, 512)]
+)
 def test_the_plans_fill_whole_waves_on_the_benchmark_grids(shape):
     """At the residencies the kernels can have on 132 SMs (4 .. 8 blocks of 256 a SM), the
     plan's blocks finish within 5% of the ideal (every slot busy to the end, no start

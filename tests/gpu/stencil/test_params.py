@@ -37,7 +37,17 @@ def refused(code: str, match: str, **changes) -> ParamError:
 
 
 def test_nine_variants():
-    assert VARIANTS == ("naive", "naive_int_z", "naive_int_z_reg", "shared", "shared_int_z", "shared_int_z_reg", "readonly", "readonly_int_z", "readonly_int_z_reg")
+    assert VARIANTS == (
+        "naive",
+        "naive_int_z",
+        "naive_int_z_reg",
+        "shared",
+        "shared_int_z",
+        "shared_int_z_reg",
+        "readonly",
+        "readonly_int_z",
+        "readonly_int_z_reg",
+    )
 
 
 def test_defaults():
@@ -54,7 +64,9 @@ def test_defaults():
 
 
 def test_cfl_violation_names_the_largest_stable_dt():
-    error = refused("cfl_violation", "largest stable dt is 0.002", dt=0.0026, model=LayeredModel((0.0, 100.0), (1500.0, 2500.0)))
+    error = refused(
+        "cfl_violation", "largest stable dt is 0.002", dt=0.0026, model=LayeredModel((0.0, 100.0), (1500.0, 2500.0))
+    )
     assert "2500" in str(error) and "0.65" in str(error)
     assert make(dt=0.0025).cfl == pytest.approx(CFL_LIMIT)  # the limit itself is stable
     # a layer below the grid does not count
@@ -113,7 +125,12 @@ def test_bad_values_are_refused(changes, match):
 def test_too_many_snapshots_or_record_values():
     refused("invalid_parameter", f"at most {MAX_SNAPSHOTS}", steps=1000, snapshot_every=9)
     assert len(make(steps=1000, snapshot_every=10).snapshot_steps) == 100
-    refused("invalid_parameter", "shot record would hold", steps=1_000_000, receivers=[(5, 5, 5)] * (MAX_RECORD_VALUES // 1_000_000 + 1))
+    refused(
+        "invalid_parameter",
+        "shot record would hold",
+        steps=1_000_000,
+        receivers=[(5, 5, 5)] * (MAX_RECORD_VALUES // 1_000_000 + 1),
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,17 +156,20 @@ def test_bad_models_are_refused(model, match):
     assert info.value.code == "invalid_model"
 
 
-@pytest.mark.parametrize(("changes", "name", "match"), [
-    ({"h": 1e30}, "h", "<= 1e[+]06 m"),
-    ({"h": 1e-20}, "h", ">= 1e-06 m"),
-    ({"f0": 1e-20}, "f0", "period 1 / f0 is"),
-    ({"f0": 5e-324}, "f0", "period 1 / f0 is inf"),
-    ({"f0": 1e12}, "f0", "<= 1e[+]09 Hz"),
-    ({"f0": 1000.0}, "f0", "must span 2 to 1e[+]07 steps"),  # dt = 0.002 s: above Nyquist
-    ({"dt": 1e-300}, "f0", "period 1 / f0 is"),
-    ({"model": lambda: ConstantModel(1e-300)}, "model.velocity", ">= 1 m/s"),
-    ({"model": lambda: LayeredModel((0.0, 50.0), (2000.0, 0.5))}, "model.velocities[1]", ">= 1 m/s"),
-])
+@pytest.mark.parametrize(
+    ("changes", "name", "match"),
+    [
+        ({"h": 1e30}, "h", "<= 1e[+]06 m"),
+        ({"h": 1e-20}, "h", ">= 1e-06 m"),
+        ({"f0": 1e-20}, "f0", "period 1 / f0 is"),
+        ({"f0": 5e-324}, "f0", "period 1 / f0 is inf"),
+        ({"f0": 1e12}, "f0", "<= 1e[+]09 Hz"),
+        ({"f0": 1000.0}, "f0", "must span 2 to 1e[+]07 steps"),  # dt = 0.002 s: above Nyquist
+        ({"dt": 1e-300}, "f0", "period 1 / f0 is"),
+        ({"model": lambda: ConstantModel(1e-300)}, "model.velocity", ">= 1 m/s"),
+        ({"model": lambda: LayeredModel((0.0, 50.0), (2000.0, 0.5))}, "model.velocities[1]", ">= 1 m/s"),
+    ],
+)
 def test_physical_quantities_have_bounds_that_keep_the_arithmetic_finite(changes, name, match):
     """Each of these once passed validation and failed (or overflowed) inside the job.
     (Models are built inside the check: their own validation is what refuses.)"""
@@ -180,7 +200,9 @@ def test_array_models(rng):
     params = make(model=ArrayModel(values))
     assert params.velocity().dtype == np.float32
     np.testing.assert_array_equal(params.velocity(), values.astype(np.float32))
-    assert params.v_max == pytest.approx(values.max(), rel=1e-6) and params.v_min == pytest.approx(values.min(), rel=1e-6)
+    assert params.v_max == pytest.approx(values.max(), rel=1e-6) and params.v_min == pytest.approx(
+        values.min(), rel=1e-6
+    )
     bad = values.copy()
     bad[3, 4, 5] = np.nan
     with pytest.raises(ParamError, match="1 velocities are NaN"):
@@ -207,8 +229,11 @@ def test_memory_estimates():
 
 def test_velocity_at_is_the_built_value(rng):
     shape = (14, 9, 11)
-    models = [ConstantModel(float(rng.uniform(1000, 3000))), LayeredModel((0.0, 33.3, 71.0), tuple(rng.uniform(1000, 3000, 3).tolist())),
-              ArrayModel(rng.uniform(1000, 3000, shape))]
+    models = [
+        ConstantModel(float(rng.uniform(1000, 3000))),
+        LayeredModel((0.0, 33.3, 71.0), tuple(rng.uniform(1000, 3000, 3).tolist())),
+        ArrayModel(rng.uniform(1000, 3000, shape)),
+    ]
     for model in models:
         built = model.build(11, 9, 14, 10.0)
         for _ in range(20):
@@ -217,10 +242,16 @@ def test_velocity_at_is_the_built_value(rng):
 
 
 def test_slabs_and_sections_are_the_whole_grid(rng):
-    models = [ConstantModel(1700.0), LayeredModel((0.0, 42.0, 95.0), (1500.0, 2100.0, 2900.0)), ArrayModel(rng.uniform(1000, 3000, (14, 9, 11)))]
+    models = [
+        ConstantModel(1700.0),
+        LayeredModel((0.0, 42.0, 95.0), (1500.0, 2100.0, 2900.0)),
+        ArrayModel(rng.uniform(1000, 3000, (14, 9, 11))),
+    ]
     for model in models:
         params = make(nx=11, ny=9, nz=14, model=model)
         whole = params.velocity()
-        np.testing.assert_array_equal(np.concatenate([params.velocity(z, min(z + 4, 14)) for z in range(0, 14, 4)]), whole)
+        np.testing.assert_array_equal(
+            np.concatenate([params.velocity(z, min(z + 4, 14)) for z in range(0, 14, 4)]), whole
+        )
         np.testing.assert_array_equal(params.velocity_xz(5), whole[:, 5, :])
         np.testing.assert_array_equal(params.velocity_xy(9), whole[9])

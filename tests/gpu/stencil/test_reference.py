@@ -72,20 +72,28 @@ def test_laplacian4_is_exact_on_quintics_and_fourth_order(rng):
     coefficients = rng.standard_normal((3, 6)) / 10
     poly = sum(np.polyval(c, axis) for c, axis in zip(coefficients, (x, y, z), strict=True))
     exact = sum(np.polyval(np.polyder(c, 2), axis) for c, axis in zip(coefficients, (x, y, z), strict=True))
-    np.testing.assert_allclose(ref.laplacian4(poly, h), exact[2:-2, 2:-2, 2:-2], rtol=1e-7, atol=1e-7 * np.abs(exact).max())
+    np.testing.assert_allclose(
+        ref.laplacian4(poly, h), exact[2:-2, 2:-2, 2:-2], rtol=1e-7, atol=1e-7 * np.abs(exact).max()
+    )
 
     errors = []
     for n in (16, 32):  # sin(2 pi x) sin(2 pi y) sin(2 pi z) on [0, 1]^3: Lap = -12 pi^2 f
         grid_h = 1.0 / (n - 1)
         axis = np.arange(n) * grid_h
-        f = np.sin(2 * np.pi * axis)[:, None, None] * np.sin(2 * np.pi * axis)[None, :, None] * np.sin(2 * np.pi * axis)[None, None, :]
+        f = (
+            np.sin(2 * np.pi * axis)[:, None, None]
+            * np.sin(2 * np.pi * axis)[None, :, None]
+            * np.sin(2 * np.pi * axis)[None, None, :]
+        )
         errors.append(np.abs(ref.laplacian4(f, grid_h) + 12 * np.pi**2 * f[2:-2, 2:-2, 2:-2]).max())
     assert 12 < errors[0] / errors[1] < 20  # ~16: 4th order
 
 
 def test_one_step_is_the_formula(rng):
     """A step from random fields, with the source and a sponge, against the formula in float64."""
-    params = StencilParams(nx=17, ny=13, nz=11, h=10.0, steps=1, f0=12.0, model=LayeredModel((0.0, 45.0), (1800.0, 2600.0)), sponge=3)
+    params = StencilParams(
+        nx=17, ny=13, nz=11, h=10.0, steps=1, f0=12.0, model=LayeredModel((0.0, 45.0), (1800.0, 2600.0)), sponge=3
+    )
     p0, p_prev = random_fields(rng, params.shape)
     shot = ref.simulate(params, initial=(p0, p_prev))
     inner = (slice(2, -2),) * 3
@@ -129,16 +137,36 @@ def test_first_arrival_comes_at_d_over_v_within_a_cell(rng):
     f0 = v / (2.5 * 6 * h)  # 6 points per shortest wavelength
     n = 64
     centre = n // 2
-    offsets = [(15, 0, 0), (0, -14, 0), (0, 0, 13), (-9, 9, -9), (int(rng.integers(6, 12)), int(rng.integers(-8, 8)), 0)]
+    offsets = [
+        (15, 0, 0),
+        (0, -14, 0),
+        (0, 0, 13),
+        (-9, 9, -9),
+        (int(rng.integers(6, 12)), int(rng.integers(-8, 8)), 0),
+    ]
     receivers = [(centre + dx, centre + dy, centre + dz) for dx, dy, dz in offsets]
     distances = [h * math.dist(r, (centre,) * 3) for r in receivers]
     dt = 0.4 * h / v
     steps = int((1 / f0 + max(distances) / v + 0.6 / f0) / dt) + 1
-    params = StencilParams(nx=n, ny=n, nz=n, h=h, steps=steps, f0=f0, model=ConstantModel(v), dt=dt, source=(centre,) * 3, receivers=receivers, snapshot_every=0)
+    params = StencilParams(
+        nx=n,
+        ny=n,
+        nz=n,
+        h=h,
+        steps=steps,
+        f0=f0,
+        model=ConstantModel(v),
+        dt=dt,
+        source=(centre,) * 3,
+        receivers=receivers,
+        snapshot_every=0,
+    )
     record = ref.simulate(params).record
     for j, d in enumerate(distances):
         arrival = peak_time(record[:, j], dt) - 1 / f0  # the Ricker peaks 1/f0 after t = 0
-        assert abs(arrival - d / v) <= h / v, f"receiver {receivers[j]} at {d:.0f} m: arrival {arrival:.5f} s, d / v = {d / v:.5f} s"
+        assert abs(arrival - d / v) <= h / v, (
+            f"receiver {receivers[j]} at {d:.0f} m: arrival {arrival:.5f} s, d / v = {d / v:.5f} s"
+        )
 
 
 @pytest.mark.parametrize("v2", [3000.0, 1200.0])
@@ -149,13 +177,27 @@ def test_a_reflection_arrives_at_two_way_time_with_the_sign_of_r(v2):
     source, receiver, interface = (24, 24, 16), (28, 24, 16), 355.0  # planes z >= 36 are below
 
     def record(model):
-        params = StencilParams(nx=48, ny=48, nz=64, h=h, steps=220, f0=f0, model=model, dt=dt, source=source, receivers=[receiver], snapshot_every=0)
+        params = StencilParams(
+            nx=48,
+            ny=48,
+            nz=64,
+            h=h,
+            steps=220,
+            f0=f0,
+            model=model,
+            dt=dt,
+            source=source,
+            receivers=[receiver],
+            snapshot_every=0,
+        )
         return ref.simulate(params).record[:, 0]
 
     constant = record(ConstantModel(v1))
     reflection = record(LayeredModel((0.0, interface), (v1, v2))) - constant
     sign = np.sign(v2 - v1)
-    path = math.hypot(2 * (35.5 * h - source[2] * h), (receiver[0] - source[0]) * h)  # the interface lies between planes 35 and 36
+    path = math.hypot(
+        2 * (35.5 * h - source[2] * h), (receiver[0] - source[0]) * h
+    )  # the interface lies between planes 35 and 36
     arrival = peak_time(sign * reflection, dt) - 1 / f0
     assert abs(arrival - path / v1) <= h / v1, f"reflection at {arrival:.4f} s, two-way time {path / v1:.4f} s"
     r = (v2 - v1) / (v2 + v1)
@@ -170,7 +212,17 @@ def test_energy_is_conserved_and_bounded_at_the_cfl_limit(rng):
     random fields keep the discrete energy (to rounding) and stay bounded; 10% more dt
     diverges (so the check can fail)."""
     shape = (16, 18, 20)
-    params = StencilParams(nx=20, ny=18, nz=16, h=10.0, steps=1000, f0=10.0, model=ConstantModel(2000.0), dt=CFL_LIMIT * 10.0 / 2000.0, snapshot_every=0)
+    params = StencilParams(
+        nx=20,
+        ny=18,
+        nz=16,
+        h=10.0,
+        steps=1000,
+        f0=10.0,
+        model=ConstantModel(2000.0),
+        dt=CFL_LIMIT * 10.0 / 2000.0,
+        snapshot_every=0,
+    )
     assert params.cfl == CFL_LIMIT
     p0, p_prev = random_fields(rng, shape)
     c = params.cfl**2
@@ -202,7 +254,17 @@ def test_energy_is_conserved_and_bounded_at_the_cfl_limit(rng):
 
 
 def test_a_shot_at_the_cfl_limit_stays_bounded():
-    params = StencilParams(nx=24, ny=22, nz=20, h=10.0, steps=1000, f0=25.0, model=LayeredModel((0.0, 100.0), (1500.0, 3000.0)), dt=CFL_LIMIT * 10.0 / 3000.0, snapshot_every=0)
+    params = StencilParams(
+        nx=24,
+        ny=22,
+        nz=20,
+        h=10.0,
+        steps=1000,
+        f0=25.0,
+        model=LayeredModel((0.0, 100.0), (1500.0, 3000.0)),
+        dt=CFL_LIMIT * 10.0 / 3000.0,
+        snapshot_every=0,
+    )
     shot = ref.simulate(params)
     assert np.isfinite(shot.record).all() and np.isfinite(shot.field).all()
     loudest = np.abs(shot.record).max()
@@ -211,7 +273,19 @@ def test_a_shot_at_the_cfl_limit_stays_bounded():
 
 def test_the_sponge_absorbs_what_dirichlet_walls_reflect():
     def shot(width):
-        params = StencilParams(nx=48, ny=44, nz=40, h=10.0, steps=300, f0=10.0, model=ConstantModel(2000.0), source=(24, 22, 20), receivers=[(29, 22, 20)], sponge=width, snapshot_every=0)
+        params = StencilParams(
+            nx=48,
+            ny=44,
+            nz=40,
+            h=10.0,
+            steps=300,
+            f0=10.0,
+            model=ConstantModel(2000.0),
+            source=(24, 22, 20),
+            receivers=[(29, 22, 20)],
+            sponge=width,
+            snapshot_every=0,
+        )
         result = ref.simulate(params)
         t = (np.arange(params.steps) + 1) * params.dt
         late = t > 1 / params.f0 + 50.0 / 2000.0 + 0.08  # after the direct wavelet has passed the receiver
@@ -225,11 +299,26 @@ def test_the_sponge_absorbs_what_dirichlet_walls_reflect():
 
 
 def test_snapshots_and_record_are_the_field(rng):
-    params = StencilParams(nx=15, ny=13, nz=12, h=10.0, steps=9, f0=20.0, model=ConstantModel(2000.0), snapshot_every=4, source=(7, 6, 5))
+    params = StencilParams(
+        nx=15, ny=13, nz=12, h=10.0, steps=9, f0=20.0, model=ConstantModel(2000.0), snapshot_every=4, source=(7, 6, 5)
+    )
     p0, p_prev = random_fields(rng, params.shape)
     shot = ref.simulate(params, initial=(p0, p_prev))
     assert [s.step for s in shot.snapshots] == [4, 8]
-    again = ref.simulate(StencilParams(nx=15, ny=13, nz=12, h=10.0, steps=8, f0=20.0, model=ConstantModel(2000.0), snapshot_every=0, source=(7, 6, 5)), initial=(p0, p_prev))
+    again = ref.simulate(
+        StencilParams(
+            nx=15,
+            ny=13,
+            nz=12,
+            h=10.0,
+            steps=8,
+            f0=20.0,
+            model=ConstantModel(2000.0),
+            snapshot_every=0,
+            source=(7, 6, 5),
+        ),
+        initial=(p0, p_prev),
+    )
     np.testing.assert_array_equal(shot.snapshots[1].xz, again.field[:, 6, :])
     np.testing.assert_array_equal(shot.snapshots[1].xy, again.field[5, :, :])
     np.testing.assert_array_equal(shot.record[:8], again.record)

@@ -47,7 +47,9 @@ def lease():
 
     from gpu.pool import Lease
 
-    return Lease(device=0, slot=0, stream=cupy.cuda.Stream(non_blocking=True), side_stream=cupy.cuda.Stream(non_blocking=True))
+    return Lease(
+        device=0, slot=0, stream=cupy.cuda.Stream(non_blocking=True), side_stream=cupy.cuda.Stream(non_blocking=True)
+    )
 
 
 def _check(cuda, lease, a: np.ndarray, params: SvdParams, context: str):
@@ -197,18 +199,25 @@ def test_no_convergence_is_an_error(cuda, lease, rng):
     import cupy
 
     with cupy.cuda.Device(0), lease.stream, pytest.raises(np.linalg.LinAlgError):
-        cuda.diagonalize(cupy.asarray(rng.standard_normal(50)), cupy.asarray(rng.standard_normal(49)), None, None, max_sweeps=1)
+        cuda.diagonalize(
+            cupy.asarray(rng.standard_normal(50)), cupy.asarray(rng.standard_normal(49)), None, None, max_sweeps=1
+        )
 
 
 def test_batches_group_sweeps_of_one_direction():
     from gpu.svd import cuda
 
-    headers = np.array([
-        [0, 10, 1, 0], [0, 10, 1, 10], [0, 9, 1, 20],  # forward over rows 0..10
-        [9, 9, 1, 29],  # forward too, but far from the others? rows 9..18 overlap: same batch
-        [20, 5, -1, 38],  # backward: a new batch (rows 16..21)
-        [100, 3, 1, 43],  # forward, far away: a new batch
-    ], np.int32)
+    headers = np.array(
+        [
+            [0, 10, 1, 0],
+            [0, 10, 1, 10],
+            [0, 9, 1, 20],  # forward over rows 0..10
+            [9, 9, 1, 29],  # forward too, but far from the others? rows 9..18 overlap: same batch
+            [20, 5, -1, 38],  # backward: a new batch (rows 16..21)
+            [100, 3, 1, 43],  # forward, far away: a new batch
+        ],
+        np.int32,
+    )
     batches = list(cuda._batches(headers, 16))
     assert [(b[0], b[1]) for b in batches] == [(0, 4), (4, 5), (5, 6)]
     assert batches[0][2:] == (0, 19, 1)  # rows 0..18

@@ -321,7 +321,11 @@ def test_check_matrix_accepts_and_makes_contiguous(rng):
         (np.ones((3, 4), dtype=np.int64), None, "dtype int64"),
         (np.ones((3, 4), dtype=np.complex128), None, "dtype complex128"),
         (np.array([[1.0, np.nan], [np.nan, 2.0]]), None, "2 non-finite entries (2 NaN, 0 infinite)"),
-        (np.array([[1.0, np.inf], [np.nan, -np.inf]], dtype=np.float32), None, "3 non-finite entries (1 NaN, 2 infinite)"),
+        (
+            np.array([[1.0, np.inf], [np.nan, -np.inf]], dtype=np.float32),
+            None,
+            "3 non-finite entries (1 NaN, 2 infinite)",
+        ),
     ],
 )
 def test_check_matrix_errors(value, max_elements, message):

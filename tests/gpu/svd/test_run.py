@@ -15,7 +15,15 @@ from tests.gpu.jobkit import stored_and_back, written
 def test_an_uploaded_matrix_round_trips_and_decomposes(tmp_path, rng, method):
     a = rng.standard_normal((30, 18)).astype(np.float32)
     job = stored_and_back(svd.SvdJob(svd.SvdParams(method=method), matrix=a.astype(">f4")), tmp_path / "in")
-    assert job.to_json() == {"source": "upload", "m": 30, "n": 18, "dtype": "float32", "compute_uv": True, "full_matrices": False, "method": method}
+    assert job.to_json() == {
+        "source": "upload",
+        "m": 30,
+        "n": 18,
+        "dtype": "float32",
+        "compute_uv": True,
+        "full_matrices": False,
+        "method": method,
+    }
     result = svd.run(job)
     files = written(result, tmp_path / "out")
     s = np.load(files["s.npy"])
@@ -46,19 +54,30 @@ def test_methods_the_cpu_cannot_run_are_refused_before_the_job_exists():
         job.check_backend("cuda")
 
 
-@pytest.mark.parametrize(("matrix", "spec", "field", "code"), [
-    (np.array([[1.0, np.nan]]), None, "matrix", "invalid_matrix"),
-    (np.ones((0, 3)), None, "matrix", "invalid_matrix"),
-    (None, None, "matrix", "invalid_parameter"),
-    (np.ones((2, 2)), svd.MatrixSpec(m=2, n=2), "matrix", "invalid_parameter"),
-])
+@pytest.mark.parametrize(
+    ("matrix", "spec", "field", "code"),
+    [
+        (np.array([[1.0, np.nan]]), None, "matrix", "invalid_matrix"),
+        (np.ones((0, 3)), None, "matrix", "invalid_matrix"),
+        (None, None, "matrix", "invalid_parameter"),
+        (np.ones((2, 2)), svd.MatrixSpec(m=2, n=2), "matrix", "invalid_parameter"),
+    ],
+)
 def test_a_job_needs_exactly_one_valid_matrix(matrix, spec, field, code):
     with pytest.raises(ParamError) as caught:
         svd.SvdJob(svd.SvdParams(), spec=spec, matrix=matrix)
     assert (caught.value.field, caught.value.code) == (field, code)
 
 
-@pytest.mark.parametrize(("changes", "field"), [({"rank": 5}, "spec.rank"), ({"cond": 0.5}, "spec.cond"), ({"kind": "hilbert"}, "spec.kind"), ({"m": 0}, "spec.m")])
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"rank": 5}, "spec.rank"),
+        ({"cond": 0.5}, "spec.cond"),
+        ({"kind": "hilbert"}, "spec.kind"),
+        ({"m": 0}, "spec.m"),
+    ],
+)
 def test_a_spec_out_of_range_names_its_field(changes, field):
     with pytest.raises(ParamError) as caught:
         svd.MatrixSpec(**{"m": 4, "n": 3, **changes})

@@ -113,8 +113,14 @@ def install(library_path: str):
     cupy.ascontiguousarray = lambda a: np.ascontiguousarray(a).view(ndarray)
     cupy.cumsum = lambda a, axis=None, dtype=None: np.cumsum(a, axis=axis, dtype=dtype).view(ndarray)
     cupy.get_default_memory_pool = _MemoryPool
-    cupy.cuda = types.SimpleNamespace(Stream=Stream, Event=Event, Device=Device, runtime=_Runtime, get_elapsed_time=lambda start, stop: 1.0,
-                                      memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+    cupy.cuda = types.SimpleNamespace(
+        Stream=Stream,
+        Event=Event,
+        Device=Device,
+        runtime=_Runtime,
+        get_elapsed_time=lambda start, stop: 1.0,
+        memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
+    )
     sys.modules["cupy"] = cupy
     sys.modules["cupyx"] = types.ModuleType("cupyx")
     from gpu.search import cuda

@@ -42,11 +42,21 @@ def main() -> int:
     failures = runs = 0
     for name, (text, patterns, built_for) in cases(rng, size).items():
         device_text, _ = cuda.text_from_host(text, lease)
-        granularities = [None, 16] + ([built_for] if built_for else []) + [int(rng.integers(2, 300))] + ([1] if full else [])
+        granularities = (
+            [None, 16] + ([built_for] if built_for else []) + [int(rng.integers(2, 300))] + ([1] if full else [])
+        )
         pick = (lambda options: options) if full else (lambda options: [options[int(rng.integers(0, len(options)))]])
-        plans = [SearchParams(tuple(patterns), algorithm=a, variant=v, granularity=g, line_numbers=g is None)
-                 for a in ("rabin_karp", "kmp", "boyer_moore") for v in ("naive", "optimized") for g in pick(granularities)]
-        plans += [SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True) for g in pick([None, 16]) for subset in pick([patterns, patterns[::-1][:3]])]
+        plans = [
+            SearchParams(tuple(patterns), algorithm=a, variant=v, granularity=g, line_numbers=g is None)
+            for a in ("rabin_karp", "kmp", "boyer_moore")
+            for v in ("naive", "optimized")
+            for g in pick(granularities)
+        ]
+        plans += [
+            SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True)
+            for g in pick([None, 16])
+            for subset in pick([patterns, patterns[::-1][:3]])
+        ]
         for params in plans:
             output = cuda.search_device(device_text, params, lease)
             runs += 1
@@ -55,8 +65,10 @@ def main() -> int:
                 lines_ok = not params.line_numbers or np.array_equal(result.lines, ref.line_numbers(text, expected))
                 if not np.array_equal(result.positions, expected) or not lines_ok:
                     failures += 1
-                    print(f"MISMATCH {name}: {params.algorithm}/{params.variant} fused={params.fused} g={params.granularity} pattern {pattern[:24]!r} (m={len(pattern)}): "
-                          f"{result.positions.size} positions {result.positions[:8].tolist()}, expected {expected.size} {expected[:8].tolist()}; lines ok: {lines_ok}")
+                    print(
+                        f"MISMATCH {name}: {params.algorithm}/{params.variant} fused={params.fused} g={params.granularity} pattern {pattern[:24]!r} (m={len(pattern)}): "
+                        f"{result.positions.size} positions {result.positions[:8].tolist()}, expected {expected.size} {expected[:8].tolist()}; lines ok: {lines_ok}"
+                    )
     print(f"{runs} searches, {failures} mismatches")
     return 1 if failures else 0
 
