@@ -24,16 +24,27 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=256,
-        description="server processes sharing the port and the GPUs, each with its own render workers and GPU pool, so the host's codecs and Python use several cores; one of them runs the batch jobs. 0: three for every four host cores with CUDA, one on the CPU backend",
+        description=(
+            "server processes sharing the port and the GPUs, each with its own render workers and GPU "
+            "pool, so the host's codecs and Python use several cores; one of them runs the batch "
+            "jobs. 0: three for every four host cores with CUDA, one on the CPU backend"
+        ),
     )
     process_index: int | None = Field(
         None,
         ge=0,
-        description="set by `pencil-gpu serve` for each of its processes (0, 1, ...): with several GPUs, process i renders on the i-th device of PENCIL_DEVICES, round robin",
+        description=(
+            "set by `pencil-gpu serve` for each of its processes (0, 1, ...): with several GPUs, "
+            "process i renders on the i-th device of PENCIL_DEVICES, round robin"
+        ),
     )
     mps: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="CUDA MPS for several server processes on one GPU: auto starts a private daemon when nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires it",
+        description=(
+            "CUDA MPS for several server processes on one GPU: auto starts a private daemon when "
+            "nvidia-cuda-mps-control is available and CUDA_MPS_PIPE_DIRECTORY is not set; on requires "
+            "it"
+        ),
     )
     backend: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto: CUDA when a device answers, else CPU")
     workers: int = Field(
@@ -50,7 +61,9 @@ class Settings(BaseSettings):
     max_concurrent_pixels: int = Field(
         50_000_000,
         ge=256,
-        description="pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)",
+        description=(
+            "pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)"
+        ),
     )
     devices: str = Field(
         "all", pattern=r"^\s*(all|\d+(\s*,\s*\d+)*)\s*$", description="CUDA devices to use: 'all' or a list like '0,1'"
@@ -62,7 +75,11 @@ class Settings(BaseSettings):
         0.9,
         gt=0.0,
         le=1.0,
-        description="share of each GPU's memory the pools of all server processes may hold together: with several processes on a card their renders share half, the process running the batch jobs holds the other half",
+        description=(
+            "share of each GPU's memory the pools of all server processes may hold together: with "
+            "several processes on a card their renders share half, the process running the batch jobs "
+            "holds the other half"
+        ),
     )
     batch_share: float = Field(
         0.5,
@@ -90,12 +107,18 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path("data"),
-        description="directory for the service's persistent data: jobs and corpora (created at start-up when PENCIL_ADMIN_TOKEN turns the jobs on)",
+        description=(
+            "directory for the service's persistent data: jobs and corpora (created at start-up when "
+            "PENCIL_ADMIN_TOKEN turns the jobs on)"
+        ),
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",
-        description="log lines as JSON (one object a line) or text for a person; auto: text when stderr is a terminal, else JSON",
+        description=(
+            "log lines as JSON (one object a line) or text for a person; auto: text when stderr is a "
+            "terminal, else JSON"
+        ),
     )
     max_stencil_points: int = Field(
         1 << 30, ge=125, description="largest grid a stencil job takes (nx * ny * nz; the GPU holds 12 bytes a point)"
@@ -118,7 +141,10 @@ class Settings(BaseSettings):
     max_cs256_elements: int = Field(
         67_108_864,
         ge=1,
-        description="largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 bytes per element while it prunes",
+        description=(
+            "largest matrix a CS256 job takes, in elements (m x n); the CPU backend needs about 25 "
+            "bytes per element while it prunes"
+        ),
     )
     max_corpus_bytes: int = Field(
         4 * 1024 * MIB,
@@ -134,7 +160,10 @@ class Settings(BaseSettings):
         0.5,
         gt=0.0,
         le=1.0,
-        description="share of each GPU's pool memory that corpora kept resident between searches may hold (least recently used evicted first)",
+        description=(
+            "share of each GPU's pool memory that corpora kept resident between searches may hold "
+            "(least recently used evicted first)"
+        ),
     )
 
     def upload_limit(self, path: str) -> int:

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
@@ -199,7 +199,7 @@ class CorpusStore:
         RESIDENT.evict_matching(lambda key: key[0] == corpus_id)
 
 
-def _flush(handle) -> None:
+def _flush(handle: BinaryIO) -> None:
     os.fsync(handle.fileno())
 
 
@@ -383,7 +383,10 @@ def install(app: FastAPI) -> None:
             raise ApiError(
                 409,
                 "corpus_in_use",
-                f"search job(s) {', '.join(using[:5])}{' and more' if len(using) > 5 else ''} use corpus {corpus_id}; cancel them or wait, then delete",
+                (
+                    f"search job(s) {', '.join(using[:5])}{' and more' if len(using) > 5 else ''} use corpus "
+                    f"{corpus_id}; cancel them or wait, then delete"
+                ),
             )
         body = corpus.body()
         # No await between the check above and the unlisting: a search submitted meanwhile

@@ -5,13 +5,14 @@ client sends reaches it as a stack trace."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
 from asgi_correlation_id.context import correlation_id
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -21,7 +22,7 @@ from gpu.pool import DeviceOutOfMemory, PoolBusy
 
 log = logging.getLogger("pencil.errors")
 
-ERROR_SCHEMA = {
+ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["error", "detail"],
     "properties": {
@@ -48,7 +49,7 @@ class ApiError(Exception):
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
 
 
-def error_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
+def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for error statuses, each with the one error body ERROR_SCHEMA.
     Routes that declare 422 here also replace FastAPI's default 422 (a pydantic error list
     this service never sends)."""
@@ -157,13 +158,20 @@ async def _out_of_memory(request: Request, exc: DeviceOutOfMemory) -> JSONRespon
     )
 
 
+Handler = Callable[[Request, Any], Awaitable[Response]]
+HANDLERS: dict[type[Exception], Handler] = {
+    PoolBusy: _pool_busy,
+    DeviceOutOfMemory: _out_of_memory,
+    ApiError: _api_error,
+    ImageError: _image_error,
+    ParamError: _param_error,
+    StarletteHTTPException: _http_error,
+    RequestValidationError: _validation_error,
+    ClientDisconnect: _client_disconnect,
+    Exception: _unexpected,
+}
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(PoolBusy, _pool_busy)
-    app.add_exception_handler(DeviceOutOfMemory, _out_of_memory)
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(ImageError, _image_error)
-    app.add_exception_handler(ParamError, _param_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(ClientDisconnect, _client_disconnect)
-    app.add_exception_handler(Exception, _unexpected)
+    for exception, handler in HANDLERS.items():
+        app.add_exception_handler(exception, handler)

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from asgi_correlation_id import CorrelationIdMiddleware
 from asgi_correlation_id.context import correlation_id
@@ -26,6 +26,9 @@ from pythonjsonlogger.json import JsonFormatter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.metrics import route_label
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 REQUEST_ID_HEADER = "X-Request-ID"
 # A client's id is kept when it is 1 to 128 of these characters (UUIDs, hex, base64, trace ids);
@@ -136,7 +139,7 @@ def configure_logging(level: str = "info", log_format: str = "auto", stream: IO[
     uvicorn_access.propagate = False
 
 
-def add_request_id_middleware(app) -> None:
+def add_request_id_middleware(app: FastAPI) -> None:
     """X-Request-ID on every request and response (asgi-correlation-id): the client's when
     `valid_request_id`, else a new uuid4 hex. Add it last, so that it is the outermost."""
     app.add_middleware(CorrelationIdMiddleware, header_name=REQUEST_ID_HEADER, validator=valid_request_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -18,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.body_limit import RequestBodyLimitResponder
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import corpora, sketch
 from app.config import Settings, get_settings
@@ -62,10 +64,10 @@ class DeclaredLengthGuard:
     """Answers 413 in our JSON shape when Content-Length already exceeds the limit for the
     path, before any route runs; bodies without a length are cut off by BodyLimit."""
 
-    def __init__(self, app, settings: Settings, metrics: Metrics):
+    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
         self.app, self.settings, self.metrics = app, settings, metrics
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"")
             limit = self.settings.upload_limit(scope["path"])
@@ -85,10 +87,10 @@ class BodyLimit:
     """Starlette's request body limit, with the limit of the request's path (the upload
     limit plus room for the multipart framing); over it, a 413 that our handler words."""
 
-    def __init__(self, app, settings: Settings):
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app, self.settings = app, settings
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -107,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     workers = pool.size if pool is not None and "workers" not in settings.model_fields_set else settings.workers
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The data directory holds the batch jobs' store, the runner's lock and the corpora:
         # it is made only where jobs are on (PENCIL_ADMIN_TOKEN), before the warm-up so that
         # an unusable one stops the start at once. Without jobs nothing is stored.
@@ -146,7 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.info("batch jobs are disabled until PENCIL_ADMIN_TOKEN is set")
         yield
         app.state.render_queue.shutdown()
-        if runner is not None and await asyncio.to_thread(runner.stop):
+        if runner is not None and store is not None and await asyncio.to_thread(runner.stop):
             store.close()
 
     # fastapi-offline: a maintained package that bundles the Swagger UI and ReDoc assets and serves
@@ -155,7 +157,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="pencil-gpu",
         version=VERSION,
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
-        description='Errors are JSON `{"error": code, "detail": sentence}` with status 400, 413, 415, 422, 499, 500 or 503 (see POST /sketch for the codes).',
+        description=(
+            'Errors are JSON `{"error": code, "detail": sentence}` with status 400, 413, 415, 422, '
+            "499, 500 or 503 (see POST /sketch for the codes)."
+        ),
         openapi_tags=OPENAPI_TAGS,
         favicon_url="/favicon.ico",
         lifespan=lifespan,

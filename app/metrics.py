@@ -4,11 +4,17 @@ and the ASGI middleware that counts and times every HTTP request by route templa
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from app.jobs.store import JobStore
+    from gpu.pool import DevicePool
 
 _JOB_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 _RENDER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -61,11 +67,11 @@ class Metrics:
             "pencil_job_run_seconds", "Run time of a batch job", ["kind"], buckets=_JOB_BUCKETS, registry=r
         )
 
-    def watch_jobs(self, store) -> None:
+    def watch_jobs(self, store: JobStore) -> None:
         """Export the number of jobs per kind and state (read from the store at each scrape)."""
         self.registry.register(_JobCollector(store))
 
-    def watch_pool(self, pool) -> None:
+    def watch_pool(self, pool: DevicePool) -> None:
         """Export the GPU pool's per-device state (read at each scrape)."""
         self.registry.register(_PoolCollector(pool))
 
@@ -81,10 +87,10 @@ class _PoolCollector:
         ("memory_cap_bytes", "pencil_gpu_memory_cap_bytes", "device memory the pool may hold"),
     )
 
-    def __init__(self, pool) -> None:
+    def __init__(self, pool: DevicePool) -> None:
         self.pool = pool
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         rows = self.pool.snapshot()
         for key, name, help_text in self._GAUGES:
             gauge = GaugeMetricFamily(name, help_text, labels=["device"])
@@ -105,10 +111,10 @@ class _PoolCollector:
 class _JobCollector:
     """Jobs per kind and state, from the store at scrape time."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: JobStore) -> None:
         self.store = store
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily("pencil_jobs", "Batch jobs in the store by kind and state", labels=["kind", "status"])
         for (kind, status), count in sorted(self.store.counts().items()):
             gauge.add_metric([kind, status], count)

@@ -21,7 +21,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -171,7 +171,7 @@ class RenderQueue:
         disconnect = asyncio.ensure_future(self._until_disconnect(receive)) if receive is not None else None
         weight, future = 0, None
         try:
-            weight = await self._first(self.pixels.acquire(pixels), disconnect)
+            weight = await self._first(self.pixels.acquire(pixels), disconnect) or 0  # no `others`: never None
             future = self._submit(timed_job)
             future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.pixels.release, weight))
             result = asyncio.wrap_future(future)
@@ -222,7 +222,7 @@ class RenderQueue:
             raise ClientGone()
         return None
 
-    def _submit(self, timed_job: Callable[[], T]):
+    def _submit(self, timed_job: Callable[[], T]) -> Future[T]:
         try:
             return self._executor.submit(contextvars.copy_context().run, timed_job)  # logs keep the request id
         except RuntimeError:  # the executor was shut down: the server is stopping

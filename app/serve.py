@@ -190,7 +190,7 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
         process.start()
         return process, time.monotonic()
 
-    def stop(signum, frame) -> None:
+    def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
@@ -234,7 +234,7 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
                     children[index] = start(index)
     finally:
         for child, _ in children:
-            if child.is_alive():
+            if child.is_alive() and child.pid is not None:
                 os.kill(child.pid, signal.SIGTERM)  # uvicorn finishes its requests, then exits
         deadline = time.monotonic() + STOP_WAIT_S
         for child, _ in children:

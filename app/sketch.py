@@ -110,7 +110,10 @@ OPENAPI = {
             ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request"),
         ),
         "413": _error_response(
-            "image larger than PENCIL_MAX_UPLOAD_BYTES (with or without Content-Length), or more pixels than PENCIL_MAX_PIXELS (decided from the header, before decoding)",
+            (
+                "image larger than PENCIL_MAX_UPLOAD_BYTES (with or without Content-Length), or more "
+                "pixels than PENCIL_MAX_PIXELS (decided from the header, before decoding)"
+            ),
             ("too_large", "too_many_pixels"),
         ),
         "415": _error_response(
@@ -118,12 +121,18 @@ OPENAPI = {
             ("unsupported_format", "unsupported_media_type"),
         ),
         "422": _error_response(
-            "an option out of range or not one of its choices (`detail` names it), or a drawing too large for the chosen format (WebP: 16383 px a side, JPEG: 65500)",
+            (
+                "an option out of range or not one of its choices (`detail` names it), or a drawing too "
+                "large for the chosen format (WebP: 16383 px a side, JPEG: 65500)"
+            ),
             ("invalid_parameter", "too_large_for_format"),
         ),
         "500": _error_response("a bug: the server logged it and keeps serving", ("internal_error",)),
         "503": _error_response(
-            "too many renders already waiting, no GPU free in time, the GPU out of memory, or the server is stopping; see the Retry-After header",
+            (
+                "too many renders already waiting, no GPU free in time, the GPU out of memory, or the "
+                "server is stopping; see the Retry-After header"
+            ),
             ("overloaded", "shutting_down", "gpu_out_of_memory"),
         ),
     },
@@ -134,14 +143,18 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, di
     """The image bytes, its file name, and the options given as form fields."""
     content_type = request.headers.get("content-type", "").lower()
     if content_type.startswith("image/") or content_type.startswith("application/octet-stream"):
-        data, filename, fields = await request.body(), "image", {}
+        fields: dict[str, str] = {}
+        data, filename = await request.body(), "image"
     elif content_type.startswith("multipart/form-data"):
         data, filename, fields = await _read_form(request)
     else:
         raise ApiError(
             415,
             "unsupported_media_type",
-            "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the raw body with an image/* Content-Type",
+            (
+                "send the photo as multipart/form-data with a field named 'image' (curl -F "
+                "image=@photo.jpg), or as the raw body with an image/* Content-Type"
+            ),
         )
     if len(data) > max_bytes:
         raise ApiError(
@@ -237,7 +250,10 @@ def install(app: FastAPI) -> None:
         "/sketch",
         summary="Turn a photo into a pencil drawing",
         tags=["sketch"],
-        description="Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be a form field or a query parameter.",
+        description=(
+            "Upload a JPEG, PNG or WebP photo; get the drawing back as an image. Every option may be "
+            "a form field or a query parameter."
+        ),
         openapi_extra=OPENAPI,
         response_class=Response,
     )(sketch)

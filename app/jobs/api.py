@@ -14,6 +14,7 @@ the runner runs it.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -44,7 +45,10 @@ def require_admin(
         raise ApiError(
             503,
             "admin_disabled",
-            "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart, then send it as 'Authorization: Bearer <token>'",
+            (
+                "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and "
+                "restart, then send it as 'Authorization: Bearer <token>'"
+            ),
         )
     given = credentials.credentials if credentials is not None else ""
     if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
@@ -114,7 +118,10 @@ def _found(request: Request, job_id: str) -> Job:
         raise ApiError(
             404,
             "job_not_found",
-            f"there is no job {job_id!r} (finished jobs are kept {request.app.state.settings.job_retention_days:g} days)",
+            (
+                f"there is no job {job_id!r} (finished jobs are kept "
+                f"{request.app.state.settings.job_retention_days:g} days)"
+            ),
         )
     return job
 
@@ -130,14 +137,17 @@ _ERRORS = error_responses(
 )
 _SUBMIT_ERRORS = error_responses(
     {
-        400: "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the kind's docs list its codes)",
+        400: (
+            "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the "
+            "kind's docs list its codes)"
+        ),
         413: "the body or the input is over its limit (the detail names the setting)",
         415: "neither JSON nor the multipart form this kind takes",
     }
 )
 
 
-def _job_responses(descriptions: dict[int, str]) -> dict[int, dict[str, Any]]:
+def _job_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` whose body is a JobStatus."""
     return {status: {"model": JobStatus, "description": text} for status, text in descriptions.items()}
 
@@ -154,7 +164,7 @@ _SUBMITTED = {
 }
 
 
-def _submit_route(kind: JobKind):
+def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
         key = request.headers.get("idempotency-key")

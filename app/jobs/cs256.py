@@ -14,7 +14,7 @@ relative error against the float64 dense product, times and bandwidths; files y.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from fastapi import Request
@@ -29,6 +29,17 @@ from gpu import cs256
 from gpu.cs256.files import SafetensorsError, read_safetensors_header
 from gpu.cs256.format import DTYPES, TILE, VECS
 from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, VARIANTS
+
+# Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
+if TYPE_CHECKING:
+    SaveChoice = str
+    VariantName = str
+    DtypeName = str
+else:
+    SaveChoice = Literal[SAVE_CHOICES]
+    VariantName = Literal[VARIANTS]
+    DtypeName = Literal[DTYPES]
+
 
 NPY_MAGIC = b"\x93NUMPY"
 TENSORS_LISTED = 20
@@ -52,7 +63,10 @@ class Cs256Options(BaseModel):
         ge=0.0,
         lt=1.0,
         allow_inf_nan=False,
-        description="target fraction of zero weights after magnitude pruning (each tile keeps a multiple of vec); null: keep the matrix's own zeros",
+        description=(
+            "target fraction of zero weights after magnitude pruning (each tile keeps a multiple of "
+            "vec); null: keep the matrix's own zeros"
+        ),
     )
     vec: int = Field(
         8, description="4, 8 or 16: every tile stores a multiple of vec entries (vector loads of that width)"
@@ -69,13 +83,15 @@ class Cs256Options(BaseModel):
         le=REPEATS_MAX,
         description="timed runs of each product; the median is reported (each starts with a cold L2)",
     )
-    save: Literal[SAVE_CHOICES] = Field(
+    save: SaveChoice = Field(
         "npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none"
-    )  # type: ignore[valid-type]
-    variant: Literal[VARIANTS] = Field(
+    )
+    variant: VariantName = Field(
         "group",
-        description="CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)",
-    )  # type: ignore[valid-type]
+        description=(
+            "CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)"
+        ),
+    )
 
     @field_validator("vec")
     @classmethod
@@ -90,7 +106,7 @@ class MatrixSpec(BaseModel):
 
     m: int = Field(..., ge=1, description="rows (output features)")
     n: int = Field(..., ge=1, description="columns (input features)")
-    dtype: Literal[DTYPES] = Field("float16", description="the values' dtype")  # type: ignore[valid-type]
+    dtype: DtypeName = Field("float16", description="the values' dtype")
     seed: int = Field(
         0, ge=0, description="random seed: the same spec gives the same matrix (i.i.d. standard normal weights)"
     )
@@ -100,7 +116,10 @@ class Cs256Request(Cs256Options):
     spec: MatrixSpec
     x: list[float] | list[list[float]] | None = Field(
         None,
-        description="x as n numbers (one vector) or n rows of k numbers (k vectors, 1..16); default random (seeded by spec.seed)",
+        description=(
+            "x as n numbers (one vector) or n rows of k numbers (k vectors, 1..16); default random "
+            "(seeded by spec.seed)"
+        ),
     )
 
 
@@ -108,10 +127,12 @@ class Cs256UploadOptions(Cs256Options):
     """The `params` JSON of an upload: the options, the dtype to round to, the tensor of a
     .safetensors file and the seed of a random x."""
 
-    dtype: Literal[DTYPES] | None = Field(
+    dtype: DtypeName | None = Field(
         None,
-        description="the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's",
-    )  # type: ignore[valid-type]
+        description=(
+            "the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's"
+        ),
+    )
     tensor: str | None = Field(
         None, description="the tensor's name in a .safetensors file (optional when it holds one tensor)"
     )
@@ -128,18 +149,32 @@ OPENAPI = {
             "multipart/form-data": {
                 "schema": form_schema(
                     {
-                        "matrix": "the weight matrix: a 2-D .npy (float16, float32; float64 with dtype) or a .safetensors file (F16, BF16, F32; F64 with dtype), no NaN or Inf",
-                        "x": "optional .npy of shape (n,) or (n, k), k <= 16, finite floats (rounded to the matrix's dtype)",
+                        "matrix": (
+                            "the weight matrix: a 2-D .npy (float16, float32; float64 with dtype) or a .safetensors "
+                            "file (F16, BF16, F32; F64 with dtype), no NaN or Inf"
+                        ),
+                        "x": (
+                            "optional .npy of shape (n,) or (n, k), k <= 16, finite floats (rounded to the matrix's "
+                            "dtype)"
+                        ),
                     },
                     ("matrix",),
-                    "the options as a JSON object: sparsity (null: keep the matrix's own zeros), vec, vectors, repeats, save, variant, dtype, tensor, seed",
+                    (
+                        "the options as a JSON object: sparsity (null: keep the matrix's own zeros), vec, "
+                        "vectors, repeats, save, variant, dtype, tensor, seed"
+                    ),
                 )
             },
         },
     },
     "responses": {
         "202": {
-            "description": "the job, queued; poll its Location. The result: {m, n, dtype, vec, vectors, backend, pruning, format (bytes and bits per non-zero of CS256, dense, CSR, COO, bitmask), accuracy, kernel, times_ms, speedup, bandwidth_gb_s} and the files y.npy, cs256.npz / cs256.safetensors"
+            "description": (
+                "the job, queued; poll its Location. The result: {m, n, dtype, vec, vectors, backend, "
+                "pruning, format (bytes and bits per non-zero of CS256, dense, CSR, COO, bitmask), "
+                "accuracy, kernel, times_ms, speedup, bandwidth_gb_s} and the files y.npy, cs256.npz / "
+                "cs256.safetensors"
+            )
         }
     },
 }
@@ -159,7 +194,10 @@ def _check_size(m: int, n: int, settings: Settings) -> None:
         raise ApiError(
             413,
             "too_many_elements",
-            f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} (PENCIL_MAX_CS256_ELEMENTS)",
+            (
+                f"a {m} x {n} matrix has {size}; CS256 jobs take at most {settings.max_cs256_elements:,} "
+                "(PENCIL_MAX_CS256_ELEMENTS)"
+            ),
         )
 
 
@@ -208,7 +246,9 @@ async def parse(request: Request, settings: Settings) -> Submission:
         )
     else:
         raise unsupported(
-            f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy or .safetensors file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})"
+            "send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy "
+            "or .safetensors file in the multipart field 'matrix' and the options as JSON in the "
+            f"field 'params' ({FORM_EXAMPLE})"
         )
     return Submission.of(job)
 
@@ -289,14 +329,20 @@ def _default_dtype(matrix: np.ndarray, source: dict[str, Any]) -> str:
         raise ApiError(
             422,
             "unsupported_dtype",
-            f"the matrix is {source.get('code') or matrix.dtype}; send float16, bfloat16 (safetensors) or float32, or give dtype to round it to one of them",
+            (
+                f"the matrix is {source.get('code') or matrix.dtype}; send float16, bfloat16 (safetensors) "
+                "or float32, or give dtype to round it to one of them"
+            ),
         )
     return name
 
 
 CS256_JOB = JobKind(
     name="cs256",
-    summary="Prune a weight matrix to CS256 compressed sparse tiles; memory and SpMV/SpMM speed against dense cuBLAS and cuSPARSE CSR",
+    summary=(
+        "Prune a weight matrix to CS256 compressed sparse tiles; memory and SpMV/SpMM speed "
+        "against dense cuBLAS and cuSPARSE CSR"
+    ),
     parse=parse,
     job_type=cs256.Cs256Job,
     run=cs256.run,

@@ -49,7 +49,10 @@ def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
         raise ApiError(
             400,
             "malformed_npy",
-            f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} ({declared:,} bytes) but it holds {len(data) - offset:,}",
+            (
+                f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} "
+                f"({declared:,} bytes) but it holds {len(data) - offset:,}"
+            ),
         )
     return shape, dtype
 

@@ -89,7 +89,10 @@ async def upload_form(
         raise ApiError(
             422,
             "use_params_field",
-            f"unknown form field(s) {', '.join(extra)}: options go as one JSON object in the field '{PARAMS_FIELD}'. {hint}",
+            (
+                f"unknown form field(s) {', '.join(extra)}: options go as one JSON object in the field "
+                f"'{PARAMS_FIELD}'. {hint}"
+            ),
         )
     try:
         params = json.loads(text) if text.strip() else {}

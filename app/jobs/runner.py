@@ -28,6 +28,7 @@ from app.jobs.leader import RunnerLock
 from app.jobs.store import Job, JobStore
 from app.logs import request_context
 from app.metrics import Metrics
+from gpu.jobs import FileWriter
 from gpu.pool import BATCH, DevicePool
 
 log = logging.getLogger("pencil.jobs")
@@ -211,7 +212,7 @@ class JobRunner:
             log.info("removed %d job(s) finished more than %.0f days ago", removed, self.retention_s / 86400)
 
 
-def _write_atomically(path: Path, write) -> None:
+def _write_atomically(path: Path, write: FileWriter) -> None:
     """Write one result file under a temporary name, then rename it: a reader never sees a
     half-written file, and a failed write leaves none."""
     partial = path.with_name(f".{path.name}.partial")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,6 +29,14 @@ from app.jobs.kinds import JobKind, Submission, inline_schema, validation_detail
 from app.jobs.requests import is_json, unsupported
 from gpu import search
 from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS
+
+# Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
+if TYPE_CHECKING:
+    AlgorithmName = str
+    VariantName = str
+else:
+    AlgorithmName = Literal[ALGORITHMS]
+    VariantName = Literal[VARIANTS]
 
 
 class Base64Pattern(BaseModel):
@@ -49,19 +57,28 @@ class SearchRequest(BaseModel):
         max_length=MAX_PATTERNS,
         description='1 to 8 patterns, 1 to 4096 bytes each: a string (its UTF-8 bytes) or {"base64": ...}',
     )
-    algorithm: Literal[ALGORITHMS] = Field(
+    algorithm: AlgorithmName = Field(
         "auto",
-        description="auto: per pattern, KMP for runs and up to 3 bytes, Rabin-Karp for long small-alphabet patterns, else Boyer-Moore",
-    )  # type: ignore[valid-type]
-    variant: Literal[VARIANTS] = Field(
+        description=(
+            "auto: per pattern, KMP for runs and up to 3 bytes, Rabin-Karp for long small-alphabet "
+            "patterns, else Boyer-Moore"
+        ),
+    )
+    variant: VariantName = Field(
         "optimized",
-        description="naive: everything from global memory; optimized: pattern, tables and text tile in shared memory, 16-byte loads",
-    )  # type: ignore[valid-type]
+        description=(
+            "naive: everything from global memory; optimized: pattern, tables and text tile in shared "
+            "memory, 16-byte loads"
+        ),
+    )
     granularity: int | None = Field(
         None,
         ge=1,
         le=GRANULARITY_MAX["naive"],
-        description=f"start positions per GPU thread (optimized: at most {GRANULARITY_MAX['optimized']}, rounded up to an odd multiple of 16); default: by pattern length",
+        description=(
+            f"start positions per GPU thread (optimized: at most {GRANULARITY_MAX['optimized']}, "
+            "rounded up to an odd multiple of 16); default: by pattern length"
+        ),
     )
     streams: int | None = Field(
         None,
@@ -98,14 +115,19 @@ OPENAPI = {
     "responses": {
         "202": {
             "description": (
-                "the job, queued; poll its Location. The result: {backend, source, corpus_id, text_bytes, algorithm, variant, fused, resident, launch, "
-                "patterns: [{index, pattern, pattern_base64, length, algorithm, count, positions, positions_truncated, positions_file, lines?, lines_file?}], "
-                "times_ms: GPU {upload, kernels, download, total} or CPU {search, total}, throughput_gbps} and the files positions_<i>.npy (int64) and lines_<i>.npy"
+                "the job, queued; poll its Location. The result: {backend, source, corpus_id, text_bytes, "
+                "algorithm, variant, fused, resident, launch, "
+                "patterns: [{index, pattern, pattern_base64, length, algorithm, count, positions, "
+                "positions_truncated, positions_file, lines?, lines_file?}], "
+                "times_ms: GPU {upload, kernels, download, total} or CPU {search, total}, "
+                "throughput_gbps} and the files positions_<i>.npy (int64) and lines_<i>.npy"
             )
         },
         "404": {"description": "corpus_not_found: no corpus with that id"},
         "413": {
-            "description": "text_too_large: an inline text over PENCIL_MAX_SEARCH_TEXT_BYTES (store it with POST /corpora)"
+            "description": (
+                "text_too_large: an inline text over PENCIL_MAX_SEARCH_TEXT_BYTES (store it with POST /corpora)"
+            )
         },
     },
 }
@@ -134,7 +156,8 @@ def _patterns(request: SearchRequest) -> list[bytes]:
 async def parse(request: Request, settings: Settings) -> Submission:
     if not is_json(request):
         raise unsupported(
-            "send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or `text`; store large texts with POST /corpora"
+            "send a JSON body (Content-Type: application/json) with `patterns` and a `corpus_id` or "
+            "`text`; store large texts with POST /corpora"
         )
     body = await request.body()
     try:
@@ -172,7 +195,11 @@ async def parse(request: Request, settings: Settings) -> Submission:
         raise ApiError(
             413,
             "text_too_large",
-            f"the inline text is {len(text):,} bytes; inline texts are limited to {settings.max_search_text_bytes:,} (PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST /corpora and search its corpus_id",
+            (
+                f"the inline text is {len(text):,} bytes; inline texts are limited to "
+                f"{settings.max_search_text_bytes:,} (PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST "
+                "/corpora and search its corpus_id"
+            ),
         )
     return Submission.of(search.SearchJob.inline(params, text, sources[0]))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from fastapi import Request
@@ -31,6 +31,13 @@ from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import stencil
 from gpu.stencil.params import MAX_RECEIVERS, MAX_STEPS, MIN_SIDE, VARIANT_CHOICES, StencilParams, check_velocity_array
+
+# Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
+if TYPE_CHECKING:
+    VariantChoice = str
+else:
+    VariantChoice = Literal[VARIANT_CHOICES]
+
 
 # ----------------------------------------------------------------- the request --
 
@@ -80,22 +87,30 @@ class StencilRequest(_Strict):
     dt: float | None = Field(
         None,
         allow_inf_nan=False,
-        description="time step, s; default 0.8 of the largest stable one (v_max dt / h = 0.4); above v_max dt / h = 0.5: 422",
+        description=(
+            "time step, s; default 0.8 of the largest stable one (v_max dt / h = 0.4); above v_max dt / h = 0.5: 422"
+        ),
     )
     steps: int = Field(..., ge=1, le=MAX_STEPS, description="time steps")
     f0: float = Field(..., allow_inf_nan=False, description="peak frequency of the Ricker source, Hz")
     source: Point | None = Field(None, description="source point; default the grid's centre")
     receivers: list[Point] | ReceiverLine | None = Field(
         None,
-        description="a list of points, or a line {start, end, count}; default every interior x on the line through the source (at most 65536, evenly spaced)",
+        description=(
+            "a list of points, or a line {start, end, count}; default every interior x on the line "
+            "through the source (at most 65536, evenly spaced)"
+        ),
     )
     model: Annotated[ConstantSpec | LayeredSpec | UploadSpec, Field(discriminator="type")] | None = Field(
         None, description="velocity model: constant, layered, or upload (multipart field 'model')"
     )
-    variant: Literal[VARIANT_CHOICES] = Field(
+    variant: VariantChoice = Field(
         "auto",
-        description="CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the device (the CPU backend runs the NumPy reference)",
-    )  # type: ignore[valid-type]
+        description=(
+            "CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the "
+            "device (the CPU backend runs the NumPy reference)"
+        ),
+    )
     snapshot_every: int | None = Field(
         None,
         ge=0,
@@ -123,8 +138,10 @@ EXAMPLE = {
 }
 
 RESULT_DOC = (
-    "the job, queued; poll its Location. The result: grid, steps, dt, dt_max, cfl, variant (and the auto trial's ms per step), "
-    "seconds, gpts_per_s, effective_gb_per_s (16 B a point a step), energy {joules, average_watts, method}, gpts_per_j, "
+    "the job, queued; poll its Location. The result: grid, steps, dt, dt_max, cfl, variant "
+    "(and the auto trial's ms per step), "
+    "seconds, gpts_per_s, effective_gb_per_s (16 B a point a step), energy {joules, "
+    "average_watts, method}, gpts_per_j, "
     "and the files shot_record.npy (steps x receivers float32, row n = time (n+1) dt), shot_record.png, receivers.npy, "
     "velocity_xz.png, snapshot_<step>_xz.png and _xy.png"
 )
@@ -137,7 +154,10 @@ OPENAPI = {
             "multipart/form-data": {
                 "schema": form_schema(
                     {
-                        "model": "velocities in m/s: a (nz, ny, nx) float32 .npy file (numpy.save), every value finite and > 0"
+                        "model": (
+                            "velocities in m/s: a (nz, ny, nx) float32 .npy file (numpy.save), every value finite and "
+                            "> 0"
+                        )
                     },
                     ("model",),
                     'the JSON request without \'model\' (or with {"type": "upload"}); nx, ny, nz may be left out',
@@ -159,13 +179,19 @@ def _check_size(points: int, settings: Settings, request: Request, shape: str) -
         raise ApiError(
             413,
             "grid_too_large",
-            f"the grid {shape} has {points:,} points; stencil jobs take at most {settings.max_stencil_points:,} (PENCIL_MAX_STENCIL_POINTS)",
+            (
+                f"the grid {shape} has {points:,} points; stencil jobs take at most "
+                f"{settings.max_stencil_points:,} (PENCIL_MAX_STENCIL_POINTS)"
+            ),
         )
     if request.app.state.backend.name == "cpu" and points > settings.max_stencil_cpu_points:
         raise ApiError(
             413,
             "grid_too_large",
-            f"the grid {shape} has {points:,} points; on the CPU backend stencil jobs take at most {settings.max_stencil_cpu_points:,} (PENCIL_MAX_STENCIL_CPU_POINTS)",
+            (
+                f"the grid {shape} has {points:,} points; on the CPU backend stencil jobs take at most "
+                f"{settings.max_stencil_cpu_points:,} (PENCIL_MAX_STENCIL_CPU_POINTS)"
+            ),
         )
 
 
@@ -185,7 +211,11 @@ def _check_fits(params: StencilParams, settings: Settings, request: Request) -> 
         raise ApiError(
             413,
             "run_too_long",
-            f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} ({variable}): fewer steps or a smaller grid",
+            (
+                f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point "
+                f"updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} "
+                f"({variable}): fewer steps or a smaller grid"
+            ),
         )
     if state.backend.name == "cuda" and state.pool is not None:
         cap = min(device["memory_cap_bytes"] for device in state.pool.snapshot())
@@ -194,13 +224,19 @@ def _check_fits(params: StencilParams, settings: Settings, request: Request) -> 
             raise ApiError(
                 413,
                 "too_large_for_device",
-                f"the grid {shape} with its record and snapshots needs {needed / 2**30:.2f} GiB of GPU memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)",
+                (
+                    f"the grid {shape} with its record and snapshots needs {needed / 2**30:.2f} GiB of GPU "
+                    f"memory; a device may hold {cap / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)"
+                ),
             )
     if on_cpu and params.variant != "auto":
         raise ApiError(
             422,
             "invalid_parameter",
-            f"variant: {params.variant} is a CUDA kernel and this server runs on the CPU backend; use auto (the NumPy reference)",
+            (
+                f"variant: {params.variant} is a CUDA kernel and this server runs on the CPU backend; use "
+                "auto (the NumPy reference)"
+            ),
         )
 
 
@@ -230,7 +266,9 @@ async def parse(request: Request, settings: Settings) -> Submission:
         job = await asyncio.to_thread(stencil.StencilJob.from_request, body, model)
     else:
         raise unsupported(
-            f"send the shot as JSON (Content-Type: application/json), or a multipart form with the velocity model as a .npy file in the field 'model' and the JSON in the field 'params' ({FORM_EXAMPLE})"
+            "send the shot as JSON (Content-Type: application/json), or a multipart form with the "
+            "velocity model as a .npy file in the field 'model' and the JSON in the field 'params' "
+            f"({FORM_EXAMPLE})"
         )
     _check_fits(job.params, settings, request)
     return Submission.of(job)

@@ -167,7 +167,9 @@ class JobStore:
         except sqlite3.IntegrityError:  # the same key raced us in: answer as for a retry
             shutil.rmtree(self.jobs_dir / job_id, ignore_errors=True)
             return self.create(kind, params, inputs, idempotency_key, request_digest, request_id)
-        return self.get(job_id), True
+        created = self.get(job_id)
+        assert created is not None  # inserted above; jobs are only deleted by purge, once finished
+        return created, True
 
     def claim_next(self) -> Job | None:
         """The oldest queued job, now running; None when the queue is empty."""
@@ -210,7 +212,10 @@ class JobStore:
     ) -> None:
         with self._lock:
             self._db.execute(
-                "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress) WHERE id = ? AND status = 'running'",
+                (
+                    "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, "
+                    "progress) WHERE id = ? AND status = 'running'"
+                ),
                 (status, time.time(), result, error, progress, job_id),
             )
 
@@ -220,7 +225,10 @@ class JobStore:
         Returns the job after the change, or None when there is no such job."""
         with self._lock:
             self._db.execute(
-                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' WHERE id = ? AND status = 'queued'",
+                (
+                    "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' "
+                    "WHERE id = ? AND status = 'queued'"
+                ),
                 (time.time(), job_id),
             )
             self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
@@ -231,7 +239,10 @@ class JobStore:
         (a cancel asked for meanwhile is honoured). Returns how many were re-queued."""
         with self._lock:
             self._db.execute(
-                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' WHERE status = 'running' AND cancel_requested = 1",
+                (
+                    "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' "
+                    "WHERE status = 'running' AND cancel_requested = 1"
+                ),
                 (time.time(),),
             )
             moved = self._db.execute(

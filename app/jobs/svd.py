@@ -10,7 +10,7 @@ bench/svd.py, LAPACK on the CPU).
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from fastapi import Request
@@ -24,16 +24,27 @@ from app.jobs.requests import form_schema, is_form, is_json, json_body, unsuppor
 from gpu import svd
 from gpu.svd.params import MATRIX_KINDS
 
+# Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
+if TYPE_CHECKING:
+    MethodName = str
+    MatrixKind = str
+else:
+    MethodName = Literal[svd.METHODS]
+    MatrixKind = Literal[MATRIX_KINDS]
+
 
 class SvdOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     compute_uv: bool = Field(True, description="also compute U and V^T")
     full_matrices: bool = Field(False, description="U m x m and V^T n x n instead of the thin m x k, k x n")
-    method: Literal[svd.METHODS] = Field(
+    method: MethodName = Field(
         "auto",
-        description="auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from 4096 columns, else cuSOLVER), LAPACK on the CPU",
-    )  # type: ignore[valid-type]
+        description=(
+            "auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from "
+            "4096 columns, else cuSOLVER), LAPACK on the CPU"
+        ),
+    )
 
 
 class MatrixSpec(BaseModel):
@@ -43,9 +54,9 @@ class MatrixSpec(BaseModel):
     n: int = Field(..., ge=1, description="columns")
     dtype: Literal["float32", "float64"] = "float32"
     seed: int = Field(0, ge=0, description="random seed: the same spec gives the same matrix")
-    kind: Literal[MATRIX_KINDS] = Field(
+    kind: MatrixKind = Field(
         "gaussian", description="gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); low_rank"
-    )  # type: ignore[valid-type]
+    )
     cond: float = Field(1e6, ge=1.0, allow_inf_nan=False, description="condition number of an ill_conditioned matrix")
     rank: int | None = Field(None, ge=1, description="rank of a low_rank matrix (default min(m, n) / 4)")
 
@@ -70,14 +81,21 @@ OPENAPI = {
                 "schema": form_schema(
                     {"matrix": "a 2-D float32 or float64 .npy file (numpy.save), no NaN or Inf"},
                     ("matrix",),
-                    "the options as a JSON object: compute_uv, full_matrices, method (as in the JSON body, without spec)",
+                    (
+                        "the options as a JSON object: compute_uv, full_matrices, method (as in the JSON body, "
+                        "without spec)"
+                    ),
                 )
             },
         },
     },
     "responses": {
         "202": {
-            "description": "the job, queued; poll its Location. The result: {m, n, dtype, method, backend, singular_values, singular_values_count, condition_number, accuracy: {resid, orth_u, orth_v}, times_ms} and the files s.npy, u.npy, vt.npy"
+            "description": (
+                "the job, queued; poll its Location. The result: {m, n, dtype, method, backend, "
+                "singular_values, singular_values_count, condition_number, accuracy: {resid, orth_u, "
+                "orth_v}, times_ms} and the files s.npy, u.npy, vt.npy"
+            )
         }
     },
 }
@@ -92,7 +110,10 @@ def _check_size(m: int, n: int, settings: Settings) -> None:
         raise ApiError(
             413,
             "too_many_elements",
-            f"a {m} x {n} matrix has {m * n:,} elements; SVD jobs take at most {settings.max_matrix_elements:,} (PENCIL_MAX_MATRIX_ELEMENTS)",
+            (
+                f"a {m} x {n} matrix has {m * n:,} elements; SVD jobs take at most "
+                f"{settings.max_matrix_elements:,} (PENCIL_MAX_MATRIX_ELEMENTS)"
+            ),
         )
 
 
@@ -119,7 +140,9 @@ async def parse(request: Request, settings: Settings) -> Submission:
         job = await asyncio.to_thread(svd.SvdJob, _params(options), matrix=matrix)
     else:
         raise unsupported(
-            f"send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy file in the multipart field 'matrix' and the options as JSON in the field 'params' ({FORM_EXAMPLE})"
+            "send a JSON body with a 'spec' (Content-Type: application/json), or the matrix as a .npy "
+            "file in the multipart field 'matrix' and the options as JSON in the field 'params' "
+            f"({FORM_EXAMPLE})"
         )
     job.check_backend(request.app.state.backend.name)
     return Submission.of(job)
