@@ -24,7 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from app.errors import INVALID_PARAMETER, ApiError, error_responses
-from app.jobs.kinds import JobKind
+from app.jobs.kinds import JobKind, inline_schema
 from app.jobs.store import STATUSES, IdempotencyConflict, Job
 from app.logs import current_request_id
 
@@ -164,6 +164,25 @@ _SUBMITTED = {
 }
 
 
+def _result_schema(kinds: dict[str, JobKind]) -> dict[str, Any]:
+    """The body of GET /jobs/{id}/result: `result` is one of the kinds' result schemas."""
+    results = [
+        {**inline_schema(kind.result_model), "title": f"{kind.name} result"}
+        for kind in kinds.values()
+        if kind.result_model is not None
+    ]
+    return {
+        "type": "object",
+        "required": ["id", "kind", "result", "files"],
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"type": "string", "enum": list(kinds)},
+            "result": {"oneOf": results} if results else {"type": "object"},
+            "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "file name -> URL"},
+        },
+    }
+
+
 def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
@@ -247,7 +266,16 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     async def get_job(request: Request, job_id: str) -> JSONResponse:
         return _job_response(_found(request, job_id))
 
-    @router.get("/{job_id}/result", summary="A finished job's result: JSON summary and file URLs")
+    @router.get(
+        "/{job_id}/result",
+        summary="A finished job's result: JSON summary and file URLs",
+        responses={
+            200: {
+                "description": "the result; its `result` has the schema of the job's kind",
+                "content": {"application/json": {"schema": _result_schema(kinds)}},
+            }
+        },
+    )
     async def get_result(request: Request, job_id: str) -> JSONResponse:
         job = _found(request, job_id)
         if job.status != "succeeded":

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import Settings
 from app.errors import ApiError
-from app.jobs.kinds import JobKind, Submission, inline_schema
+from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
 from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import cs256
@@ -137,6 +137,36 @@ class Cs256UploadOptions(Cs256Options):
         None, description="the tensor's name in a .safetensors file (optional when it holds one tensor)"
     )
     seed: int = Field(0, ge=0, description="seed of the random x")
+
+
+class Cs256Accuracy(ResultModel):
+    max_relative_error: float = Field(description="of y against the float64 dense product")
+    tolerance: float
+    within_tolerance: bool
+    outputs_out_of_range: int = Field(description="entries of y past the dtype's range")
+
+
+class Cs256Result(ResultModel):
+    m: int
+    n: int
+    dtype: str
+    vec: int
+    vectors: int
+    backend: str
+    source: Literal["spec", "upload"]
+    pruning: dict[str, float] | None = Field(
+        description="target_sparsity, removed_norm, output_change; null without pruning"
+    )
+    format: dict[str, Any] = Field(
+        description="the storage report: nnz, padding, bytes and bits per non-zero of each format"
+    )
+    accuracy: Cs256Accuracy
+    kernel: dict[str, Any] = Field(description="the kernel's plan (GPU) or the NumPy reference")
+    anchors: dict[str, str | None] = Field(description="what each anchor is (dense, csr)")
+    times_ms: dict[str, float]
+    speedup: dict[str, float | None] = Field(description="vs_dense, vs_csr")
+    bytes_moved: dict[str, int]
+    bandwidth_gb_s: dict[str, float | None]
 
 
 EXAMPLE = {"spec": {"m": 4096, "n": 4096, "dtype": "float16", "seed": 1}, "sparsity": 0.66, "vec": 8, "repeats": 20}
@@ -347,4 +377,5 @@ CS256_JOB = JobKind(
     job_type=cs256.Cs256Job,
     run=cs256.run,
     openapi=OPENAPI,
+    result_model=Cs256Result,
 )

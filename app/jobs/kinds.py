@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.config import Settings
 from gpu.jobs import JobResult, Progress
@@ -67,10 +67,18 @@ class JobKind:
     job_type: Any  # a class with from_json(stored: Mapping, files: Mapping[str, Path])
     run: Callable[[Any, Any, Progress], JobResult]
     openapi: dict[str, Any] = field(default_factory=dict)  # request body and result docs for POST /jobs/<name>
+    result_model: type[BaseModel] | None = None  # the JSON summary of a finished job, for the OpenAPI
 
     def load(self, stored: Mapping[str, Any], files: Mapping[str, Path]) -> Any:
         """The job object of a stored job."""
         return self.job_type.from_json(stored, files)
+
+
+class ResultModel(BaseModel):
+    """Base of the kinds' result schemas: every key of the summary is declared (the tests
+    validate real results against them, so the docs cannot drift from the code)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def inline_schema(model: type[BaseModel]) -> dict[str, Any]:

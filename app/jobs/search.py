@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import Settings
 from app.errors import ApiError
-from app.jobs.kinds import JobKind, Submission, inline_schema, validation_detail
+from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema, validation_detail
 from app.jobs.requests import is_json, unsupported
 from gpu import search
 from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS
@@ -96,6 +96,35 @@ class SearchRequest(BaseModel):
     fused: bool = Field(
         False, description="one pass over the text for all patterns (multi-pattern Rabin-Karp; optimized variant)"
     )
+
+
+class PatternFound(ResultModel):
+    index: int
+    pattern: str | None = Field(description="the pattern as text; null when its bytes are not UTF-8")
+    pattern_base64: str
+    length: int = Field(description="bytes")
+    algorithm: str = Field(description="the algorithm that ran for it")
+    count: int = Field(description="occurrences, overlapping ones included")
+    positions: list[int] = Field(description="the first max_positions 0-based byte offsets")
+    positions_truncated: bool
+    positions_file: str = Field(description="all of them: positions_<i>.npy (int64)")
+    lines: list[int] | None = Field(None, description="with line_numbers: the 1-based line of each listed position")
+    lines_file: str | None = Field(None, description="with line_numbers: lines_<i>.npy")
+
+
+class SearchResult(ResultModel):
+    backend: str
+    source: Literal["corpus", "text"]
+    corpus_id: str | None
+    text_bytes: int
+    algorithm: str
+    variant: str
+    fused: bool
+    resident: bool | None = Field(description="the corpus was already on the device (GPU; null on the CPU)")
+    launch: dict[str, Any] | list[Any] | None = Field(description="the kernels' launch geometry (GPU)")
+    patterns: list[PatternFound]
+    times_ms: dict[str, float] = Field(description="GPU: upload, kernels, download; CPU: search; and total")
+    throughput_gbps: dict[str, float | None]
 
 
 EXAMPLE = {
@@ -211,4 +240,5 @@ SEARCH = JobKind(
     job_type=search.SearchJob,
     run=search.run,
     openapi=OPENAPI,
+    result_model=SearchResult,
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from fastapi import Request
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import Settings
 from app.errors import ApiError
-from app.jobs.kinds import JobKind, Submission, inline_schema
+from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
 from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import stencil
@@ -119,6 +119,39 @@ class StencilRequest(_Strict):
     sponge: int = Field(
         0, ge=0, description="absorbing sponge width in cells inside the 2-cell Dirichlet border; 0: reflecting walls"
     )
+
+
+class StencilResult(ResultModel):
+    backend: str
+    grid: dict[str, float] = Field(description="nx, ny, nz, h (m), points, interior_points")
+    steps: int
+    dt: float = Field(description="s")
+    dt_max: float = Field(description="the largest stable dt, s")
+    cfl: float = Field(description="v_max dt / h")
+    f0: float = Field(description="Hz")
+    points_per_wavelength: float
+    model: dict[str, Any] = Field(description="type, v_min, v_max (m/s)")
+    source: list[int]
+    receivers: int
+    sponge: int
+    eta_max: float
+    variant: str = Field(description="the kernel that ran (reference on the CPU)")
+    variant_requested: str
+    variant_note: str | None
+    variant_trial_ms: dict[str, float] | None = Field(description="auto's trial: ms per step of each variant")
+    zchunk: int | None
+    seconds: float = Field(description="time of the steps (GPU: kernels)")
+    wall_seconds: float
+    gpts_per_s: float | None
+    effective_gb_per_s: float | None = Field(description="16 B a point a step")
+    energy: dict[str, Any] = Field(description="joules, average_watts, method (NVML on a GPU)")
+    energy_j: float | None
+    average_power_w: float | None
+    gpts_per_j: float | None
+    record: dict[str, Any] = Field(description="shape, first_time_s, dt, max_abs of the shot record")
+    snapshot_steps: list[int]
+    files: list[str]
+    warnings: list[str]
 
 
 EXAMPLE = {
@@ -297,4 +330,5 @@ STENCIL = JobKind(
     job_type=stencil.StencilJob,
     run=stencil.run,
     openapi=OPENAPI,
+    result_model=StencilResult,
 )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import Settings
 from app.errors import ApiError
-from app.jobs.kinds import JobKind, Submission, inline_schema
+from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
 from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import svd
@@ -63,6 +63,27 @@ class MatrixSpec(BaseModel):
 
 class SvdRequest(SvdOptions):
     spec: MatrixSpec
+
+
+class Accuracy(ResultModel):
+    resid: float = Field(
+        description="||A - U S V^T||_1 / (||A||_1 max(m, n) ulp): O(1) is as accurate as the precision allows"
+    )
+    orth_u: float = Field(description="||I - U^T U||_1 / (m ulp)")
+    orth_v: float = Field(description="||I - V^T V||_1 / (n ulp)")
+
+
+class SvdResult(ResultModel):
+    m: int
+    n: int
+    dtype: str
+    method: str = Field(description="the method that ran (auto resolved)")
+    backend: str
+    singular_values: list[float] = Field(description="the first 1024, descending; all of them in s.npy")
+    singular_values_count: int
+    condition_number: float | None
+    accuracy: Accuracy | None = Field(description="LAPACK's test ratios; null without U and V")
+    times_ms: dict[str, float] = Field(description="load, svd and the phases of the method")
 
 
 EXAMPLE = {
@@ -155,4 +176,5 @@ SVD = JobKind(
     job_type=svd.SvdJob,
     run=svd.run,
     openapi=OPENAPI,
+    result_model=SvdResult,
 )
