@@ -74,13 +74,16 @@ def main() -> None:
     dtype, k = args.dtype, args.vectors
     item = fmt.STORAGE[dtype].itemsize
     print(
-        f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
+        f"# CS256 benchmark: {props['name'].decode()}, {kernels.device_attribute('MultiProcessorCount')} SMs, "
+        f"L2 {anchors.l2_bytes() / 2**20:.0f} MiB; "
         f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write), read-only kernel {read_bw / 1e9:.0f} GB/s; "
         f"{dtype}, vec {args.vec}, {k} vector(s); medians of {args.repeats} cold-L2 runs"
     )
     print(
-        "shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | read floor us (CS256/floor, dense/floor) | "
-        "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | max rel err (CS256, split4, dense) | plan"
+        "shape | sparsity | CS256 MB (vs dense) | CS256 us | split4 us | dense us | CSR us (dtype) | "
+        "read floor us (CS256/floor, dense/floor) | "
+        "CS256 GB/s (% copy) | dense GB/s (% copy) | dense/CS256 (ideal) | CSR/CS256 | "
+        "max rel err (CS256, split4, dense) | plan"
     )
     rng = cupy.random.default_rng(args.seed)
     summary = []
@@ -115,10 +118,15 @@ def main() -> None:
             dense_bytes = m * n * item + vectors_bytes
             cs_bw, dense_bw = cs_bytes / (cs_ms * 1e-3), dense_bytes / (dense_ms * 1e-3)
             print(
-                f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | {cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
-                f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, {dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | {dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
-                f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | {', '.join(f'{e:.1e}' for e in errors)} | "
-                f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, prune {prune_s:.2f} s",
+                f"{m}x{n} | {sparsity:.2f} | {cs.nbytes / 1e6:.1f} ({cs.nbytes / (m * n * item):.3f}) | "
+                f"{cs_ms * 1e3:.1f} | {split_ms * 1e3:.1f} | {dense_ms * 1e3:.1f} | "
+                f"{csr_ms * 1e3:.1f} ({csr.dtype}) | {floor_ms * 1e3:.1f} ({cs_ms / floor_ms:.2f}, "
+                f"{dense_ms / floor_ms:.2f}) | {cs_bw / 1e9:.0f} ({100 * cs_bw / copy_bw:.0f} %) | "
+                f"{dense_bw / 1e9:.0f} ({100 * dense_bw / copy_bw:.0f} %) | "
+                f"{dense_ms / cs_ms:.2f} ({dense_bytes / cs_bytes:.2f}) | {csr_ms / cs_ms:.2f} | "
+                f"{', '.join(f'{e:.1e}' for e in errors)} | "
+                f"lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}, {plan.blocks_per_sm}/SM, "
+                f"prune {prune_s:.2f} s",
                 flush=True,
             )
             summary.append((shape, sparsity, dense_ms / cs_ms, cs_bw / copy_bw, cs.nbytes / (m * n * item)))
@@ -126,7 +134,8 @@ def main() -> None:
                 tune(cuda, timer, cs, x, k, cs_bytes, copy_bw, args.repeats)
             del cs, dense, csr
     print(
-        "# targets (issue 7): dense/CS256 >= 1.6 at 66 %, >= 1.2 at 50 %; CS256 >= 80 % of copy bandwidth; memory <= 0.55 of dense at 66 %"
+        "# targets (issue 7): dense/CS256 >= 1.6 at 66 %, >= 1.2 at 50 %; CS256 >= 80 % of copy bandwidth; "
+        "memory <= 0.55 of dense at 66 %"
     )
     for shape, sparsity, speedup, fraction, memory in summary:
         goal = 1.6 if abs(sparsity - 0.66) < 0.005 else 1.2 if abs(sparsity - 0.5) < 0.005 else None

@@ -79,7 +79,8 @@ def main() -> None:
     functions = {c: variant_function(*c) for c in configs}
     for c, f in functions.items():
         print(
-            f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} registers, {f.local_size_bytes} B local",
+            f"# ring {c[0] or 'default'}, L2 fetch {c[1] or 'default'}, min blocks {c[2]}: {f.num_regs} "
+            f"registers, {f.local_size_bytes} B local",
             flush=True,
         )
     rng = cupy.random.default_rng(7)
@@ -104,11 +105,13 @@ def main() -> None:
         moved = cuda.bytes_moved(cs, 1)
         floor_ms = timer.median_ms(anchors.ReadFloor(cs, base.blocks_per_sm), args.repeats)
         print(
-            f"{shape} | - | read floor | {base.blocks_per_sm} | {floor_ms * 1e3:.1f} | {100 * moved / (floor_ms * 1e-3) / copy_bw:.0f} | {base_ms / floor_ms:.2f}",
+            f"{shape} | - | read floor | {base.blocks_per_sm} | {floor_ms * 1e3:.1f} | "
+            f"{100 * moved / (floor_ms * 1e-3) / copy_bw:.0f} | {base_ms / floor_ms:.2f}",
             flush=True,
         )
         print(
-            f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | {100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00",
+            f"{shape} | {base.lanes} | cuda.py build | {base.blocks_per_sm} | {base_ms * 1e3:.1f} | "
+            f"{100 * moved / (base_ms * 1e-3) / copy_bw:.0f} | 1.00",
             flush=True,
         )
         lanes_options = sorted({base.lanes, *(int(v) for v in args.lanes.split(",") if v)})
@@ -131,7 +134,8 @@ def main() -> None:
                     continue
                 ms = timer.median_ms(run, args.repeats)
                 print(
-                    f"{shape} | {lanes} | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | {100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}",
+                    f"{shape} | {lanes} | {':'.join(map(str, config))} | {resident} | {ms * 1e3:.1f} | "
+                    f"{100 * moved / (ms * 1e-3) / copy_bw:.0f} | {base_ms / ms:.2f}",
                     flush=True,
                 )
 

@@ -43,10 +43,12 @@ def main() -> None:
     warm_up("cuda", pool)
     lease = pool.leases()[0]
     print(
-        f"# phases of one request on an idle lease of device {args.device}, median of {args.repeats} ms; nvImageCodec: {nvjpeg.available()}"
+        f"# phases of one request on an idle lease of device {args.device}, median of {args.repeats} ms; "
+        f"nvImageCodec: {nvjpeg.available()}"
     )
     print(
-        "| size | texture | in -> out | host decode | device decode | render | download | host encode | device encode | draw_bytes total |"
+        "| size | texture | in -> out | host decode | device decode | render | download | host encode "
+        "| device encode | draw_bytes total |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):
@@ -57,7 +59,10 @@ def main() -> None:
         for texture in ("lu", "fast"):
             params = PencilParams(texture=texture)
             for label, data, fmt in (("jpeg -> jpeg", jpeg, "jpeg"), ("png -> png", png, "png")):
-                host_decode = median_ms(lambda: host_pixels(data, open_image(data, MAX_PIXELS), params), args.repeats)
+                host_decode = median_ms(
+                    lambda data=data, params=params: host_pixels(data, open_image(data, MAX_PIXELS), params),
+                    args.repeats,
+                )
                 device_decode = render = download = host_encode = device_encode = float("nan")
                 with cupy.cuda.Device(lease.device), lease.stream:
                     d_image = cuda.upload(lease, host_pixels(data, open_image(data, MAX_PIXELS), params))
@@ -72,17 +77,26 @@ def main() -> None:
                         return run
 
                     if fmt == "jpeg" and nvjpeg.available():
-                        device_decode = median_ms(synced(lambda: nvjpeg.decode(lease, data, gray=False)), args.repeats)
-                        device_encode = median_ms(synced(lambda: nvjpeg.encode(lease, out, 90)), args.repeats)
-                    render = median_ms(synced(lambda: cuda.render_device(lease, d_image, params)), args.repeats)
-                    download = median_ms(lambda: cuda.download(lease, out), args.repeats)
+                        device_decode = median_ms(
+                            synced(lambda data=data: nvjpeg.decode(lease, data, gray=False)), args.repeats
+                        )
+                        device_encode = median_ms(synced(lambda out=out: nvjpeg.encode(lease, out, 90)), args.repeats)
+                    render = median_ms(
+                        synced(lambda d_image=d_image, params=params: cuda.render_device(lease, d_image, params)),
+                        args.repeats,
+                    )
+                    download = median_ms(lambda out=out: cuda.download(lease, out), args.repeats)
                 host = cuda.download(lease, out)
-                host_encode = median_ms(lambda: encode_image(host, fmt, 90), args.repeats)
+                host_encode = median_ms(lambda host=host, fmt=fmt: encode_image(host, fmt, 90), args.repeats)
                 total = median_ms(
-                    lambda: draw_bytes(data, open_image(data, MAX_PIXELS), params, fmt, 90, "cuda", pool), args.repeats
+                    lambda data=data, params=params, fmt=fmt: draw_bytes(
+                        data, open_image(data, MAX_PIXELS), params, fmt, 90, "cuda", pool
+                    ),
+                    args.repeats,
                 )
                 print(
-                    f"| {size} | {texture} | {label} | {host_decode:.1f} | {device_decode:.2f} | {render:.2f} | {download:.2f} | {host_encode:.1f} | {device_encode:.2f} | {total:.1f} |"
+                    f"| {size} | {texture} | {label} | {host_decode:.1f} | {device_decode:.2f} | {render:.2f} "
+                    f"| {download:.2f} | {host_encode:.1f} | {device_encode:.2f} | {total:.1f} |"
                 )
 
 

@@ -387,15 +387,19 @@ def failures(run: dict) -> str:
 
 
 def table(name: str, runs: list[dict]) -> str:
-    head = "| setting | texture | mode | offered | req/s | p50 ms | p99 ms | mean X-Render-Ms | GPU util % | non-200 | server CPU ms/req | client CPU ms/req |"
+    head = (
+        "| setting | texture | mode | offered | req/s | p50 ms | p99 ms | mean X-Render-Ms | GPU util % | non-200 "
+        "| server CPU ms/req | client CPU ms/req |"
+    )
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for run in runs:
         offered = "-" if run["offered_rps"] is None else f"{run['offered_rps']:g}"
         util = "/".join(f"{u:.0f}" for u in run["gpu_util_pct"]) or "-"
         server_ms = run["server_cpu_cores"] * 1000 / run["rps"] if run["rps"] else math.nan
         rows.append(
-            f"| {name} | {run['texture']} | {run['mode']} | {offered} | {run['rps']:.1f} | {run['p50_ms']:.1f} | {run['p99_ms']:.1f} "
-            f"| {run['mean_render_ms']:.1f} | {util} | {failures(run)} | {server_ms:.2f} | {run['client_cpu_ms_per_request']:.3f} |"
+            f"| {name} | {run['texture']} | {run['mode']} | {offered} | {run['rps']:.1f} "
+            f"| {run['p50_ms']:.1f} | {run['p99_ms']:.1f} | {run['mean_render_ms']:.1f} | {util} | {failures(run)} "
+            f"| {server_ms:.2f} | {run['client_cpu_ms_per_request']:.3f} |"
         )
     return "\n".join(rows)
 
@@ -485,14 +489,16 @@ def main(argv: list[str] | None = None) -> None:
     )  # pip puts it beside python
 
     print(
-        f"# POST /sketch end to end: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, OpenCV {cv2.__version__}"
+        f"# POST /sketch end to end: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, OpenCV {cv2.__version__}"
     )
     if gpus:
         print(f"# GPUs (NVML): {', '.join(gpu_name(h) for h in gpus)}")
     else:
         print("# GPU utilisation: not measured (no pynvml or no GPU)")
     print(
-        f"# photo: {args.photo} {width}x{height}, JPEG q90 {len(jpeg):,} bytes, PNG {len(png):,} bytes; {args.warmup:g} s warm-up + {args.duration:g} s per run; {args.processes} client processes"
+        f"# photo: {args.photo} {width}x{height}, JPEG q90 {len(jpeg):,} bytes, PNG {len(png):,} bytes; "
+        f"{args.warmup:g} s warm-up + {args.duration:g} s per run; {args.processes} client processes"
     )
     if args.profile and not pyspy:
         print("# --profile: py-spy is not on PATH; no profile")
@@ -500,7 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     print(host_codec_floors(jpeg, png, small_png))
     anchor = anchor_rate(jpeg, args.anchor_processes, args.duration)
     print(
-        f"# anchor: cv2.pencilSketch with imdecode + JPEG q90 imencode on {args.anchor_processes} processes x 1 thread: {anchor:.1f} req/s"
+        "# anchor: cv2.pencilSketch with imdecode + JPEG q90 imencode on "
+        f"{args.anchor_processes} processes x 1 thread: {anchor:.1f} req/s"
     )
 
     report = {
@@ -575,7 +582,9 @@ def measure(
     url = f"http://127.0.0.1:{port}/sketch"
     print(f"\n## setting {name}: {' '.join(f'{k}={v}' for k, v in env.items()) or 'shipped defaults'}")
     print(
-        f"backend {' '.join([health['backend'], *health['devices']])}, {health['workers']} workers, queue limit {health['queue']['limit']}; closed loop on {connections} connections, open loop on {args.open_connections}"
+        f"backend {' '.join([health['backend'], *health['devices']])}, {health['workers']} workers, "
+        f"queue limit {health['queue']['limit']}; "
+        f"closed loop on {connections} connections, open loop on {args.open_connections}"
     )
 
     idle = []
@@ -593,7 +602,8 @@ def measure(
     print("\n| setting | texture | in -> out | median X-Render-Ms | median latency ms |\n|---|---|---|---|---|")
     for row in idle:
         print(
-            f"| {name} | {row['texture']} | {row['formats']} | {row['median_render_ms']:.1f} | {row['median_latency_ms']:.1f} |"
+            f"| {name} | {row['texture']} | {row['formats']} | {row['median_render_ms']:.1f} | "
+            f"{row['median_latency_ms']:.1f} |"
         )
 
     runs, profile = [], []

@@ -84,7 +84,10 @@ def multipart(image: bytes, filename: str, fields: dict[str, str]) -> tuple[str,
         for name, value in fields.items()
     ]
     parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: {media}\r\n\r\n'.encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\n'
+            f"Content-Type: {media}\r\n\r\n"
+        ).encode()
         + image
         + b"\r\n"
     )
@@ -97,7 +100,10 @@ def build_request(url: str, image: bytes, filename: str, fields: dict[str, str])
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     content_type, body = multipart(image, filename, fields)
-    head = f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nAccept: */*\r\n\r\n"
+    head = (
+        f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nAccept: */*\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -474,8 +480,10 @@ def summary(result: LoadResult) -> str:
     """One line of the main figures."""
     offered = f" at {result.offered_rps:g} req/s offered" if result.offered_rps is not None else " (closed loop)"
     return (
-        f"{result.rps:.1f} req/s{offered}: p50 {result.p50_ms:.1f} ms, p90 {result.p90_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, max {result.max_ms:.1f} ms; "
-        f"X-Render-Ms {result.mean_render_ms:.1f}, X-Queue-Ms {result.mean_queue_ms:.1f}; non-200 {result.non_200 or 0}, errors {result.errors or 0}; "
+        f"{result.rps:.1f} req/s{offered}: p50 {result.p50_ms:.1f} ms, p90 {result.p90_ms:.1f} ms, "
+        f"p99 {result.p99_ms:.1f} ms, max {result.max_ms:.1f} ms; "
+        f"X-Render-Ms {result.mean_render_ms:.1f}, X-Queue-Ms {result.mean_queue_ms:.1f}; "
+        f"non-200 {result.non_200 or 0}, errors {result.errors or 0}; "
         f"send lag p99 {result.send_lag_p99_ms:.2f} ms; client CPU {result.client_cpu_ms_per_request:.3f} ms/req"
     )
 

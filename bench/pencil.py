@@ -97,22 +97,27 @@ def main() -> None:
     params, fast = PencilParams(), PencilParams(texture="fast")
 
     print(
-        f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}"
+        f"# pencil CPU benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, OpenCV "
+        f"{cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}"
     )
     print(f"# median of {args.repeats} after a warm-up; ratio = ours / anchor (below 1: ours is faster)")
-    header = f"{'size':>10} | {'render lu ms':>12} | {'render fast ms':>14} | {'cv2.pencilSketch ms':>19} | {'lu / pencilSketch':>17} | {'strokes fft ms':>14} | {'strokes direct ms':>17} | {'fft / direct':>12}"
+    header = (
+        f"{'size':>10} | {'render lu ms':>12} | {'render fast ms':>14} | {'cv2.pencilSketch ms':>19} | "
+        f"{'lu / pencilSketch':>17} | {'strokes fft ms':>14} | {'strokes direct ms':>17} | {'fft / direct':>12}"
+    )
     print(header)
     print("-" * len(header))
     for width, height in sizes:
         image = photo(width, height)
         luma = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-        t_lu = median_ms(lambda: ref.render(image, params), args.repeats)
-        t_fast = median_ms(lambda: ref.render(image, fast), args.repeats)
-        t_cv = median_ms(lambda: cv2.pencilSketch(cv2.cvtColor(image, cv2.COLOR_RGB2BGR)), args.repeats)
-        t_fft = median_ms(lambda: strokes_fft(luma, params), args.repeats)
-        t_direct = median_ms(lambda: strokes_direct(luma, params), args.repeats)
+        t_lu = median_ms(lambda image=image: ref.render(image, params), args.repeats)
+        t_fast = median_ms(lambda image=image: ref.render(image, fast), args.repeats)
+        t_cv = median_ms(lambda image=image: cv2.pencilSketch(cv2.cvtColor(image, cv2.COLOR_RGB2BGR)), args.repeats)
+        t_fft = median_ms(lambda luma=luma: strokes_fft(luma, params), args.repeats)
+        t_direct = median_ms(lambda luma=luma: strokes_direct(luma, params), args.repeats)
         print(
-            f"{width:>5}x{height:<4} | {t_lu:12.0f} | {t_fast:14.0f} | {t_cv:19.0f} | {t_lu / t_cv:17.2f} | {t_fft:14.0f} | {t_direct:17.0f} | {t_fft / t_direct:12.2f}"
+            f"{width:>5}x{height:<4} | {t_lu:12.0f} | {t_fast:14.0f} | {t_cv:19.0f} | {t_lu / t_cv:17.2f} | "
+            f"{t_fft:14.0f} | {t_direct:17.0f} | {t_fft / t_direct:12.2f}"
         )
 
     width, height = sizes[-1]

@@ -131,7 +131,8 @@ def throughput(pool: DevicePool, images, params, leases: int, seconds: float = 2
         nonlocal count
         i = offset
         while time.perf_counter() < stop:
-            pool.run(lambda lease, image=images[i % len(images)]: cuda.render_on(lease, image, params))
+            image = images[i % len(images)]
+            pool.run(lambda lease, image=image: cuda.render_on(lease, image, params))
             i += 1
             with lock:
                 count += 1
@@ -152,10 +153,12 @@ def main(args) -> None:
     name = cupy.cuda.runtime.getDeviceProperties(device.id)["name"].decode()
     bandwidth = copy_bandwidth()
     print(
-        f"# pencil GPU benchmark: {name}, CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, {os.cpu_count()} CPU cores"
+        f"# pencil GPU benchmark: {name}, CuPy {cupy.__version__}, CUDA runtime "
+        f"{cupy.cuda.runtime.runtimeGetVersion()}, {os.cpu_count()} CPU cores"
     )
     print(
-        f"# device-to-device copy: {bandwidth / 1e12:.2f} TB/s (read + write); medians of {repeats} after a warm-up; inputs rotate among {len(PHOTOS)} photos"
+        f"# device-to-device copy: {bandwidth / 1e12:.2f} TB/s (read + write); medians of {repeats} after a "
+        f"warm-up; inputs rotate among {len(PHOTOS)} photos"
     )
     pool = DevicePool(streams_per_device=8)
     rows = []
@@ -181,10 +184,12 @@ def main(args) -> None:
             print(f"CPU reference | {cpu_ms:.0f}  (x{cpu_ms / compute:.0f} ours compute)")
             if anchor:
                 print(
-                    f"cupyx stroke stages | {anchor['strokes']:.1f}  (x{anchor['strokes'] / stroke_ms:.0f} ours stroke stages)"
+                    f"cupyx stroke stages | {anchor['strokes']:.1f}  (x{anchor['strokes'] / stroke_ms:.0f} "
+                    "ours stroke stages)"
                 )
                 print(
-                    f"cupyx tone + fast texture | {anchor['tone+fast texture']:.2f}  (x{anchor['tone+fast texture'] / stages['tone']:.1f} ours tone)"
+                    f"cupyx tone + fast texture | {anchor['tone+fast texture']:.2f}  "
+                    f"(x{anchor['tone+fast texture'] / stages['tone']:.1f} ours tone)"
                 )
 
     print("\n# summary: ms (compute | with transfers | host wall); ratios are anchor / ours")
@@ -193,7 +198,8 @@ def main(args) -> None:
         stroke_ms = stages["median+gradient"] + stages["responses+argmax"] + stages["stroke map"]
         cupyx = f"{anchor['strokes']:.1f} | {anchor['strokes'] / stroke_ms:.0f}" if anchor else "- | -"
         print(
-            f"{width}x{height} | {texture} | {compute:.3f} | {transfers:.3f} | {wall:.2f} | {cpu_ms:.0f} | {cpu_ms / compute:.0f} | {cupyx}"
+            f"{width}x{height} | {texture} | {compute:.3f} | {transfers:.3f} | {wall:.2f} | {cpu_ms:.0f} | "
+            f"{cpu_ms / compute:.0f} | {cupyx}"
         )
 
     print("\n# throughput, renders/s (threads each on its own lease of one device)")

@@ -135,11 +135,13 @@ def main() -> None:
             baseline = baseline or (label, strokes)
             same = np.array_equal(label, baseline[0]) and np.array_equal(strokes, baseline[1])
             print(
-                f"{rows} x {cols} x {warps} {' '.join(extra)} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | {t2_runs:.3f}"
+                f"{rows} x {cols} x {warps} {' '.join(extra)} | {t1:.3f} | {t2:.3f} | {same} | {t1_runs:.3f} | "
+                f"{t2_runs:.3f}"
             )
         ms, iterations = cg_timing(luma, PencilParams())
         print(
-            f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us per iteration"
+            f"CG (texture lu): {ms:.3f} ms, {iterations} iterations, {1000 * ms / max(iterations, 1):.1f} us "
+            "per iteration"
         )
 
 

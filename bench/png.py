@@ -16,8 +16,9 @@ then ours / anchor for time and size. The cv2 anchors get BGR arrays converted b
 
 --sweep also times the design space: every filter of gpu.codec.png times each deflate
 library and level installed (python-isal, zlib-ng, libdeflate via `deflate`, zlib), filter
-(in strips, as encode_png does it) and one-shot deflate of the whole timed apart; a row gives the mean over the drawings of (filter + deflate) ms and
-the range of the size ratio (zlib stream + 57 bytes of PNG container, over cv2 level 3).
+(in strips, as encode_png does it) and one-shot deflate of the whole timed apart; a row
+gives the mean over the drawings of (filter + deflate) ms and the range of the size ratio
+(zlib stream + 57 bytes of PNG container, over cv2 level 3).
 
 One core: the process pins itself to --cpu (as `taskset -c`) and sets OpenCV to one
 thread; ISA-L, zlib-ng, libdeflate, zlib and NumPy's elementwise ops run on one thread.
@@ -108,7 +109,10 @@ def compare(images: dict[str, np.ndarray], repeats: int) -> None:
         figures = {}
         for encoder, encode in encoders.items():
             data = encode(image, bgr)
-            figures[encoder] = (median_ms(lambda: encode(image, bgr), repeats), len(data))
+            figures[encoder] = (
+                median_ms(lambda encode=encode, image=image, bgr=bgr: encode(image, bgr), repeats),
+                len(data),
+            )
         decoded = cv2.imdecode(np.frombuffer(png.encode_png(image), np.uint8), cv2.IMREAD_UNCHANGED)
         assert np.array_equal(decoded, bgr), f"{name}: our PNG does not decode to the drawing"
         ours_ms, ours_bytes = figures["ours"]
@@ -167,16 +171,23 @@ def sweep(images: dict[str, np.ndarray], repeats: int) -> None:
             for name, img in group.items()
         }
         print(
-            f"\n{kind}: {len(group)} drawings; ms = mean over them of median(filter) + median(deflate); size / cv2 level 3: min .. max"
+            f"\n{kind}: {len(group)} drawings; ms = mean over them of median(filter) + median(deflate); size / "
+            "cv2 level 3: min .. max"
         )
         print(f"{'filter':8s} {'filter ms':>9s}" + "".join(f" | {name:>16s}" for name in compressors))
         for row_filter in png.FILTER_TYPES:
             filter_ms, total_ms, ratios = [], {c: [] for c in compressors}, {c: [] for c in compressors}
             for name, image in group.items():
                 rows = np.concatenate(list(png.filtered_strips(image, row_filter)))
-                filter_ms.append(median_ms(lambda: list(png.filtered_strips(image, row_filter)), repeats))
+                filter_ms.append(
+                    median_ms(
+                        lambda image=image, row_filter=row_filter: list(png.filtered_strips(image, row_filter)), repeats
+                    )
+                )
                 for compressor, compress in compressors.items():
-                    total_ms[compressor].append(filter_ms[-1] + median_ms(lambda: compress(rows), repeats))
+                    total_ms[compressor].append(
+                        filter_ms[-1] + median_ms(lambda compress=compress, rows=rows: compress(rows), repeats)
+                    )
                     ratios[compressor].append((len(compress(rows)) + CONTAINER_BYTES) / reference_bytes[name])
             line = f"{row_filter:8s} {statistics.mean(filter_ms):9.2f}"
             line += "".join(
@@ -200,7 +211,8 @@ def main() -> None:
     os.sched_setaffinity(0, {args.cpu})
     cv2.setNumThreads(1)
     print(
-        f"{platform.processor() or platform.machine()}, pinned to cpu {args.cpu}; OpenCV {cv2.__version__}; median of {args.repeats} runs"
+        f"{platform.processor() or platform.machine()}, pinned to cpu {args.cpu}; OpenCV {cv2.__version__}; "
+        f"median of {args.repeats} runs"
     )
     compare(images, args.repeats)
     if args.sweep:

@@ -40,7 +40,8 @@ def profile_cs256(specs: str, variants: list[str]) -> None:
             stop.record()
             stop.synchronize()
             print(
-                f"cs256 {spec} {variant}: {cs.nbytes / 1e6:.1f} MB, lanes {plan.lanes}, chunk {plan.chunk}, grid {plan.grid}: "
+                f"cs256 {spec} {variant}: {cs.nbytes / 1e6:.1f} MB, lanes {plan.lanes}, chunk {plan.chunk}, "
+                f"grid {plan.grid}: "
                 f"{cupy.cuda.get_elapsed_time(start, stop) * 1e3:.1f} us (warm L2)",
                 flush=True,
             )

@@ -37,7 +37,8 @@ def main() -> None:
         for image, params in cases:
             drawing = pool.run(lambda lease, image=image, params=params: cuda.render_on(lease, image, params))
             print(
-                f"untiled={untiled} {image.shape} {params.texture}/{params.mode}: {drawing.shape} mean {drawing.mean():.1f}"
+                f"untiled={untiled} {image.shape} {params.texture}/{params.mode}: {drawing.shape} mean "
+                f"{drawing.mean():.1f}"
             )
 
 

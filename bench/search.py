@@ -221,14 +221,16 @@ def main() -> None:
     except (ImportError, RuntimeError) as exc:  # no CuPy, or no device / driver (CUDARuntimeError): the host rows only
         gpu, device = None, f"no GPU ({type(exc).__name__}: {exc})"
     print(
-        f"# String search: {n / GIB:.3f} GiB of English (CPython pydoc topics + Zen of Python, repeated); {device}; {cores} CPU cores; medians of {args.repeats}"
+        f"# String search: {n / GIB:.3f} GiB of English (CPython pydoc topics + Zen of Python, repeated); "
+        f"{device}; {cores} CPU cores; medians of {args.repeats}"
     )
 
     copy_bw = h2d_bw = float("nan")
     if gpu is not None:
         copy_bw, h2d_bw = gpu.copy_bandwidth(args.repeats), gpu.h2d_bandwidth(args.repeats)
         print(
-            f"floors: device copy {copy_bw * 1e3 / 1e12:.2f} TB/s (read + write) -> resident floor {n / copy_bw:.3f} ms ({copy_bw * 1e3 / 1e12:.2f} TB/s of text); "
+            f"floors: device copy {copy_bw * 1e3 / 1e12:.2f} TB/s (read + write) -> resident floor "
+            f"{n / copy_bw:.3f} ms ({copy_bw * 1e3 / 1e12:.2f} TB/s of text); "
             f"pinned host->device {h2d_bw * 1e3 / 1e9:.1f} GB/s -> upload floor {n / h2d_bw:.1f} ms"
         )
     floor_ms, upload_floor_ms = n / copy_bw, n / h2d_bw
@@ -266,28 +268,33 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     if not args.rg:
         print(
-            "ripgrep: not installed here (rg not on PATH, no --rg): its rows are skipped. To include it: apt-get install ripgrep, or --rg PATH to a binary"
+            "ripgrep: not installed here (rg not on PATH, no --rg): its rows are skipped. To include it: "
+            "apt-get install ripgrep, or --rg PATH to a binary"
         )
 
     print("\n## Host anchors (one thread unless said)")
     print(
-        "m | count (overlapping) | bytes.find loop ms | GB/s | rg -c -F ms | GB/s | rg -o -b -F ms (matches) | rg -c -F, text in per-core files, -j cores ms | GB/s"
+        "m | count (overlapping) | bytes.find loop ms | GB/s | rg -c -F ms | GB/s | rg -o -b -F ms (matches) | "
+        "rg -c -F, text in per-core files, -j cores ms | GB/s"
     )
     for m in LENGTHS:
         row = host[m]
         print(
             f"{m} | {counts.get(m, '-')} | {row.get('find', float('nan')):.0f} | {gbps(n, row.get('find', 0)):.2f} | "
-            f"{row.get('rg_c', float('nan')):.0f} | {gbps(n, row.get('rg_c', 0)):.2f} | {row.get('rg_ob', float('nan')):.0f} ({int(row.get('rg_ob_matches', -1))}) | "
+            f"{row.get('rg_c', float('nan')):.0f} | {gbps(n, row.get('rg_c', 0)):.2f} | "
+            f"{row.get('rg_ob', float('nan')):.0f} ({int(row.get('rg_ob_matches', -1))}) | "
             f"{row.get('rg_c_cores', float('nan')):.0f} | {gbps(n, row.get('rg_c_cores', 0)):.2f}"
         )
     if gpu is None:
         return
 
     print(
-        "\n## GPU, one pattern (resident: text in device memory; with upload: pinned host -> device + search + positions back)"
+        "\n## GPU, one pattern (resident: text in device memory; with upload: pinned host -> device + search + "
+        "positions back)"
     )
     print(
-        "m | algorithm | variant | granularity x threads | count | resident ms | resident GB/s | x floor | with upload ms | GB/s | x upload floor | vs find | vs rg -c | vs rg -c cores"
+        "m | algorithm | variant | granularity x threads | count | resident ms | resident GB/s | x floor | "
+        "with upload ms | GB/s | x upload floor | vs find | vs rg -c | vs rg -c cores"
     )
     best_resident: dict[int, float] = {}
     best_upload: dict[int, float] = {}
@@ -305,13 +312,16 @@ def main() -> None:
                 row = host[m]
                 label = f"auto ({params.algorithm_for(pattern)})" if algorithm == "auto" else algorithm
                 print(
-                    f"{m} | {label} | {variant} | {launch.granularity} x {launch.threads} | {found[0]} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | "
-                    f"{upload:.1f} | {gbps(n, upload):.1f} | {upload / upload_floor_ms:.2f} | {row.get('find', float('nan')) / upload:.0f} | "
+                    f"{m} | {label} | {variant} | {launch.granularity} x {launch.threads} | {found[0]} | "
+                    f"{resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | "
+                    f"{upload:.1f} | {gbps(n, upload):.1f} | {upload / upload_floor_ms:.2f} | "
+                    f"{row.get('find', float('nan')) / upload:.0f} | "
                     f"{row.get('rg_c', float('nan')) / upload:.1f} | {row.get('rg_c_cores', float('nan')) / upload:.2f}"
                 )
 
     print(
-        "\n## Where the time goes (auto, optimized): count kernel alone, whole search (count + prefix sum + totals to host + write), against the floor"
+        "\n## Where the time goes (auto, optimized): count kernel alone, whole search (count + prefix sum + "
+        "totals to host + write), against the floor"
     )
     print("m | algorithm | floor ms | count kernel ms | x floor | whole search ms | x floor | write share")
     where = [(str(m), SearchParams((pattern,))) for m, pattern in zip(LENGTHS, patterns, strict=True)]
@@ -321,7 +331,8 @@ def main() -> None:
         whole, _ = gpu.resident_ms(params, args.repeats)
         algorithm = "fused" if params.fused else params.algorithm_for(params.patterns[0])
         print(
-            f"{label} | {algorithm} | {floor_ms:.3f} | {count_ms:.3f} | {count_ms / floor_ms:.1f} | {whole:.3f} | {whole / floor_ms:.1f} | {1 - count_ms / whole:.0%}"
+            f"{label} | {algorithm} | {floor_ms:.3f} | {count_ms:.3f} | {count_ms / floor_ms:.1f} | "
+            f"{whole:.3f} | {whole / floor_ms:.1f} | {1 - count_ms / whole:.0%}"
         )
 
     print("\n## Eight patterns (4, 16, 64, 256 bytes, two of each): one fused pass against one pass per pattern")
@@ -344,7 +355,8 @@ def main() -> None:
         upload = gpu.with_upload_ms(params, max(1, args.repeats // 2))
         fused_ms = fused_ms or resident
         print(
-            f"{label} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | {upload:.1f} | {gbps(n, upload):.1f}"
+            f"{label} | {resident:.3f} | {gbps(n, resident):.0f} | {resident / floor_ms:.1f} | {upload:.1f} | "
+            f"{gbps(n, upload):.1f}"
         )
 
     print("\n## Targets (issue 5)")
@@ -357,7 +369,8 @@ def main() -> None:
     for m, t in best_upload.items():
         rg = host[m].get("rg_c", float("nan"))
         print(
-            f"with upload >= 3x ripgrep, m={m}: {t:.1f} ms, rg -c -F {rg:.0f} ms: {rg / t:.1f}x (rg -c on {cores} cores: {host[m].get('rg_c_cores', float('nan')) / t:.2f}x)"
+            f"with upload >= 3x ripgrep, m={m}: {t:.1f} ms, rg -c -F {rg:.0f} ms: {rg / t:.1f}x (rg -c on "
+            f"{cores} cores: {host[m].get('rg_c_cores', float('nan')) / t:.2f}x)"
         )
 
 

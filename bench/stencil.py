@@ -201,11 +201,13 @@ def main() -> None:
     copy = copy_bandwidth()
     ceiling = copy / BYTES_PER_POINT / 1e9
     print(
-        f"# stencil benchmark: {properties['name'].decode()}, {properties['multiProcessorCount']} SMs, CuPy {cupy.__version__}, fp32, 13-point 4th-order, {args.seconds:g} s per variant"
+        f"# stencil benchmark: {properties['name'].decode()}, {properties['multiProcessorCount']} SMs, CuPy "
+        f"{cupy.__version__}, fp32, 13-point 4th-order, {args.seconds:g} s per variant"
     )
     nominal = peak_bandwidth()
     print(
-        f"# memory: nominal {f'{nominal / 1e9:.0f}' if nominal else 'n/a'} GB/s; measured D2D copy {copy / 1e9:.0f} GB/s (read + write) -> roofline {ceiling:.1f} GPts/s at {BYTES_PER_POINT} B/pt/step"
+        f"# memory: nominal {f'{nominal / 1e9:.0f}' if nominal else 'n/a'} GB/s; measured D2D copy "
+        f"{copy / 1e9:.0f} GB/s (read + write) -> roofline {ceiling:.1f} GPts/s at {BYTES_PER_POINT} B/pt/step"
     )
     probe = EnergyMeter(cupy.cuda.Device().pci_bus_id)
     probe.start()
@@ -221,11 +223,13 @@ def main() -> None:
         name = cuda.kernel_name(variant, args.sponge)
         kernel = cuda._k(name)
         print(
-            f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM"
+            f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, "
+            f"{kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM"
         )
     print(f"# sponge: {args.sponge} cells" if args.sponge else "# sponge: none")
     print(
-        "shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | max |diff| vs anchor"
+        "shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | "
+        "max |diff| vs anchor"
     )
     for text in args.shapes.split(","):
         bench_shape(text, variants, args, energy, ceiling)
@@ -254,7 +258,9 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
         gpts = grid.interior / ms / 1e6
         per_joule = f"{grid.interior / joules / 1e9:.2f}" if joules else "-"
         print(
-            f"{text} | {variant} | {plan} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | {100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | {per_joule} | {diff}"
+            f"{text} | {variant} | {plan} | {ms:.3f} | {gpts:.1f} | {gpts * BYTES_PER_POINT:.0f} | "
+            f"{100 * gpts / ceiling:.1f} | {anchor_ms / ms:.2f} | {f'{watts:.0f}' if watts else '-'} | "
+            f"{per_joule} | {diff}"
         )
 
     row("cupy-slicing anchor", "-", anchor_ms, anchor_j, anchor_w, "-")
@@ -280,7 +286,8 @@ def bench_shape(text: str, variants: tuple[str, ...], args: argparse.Namespace, 
         "the same" if picked == best else f"{100 * (results[picked] / results[best] - 1):.1f}% slower in the long run"
     )
     print(
-        f"# {text}: best {best} {best_gpts:.1f} GPts/s = {100 * best_gpts / ceiling:.0f}% of the roofline, {anchor_ms / results[best]:.1f}x the CuPy anchor; auto's trial picks {picked} ({verdict})"
+        f"# {text}: best {best} {best_gpts:.1f} GPts/s = {100 * best_gpts / ceiling:.0f}% of the roofline, "
+        f"{anchor_ms / results[best]:.1f}x the CuPy anchor; auto's trial picks {picked} ({verdict})"
     )
 
 

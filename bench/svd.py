@@ -119,11 +119,14 @@ def main() -> None:
     except Exception:  # no CuPy or no device: the host columns only
         cupy, device, lease, bandwidth = None, "no GPU", None, float("nan")
     print(
-        f"# SVD benchmark: {device}, {os.cpu_count()} CPU cores, NumPy {np.__version__}; medians of {args.repeats} after a warm-up"
+        f"# SVD benchmark: {device}, {os.cpu_count()} CPU cores, NumPy {np.__version__}; medians of "
+        f"{args.repeats} after a warm-up"
     )
     print(f"# device-to-device copy: {bandwidth / 1e9:.0f} GB/s")
     print(
-        "size | dtype | vectors | ours ms | cuSOLVER ms | cuSOLVER / ours | LAPACK ms | LAPACK / ours | ours: bidiag ms (floor ms), diag ms [kernel ms: chase, rotations, Q/P] | chase: rotations / n^2, ns per rotation, test steps per rotation, clock ticks per rotation: scan/test/sweep"
+        "size | dtype | vectors | ours ms | cuSOLVER ms | cuSOLVER / ours | LAPACK ms | LAPACK / ours | ours: "
+        "bidiag ms (floor ms), diag ms [kernel ms: chase, rotations, Q/P] | chase: rotations / n^2, ns per "
+        "rotation, test steps per rotation, clock ticks per rotation: scan/test/sweep"
         " | Golub-Reinsch (NumPy) ms | ours resid, orth_u, orth_v | cuSOLVER resid, orth_u, orth_v"
     )
     for size in args.sizes.split(","):
@@ -144,15 +147,27 @@ def main() -> None:
                     params = SvdParams(compute_uv=compute_uv, method="golub_reinsch")
                     reference_ms = median_ms(lambda a=a, p=params: reference.svd(a, p), 1)
                 floor = bidiagonalization_floor_ms(max(m, n), min(m, n), np.dtype(dtype).itemsize, bandwidth)
-                phase_text = f"{phases.get('bidiagonalization', float('nan')):.1f} ({floor:.1f}), {phases.get('diagonalization', float('nan')):.1f}"
-                phase_text += f" [chase {phases.get('chase_ms', float('nan')):.1f}, rotations {phases.get('rotations_ms', float('nan')):.1f}, Q/P {phases.get('accumulation', float('nan')):.1f}]"
-                phase_text += f" | {phases.get('rotations_per_n2', float('nan')):.2f}, {phases.get('ns_per_rotation', float('nan')):.0f}, {phases.get('test_steps_per_rotation', float('nan')):.2f}, "
+                phase_text = (
+                    f"{phases.get('bidiagonalization', float('nan')):.1f} ({floor:.1f}), "
+                    f"{phases.get('diagonalization', float('nan')):.1f}"
+                )
+                phase_text += (
+                    f" [chase {phases.get('chase_ms', float('nan')):.1f}, rotations "
+                    f"{phases.get('rotations_ms', float('nan')):.1f}, Q/P "
+                    f"{phases.get('accumulation', float('nan')):.1f}]"
+                )
+                phase_text += (
+                    f" | {phases.get('rotations_per_n2', float('nan')):.2f}, "
+                    f"{phases.get('ns_per_rotation', float('nan')):.0f}, "
+                    f"{phases.get('test_steps_per_rotation', float('nan')):.2f}, "
+                )
                 phase_text += "/".join(
                     f"{phases.get(f'{part}_cycles_per_rotation', float('nan')):.0f}"
                     for part in ("scan", "test", "sweep")
                 )
                 print(
-                    f"{m}x{n} | {np.dtype(dtype).name} | {'yes' if compute_uv else 'no'} | {ours:.1f} | {gpu_ms:.1f} | {gpu_ms / ours:.2f} | {lapack_ms:.1f} | {lapack_ms / ours:.1f}"
+                    f"{m}x{n} | {np.dtype(dtype).name} | {'yes' if compute_uv else 'no'} | {ours:.1f} | "
+                    f"{gpu_ms:.1f} | {gpu_ms / ours:.2f} | {lapack_ms:.1f} | {lapack_ms / ours:.1f}"
                     f" | {phase_text} | {reference_ms:.0f} | {_ratios(a, our_factors)} | {_ratios(a, factors)}",
                     flush=True,
                 )

@@ -39,7 +39,8 @@ def check_encodable(width: int, height: int, fmt: str) -> None:
     if max(width, height) > limit:
         raise ImageError(
             "too_large_for_format",
-            f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose another format or set max_side",
+            f"a {width}x{height} drawing does not fit in {fmt.upper()} (at most {limit} px a side); choose "
+            "another format or set max_side",
         )
 
 

@@ -21,10 +21,11 @@ replaces, which takes 55-59 ms on a gray one here):
   libdeflate level 1 (12 ms), zlib-ng level 1 (11 ms, 1.4x) and zlib level 1 (23 ms) are
   too slow.
 - Filter: Average is 0.5-4 % smaller than Sub or Up on gray for 0.3 ms more; on RGB
-  from 0.5 % larger to 2 % smaller than Sub (at worst 1.07x, Sub 1.09x) for 0.7 ms. Paeth is 1 % smaller again but takes 10 ms on gray in NumPy (a
-  GPU kernel can afford it: with zlib-ng huffman-only it gives 0.90-0.92); choosing per
-  row by libpng's least-sum-of-absolute-values heuristic is within 0.4 % of Average alone
-  and costs 5-9 ms.
+  from 0.5 % larger to 2 % smaller than Sub (at worst 1.07x, Sub 1.09x) for 0.7 ms.
+  Paeth is 1 % smaller again but takes 10 ms on gray in NumPy (a GPU kernel can afford
+  it: with zlib-ng huffman-only it gives 0.90-0.92); choosing per row by libpng's
+  least-sum-of-absolute-values heuristic is within 0.4 % of Average alone and costs
+  5-9 ms.
 - Strips of about STRIP_BYTES are filtered and fed to the compressor in turn, so the
   temporaries stay in cache and come from the heap; whole-image temporaries were often
   fresh pages from the kernel (2,500 page faults: 4 ms instead of 0.5 ms to filter a

@@ -161,7 +161,8 @@ def spmm(
     dtype = STORAGE[cs.dtype]
     if not isinstance(x, cupy.ndarray) or x.dtype != dtype or x.ndim not in (1, 2) or x.shape[0] != cs.n:
         raise CS256Error(
-            f"x must be a CuPy {dtype} array of shape ({cs.n},) or ({cs.n}, k); got {getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}"
+            f"x must be a CuPy {dtype} array of shape ({cs.n},) or ({cs.n}, k); got "
+            f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}"
         )
     k = 1 if x.ndim == 1 else x.shape[1]
     plan = plan or make_plan(cs, k, **plan_options)

@@ -214,7 +214,8 @@ def load_npz(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
                 raise CS256Error(f"not a CS256 .npz: missing {', '.join(sorted(missing))}")
             if str(archive["format"]) != FORMAT_NAME or int(archive["version"]) != FORMAT_VERSION:
                 raise CS256Error(
-                    f"not a CS256 version {FORMAT_VERSION} .npz (format {str(archive['format'])!r}, version {archive['version']})"
+                    f"not a CS256 version {FORMAT_VERSION} .npz (format {str(archive['format'])!r}, version "
+                    f"{archive['version']})"
                 )
             scalars = {name: archive[name] for name in ("m", "n", "vec", "dtype")}
             if any(value.shape != () for value in scalars.values()):
@@ -272,7 +273,8 @@ def load_safetensors(file: str | os.PathLike | IO[bytes] | bytes) -> CS256:
         raise CS256Error(f"not a readable .safetensors file ({exc})") from None
     if metadata.get("format") != FORMAT_NAME or metadata.get("version") != str(FORMAT_VERSION):
         raise CS256Error(
-            f"not a CS256 version {FORMAT_VERSION} .safetensors (metadata format {metadata.get('format')!r}, version {metadata.get('version')!r})"
+            f"not a CS256 version {FORMAT_VERSION} .safetensors (metadata format {metadata.get('format')!r}, "
+            f"version {metadata.get('version')!r})"
         )
     missing = set(ARRAYS) - set(tensors)
     if missing:

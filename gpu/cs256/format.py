@@ -142,7 +142,8 @@ def as_storage(a, dtype=None) -> tuple[Any, str]:
         if a.dtype == np.uint16:
             raise CS256Error("a uint16 array is taken as bfloat16 bit patterns only with dtype='bfloat16'")
         raise CS256Error(
-            f"values of dtype {a.dtype} are not supported: use float16, float32, or bfloat16 bit patterns (uint16) with dtype='bfloat16', or name the dtype to convert to"
+            f"values of dtype {a.dtype} are not supported: use float16, float32, or bfloat16 bit patterns "
+            "(uint16) with dtype='bfloat16', or name the dtype to convert to"
         )
     name = check_dtype(dtype)
     if a.dtype == np.uint16:
@@ -282,7 +283,8 @@ class CS256:
         row_ptr = self.row_ptr.astype(np.int64)
         if int(row_ptr[0]) != 0 or int(row_ptr[-1]) != self.stored:
             raise CS256Error(
-                f"row_ptr must start at 0 and end at the {self.stored} stored entries; it runs {int(row_ptr[0])}..{int(row_ptr[-1])}"
+                f"row_ptr must start at 0 and end at the {self.stored} stored entries; it runs "
+                f"{int(row_ptr[0])}..{int(row_ptr[-1])}"
             )
         row_lengths = xp.diff(row_ptr)
         if bool((row_lengths < 0).any()):

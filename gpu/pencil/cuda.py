@@ -220,7 +220,8 @@ class DeviceAssets:
             self.texture_size = texture.shape[0]
             if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
                 raise ValueError(
-                    f"the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, got {texture.shape}"
+                    "the GPU wraps the texture tile with a mask: it must be square with a power-of-two side, "
+                    f"got {texture.shape}"
                 )
             for name in (
                 "luma_histogram",

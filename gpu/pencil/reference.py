@@ -343,7 +343,8 @@ def solve_beta_lu(
     if float(np.vdot(residual, residual)) <= threshold:  # e.g. a flat white page: J = 1, beta = 0
         return beta, 0
     iterations = 0
-    for iterations in range(1, max_iterations + 1):
+    while iterations < max_iterations:
+        iterations += 1
         a_direction = apply(direction, product)
         curvature = float(np.vdot(direction, a_direction))
         if curvature <= 0.0:  # direction vanished in float32: nothing left to gain

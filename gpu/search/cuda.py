@@ -439,7 +439,7 @@ class _Pass:
             _k(self._kernel_name("write"))(
                 (min(self.blocks, _resident_blocks()),), (self.launch.threads,), args, shared_mem=self._shared()
             )
-        self.outs = [flat[int(end - total) : int(end)] for end, total in zip(ends, self.totals)]
+        self.outs = [flat[int(end - total) : int(end)] for end, total in zip(ends, self.totals, strict=True)]
         self.lines = [None] * len(self.outs)
         if self.params.line_numbers:
             segment_before = self.text.segment_before

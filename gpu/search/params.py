@@ -118,12 +118,14 @@ class SearchParams:
             if self.algorithm not in ("auto", "rabin_karp"):
                 raise ParamError(
                     "fused",
-                    f"the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not {self.algorithm}",
+                    "the fused pass is a multi-pattern Rabin-Karp; use algorithm auto or rabin_karp, not "
+                    f"{self.algorithm}",
                 )
             if self.variant != "optimized":
                 raise ParamError(
                     "fused",
-                    "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the optimized variant only",
+                    "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the "
+                    "optimized variant only",
                 )
 
     @property

@@ -128,7 +128,8 @@ def _warnings(params: StencilParams, shot) -> list[str]:
     warnings = []
     if params.points_per_wavelength < MIN_POINTS_PER_WAVELENGTH:
         warnings.append(
-            f"{params.points_per_wavelength:.1f} grid points per shortest wavelength (v_min / 2.5 f0): fewer than {MIN_POINTS_PER_WAVELENGTH:g}, expect numerical dispersion; lower f0 or h"
+            f"{params.points_per_wavelength:.1f} grid points per shortest wavelength (v_min / 2.5 f0): fewer "
+            f"than {MIN_POINTS_PER_WAVELENGTH:g}, expect numerical dispersion; lower f0 or h"
         )
     inside = [
         name
@@ -137,7 +138,8 @@ def _warnings(params: StencilParams, shot) -> list[str]:
     ]
     if inside:
         warnings.append(
-            f"{' and '.join(inside)} lie inside the {params.sponge}-cell sponge, where waves are damped: place them at least {2 + params.sponge} cells from every face"
+            f"{' and '.join(inside)} lie inside the {params.sponge}-cell sponge, where waves are damped: place "
+            f"them at least {2 + params.sponge} cells from every face"
         )
     if not np.isfinite(shot.record).all():
         warnings.append("the shot record has non-finite values")

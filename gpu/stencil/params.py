@@ -95,7 +95,8 @@ def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tupl
         if not RADIUS <= v <= n - 1 - RADIUS:
             raise ParamError(
                 name,
-                f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] (the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})",
+                f"{axis} = {v} is outside the grid's interior: {axis} must be in [{RADIUS}, {n - 1 - RADIUS}] "
+                f"(the outer {RADIUS} cells are the Dirichlet border, n{axis} = {n})",
                 code,
             )
     return point  # type: ignore[return-value]
@@ -230,7 +231,8 @@ def check_velocity_array(values) -> np.ndarray:
     if low < MIN_VELOCITY:
         raise ParamError(
             "model",
-            f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s (smallest {low:g}); velocities are in m/s and positive",
+            f"{int(np.count_nonzero(values < MIN_VELOCITY))} velocities are below {MIN_VELOCITY:g} m/s "
+            f"(smallest {low:g}); velocities are in m/s and positive",
             "invalid_model",
         )
     if high > MAX_VELOCITY:
@@ -304,7 +306,8 @@ class StencilParams:
         if self.nx * self.ny > MAX_PLANE:
             raise ParamError(
                 "nx",
-                f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} = {self.nx * self.ny}",
+                f"nx * ny must be at most {MAX_PLANE} (5 planes within 2^31 points); got {self.nx} * {self.ny} "
+                f"= {self.nx * self.ny}",
             )
         _positive("h", self.h, MAX_SPACING, minimum=MIN_SPACING, unit=" m")
         _int("steps", self.steps, 1, MAX_STEPS)
@@ -332,12 +335,15 @@ class StencilParams:
             period_steps = 1.0 / per_step if per_step > 0 else math.inf
             raise ParamError(
                 "f0",
-                f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {dt:g} s; it must span {MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from {1 / (MAX_PERIOD_STEPS * dt):.3g} to {1 / (MIN_PERIOD_STEPS * dt):.3g} Hz at this dt)",
+                f"the source's period 1 / f0 is {period_steps:.3g} time steps of dt = {dt:g} s; it must span "
+                f"{MIN_PERIOD_STEPS:g} to {MAX_PERIOD_STEPS:g} steps (f0 from "
+                f"{1 / (MAX_PERIOD_STEPS * dt):.3g} to {1 / (MIN_PERIOD_STEPS * dt):.3g} Hz at this dt)",
             )
         if self.cfl > CFL_LIMIT:
             raise ParamError(
                 "dt",
-                f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = {self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s",
+                f"dt = {self.dt:g} s is unstable: v_max dt / h = {v_max:g} * {self.dt:g} / {self.h:g} = "
+                f"{self.cfl:.4g} > {CFL_LIMIT}; the largest stable dt is {self.dt_max:.6g} s",
                 "cfl_violation",
             )
         shape_xyz = (self.nx, self.ny, self.nz)
@@ -364,7 +370,8 @@ class StencilParams:
         if self.steps * len(receivers) > MAX_RECORD_VALUES:
             raise ParamError(
                 "receivers",
-                f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more than {MAX_RECORD_VALUES:,}",
+                f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more "
+                f"than {MAX_RECORD_VALUES:,}",
             )
         max_sponge = (min(shape_xyz) - 2 * RADIUS) // 2
         _int("sponge", self.sponge, 0, max_sponge)
@@ -374,7 +381,8 @@ class StencilParams:
         if len(self.snapshot_steps) > MAX_SNAPSHOTS:
             raise ParamError(
                 "snapshot_every",
-                f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})",
+                f"{self.snapshot_every} gives {len(self.snapshot_steps)} snapshots over {self.steps} steps; at "
+                f"most {MAX_SNAPSHOTS} (use >= {-(-self.steps // MAX_SNAPSHOTS)})",
             )
         if not isinstance(self.variant, str) or self.variant not in VARIANT_CHOICES:
             raise ParamError("variant", f"must be one of {', '.join(VARIANT_CHOICES)}; got {self.variant!r}")
@@ -477,7 +485,8 @@ def velocity_model(spec: Mapping[str, Any] | None, array: np.ndarray | None = No
     if kind == "upload":
         raise ParamError(
             "model",
-            """{"type": "upload"} needs a multipart request with the .npy file in the field 'model' and this JSON in the field 'params'""",
+            """{"type": "upload"} needs a multipart request with the .npy file in the field 'model' and this """
+            "JSON in the field 'params'",
         )
     raise ParamError("model", f"required: {MODEL_CHOICES}")
 

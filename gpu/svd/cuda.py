@@ -13,9 +13,9 @@ gpu/svd/reference.py, on a lease of the device pool:
 2. Diagonalization: one warp runs the scalar bulge chase of reference.bidiagonal_svd
    (the paper runs it on the host; here it avoids a copy per sweep): the sweep itself is
    a chain of dependent operations, the block search and the convergence test are split
-   over the 32 lanes. It logs each sweep's rotations. The log is applied to U and V^T on the side stream in batches of up to
-   SWEEPS_PER_BATCH sweeps, each element read and written once per batch, while the
-   chase goes on with the next chunk of sweeps.
+   over the 32 lanes. It logs each sweep's rotations. The log is applied to U and V^T on
+   the side stream in batches of up to SWEEPS_PER_BATCH sweeps, each element read and
+   written once per batch, while the chase goes on with the next chunk of sweeps.
 3. Signs and the descending order are fixed on the host's copy of s and applied to the
    vectors by a gather on the device.
 """

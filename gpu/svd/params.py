@@ -199,7 +199,8 @@ class SvdJob:
         if method == "golub_reinsch" and min(self.shape) > GOLUB_REINSCH_CPU_MAX_SIDE:
             raise ParamError(
                 "method",
-                f"golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= {GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack",
+                "golub_reinsch without a GPU runs the NumPy reference, for matrices with min(m, n) <= "
+                f"{GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack",
             )
 
     def resolve_method(self, on_gpu: bool) -> str:

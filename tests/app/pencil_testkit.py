@@ -238,7 +238,10 @@ def multipart_body(
     for name, value in (fields or {}).items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
     parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\nContent-Type: image/jpeg\r\n\r\n'.encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{filename}"\r\n'
+            "Content-Type: image/jpeg\r\n\r\n"
+        ).encode()
         + image
         + b"\r\n"
     )

@@ -350,7 +350,8 @@ def test_jobs_page_submits_any_kind_as_json_and_shows_its_images(jobs_server, we
     assert "shot_record.png" in page.inner_text(NEWEST_JOB)
     page.wait_for_selector(f"{NEWEST_JOB} img.result-thumb")
     page.wait_for_function(
-        f"[...document.querySelectorAll('{NEWEST_JOB} img.result-thumb')].every(img => img.complete && img.naturalWidth > 0)"
+        f"[...document.querySelectorAll('{NEWEST_JOB} img.result-thumb')].every(img => img.complete && "
+        "img.naturalWidth > 0)"
     )
     page.fill("#json-body", "{not json")
     page.click("#json-submit")

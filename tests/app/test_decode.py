@@ -442,7 +442,7 @@ def test_png_with_imagemagick_exif_text_is_turned_upright():
     exif = Image.Exif()
     exif[0x0112] = 6
     raw = b"Exif\x00\x00" + exif.tobytes()
-    text = "\nexif\n%8d\n%s\n" % (len(raw), raw.hex())
+    text = f"\nexif\n{len(raw):8d}\n{raw.hex()}\n"
     info = PngImagePlugin.PngInfo()
     info.add_text("Raw profile type exif", text)
     data = encode(two_band(), "png", pnginfo=info)

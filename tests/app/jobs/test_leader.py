@@ -28,7 +28,8 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path):
         [
             sys.executable,
             "-c",
-            f"from app.jobs.leader import RunnerLock; import sys, time; assert RunnerLock({str(path)!r}).try_acquire(); print('held', flush=True); time.sleep(60)",
+            "from app.jobs.leader import RunnerLock; import sys, time; assert "
+            f"RunnerLock({str(path)!r}).try_acquire(); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
         text=True,

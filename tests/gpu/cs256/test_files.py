@@ -158,7 +158,8 @@ MALFORMED = [
     pytest.param(_file({"__metadata__": {"a": 1}, **_good()}), id="metadata-not-strings"),
     pytest.param(
         _file(
-            b'{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
+            b'{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+            b'"t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
             b"\0" * 8,
         ),
         id="a-name-twice",

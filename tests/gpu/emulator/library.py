@@ -21,7 +21,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "emu.h"
-PROBE = "#include <barrier>\n#include <atomic>\nint main() { std::barrier<> b(1); unsigned x = 0; std::atomic_ref<unsigned>(x).fetch_add(1); b.arrive_and_wait(); }\n"
+PROBE = (
+    "#include <barrier>\n#include <atomic>\nint main() { std::barrier<> b(1); unsigned x = 0; "
+    "std::atomic_ref<unsigned>(x).fetch_add(1); b.arrive_and_wait(); }\n"
+)
 
 
 class NoCompiler(Exception):

@@ -110,7 +110,8 @@ def test_chunked_algorithms_find_what_brute_force_finds(rng, name, algorithm):
     for pattern in patterns:
         expected = ref.brute_force(text, pattern)
         if algorithm == "boyer_moore" and expected.size * len(pattern) > 300_000:
-            continue  # Python Boyer-Moore compares every byte of each of these matches: minutes; the GPU tests cover them
+            # Python Boyer-Moore compares every byte of each of these matches: minutes; the GPU tests cover them
+            continue
         for g in granularities:
             if g < 16 and len(pattern) > 256:
                 continue  # each one-to-few-position chunk hashes or scans 4 KB in Python: slow, and g = 16 covers it

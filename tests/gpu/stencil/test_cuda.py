@@ -228,7 +228,8 @@ def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
             kernel = cuda._k(name)
             resident = cuda.resident_blocks(name)
             print(
-                f"{name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, {kernel.local_size_bytes} B local, {resident} blocks at once"
+                f"{name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, "
+                f"{kernel.local_size_bytes} B local, {resident} blocks at once"
             )
             assert kernel.local_size_bytes == 0, f"{name} spills {kernel.local_size_bytes} bytes"
             assert resident >= 4 * cuda.kernels.device_attribute("MultiProcessorCount")

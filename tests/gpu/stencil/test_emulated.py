@@ -133,7 +133,8 @@ def emulated_launch(
             len(message),
         )
         assert rc == 0, (
-            f"{step.kernel} {step.grid}: {message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
+            f"{step.kernel} {step.grid}: "
+            f"{message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
         )
 
 
@@ -194,7 +195,8 @@ def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **laun
     assert not border.any(), f"{label}: the Dirichlet border was written"
     differ = int(np.count_nonzero(field != expected.field))
     assert differ == 0, (
-        f"{label}: {differ} of {field.size} values differ from the reference (max |diff| {np.abs(field - expected.field).max():.3g})"
+        f"{label}: {differ} of {field.size} values differ from the reference (max |diff| "
+        f"{np.abs(field - expected.field).max():.3g})"
     )
     np.testing.assert_array_equal(previous, expected.previous, err_msg=label)
     return field

@@ -20,11 +20,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[3])]  # fakecupy, search_cases, the repository
 
-import fakecupy
-from search_cases import cases
-
 
 def main() -> int:
+    import fakecupy  # both found through the sys.path entries above
+    from search_cases import cases
+
     library, seed, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     full = sys.argv[4:] == ["full"]
     cuda = fakecupy.install(library)
@@ -66,8 +66,10 @@ def main() -> int:
                 if not np.array_equal(result.positions, expected) or not lines_ok:
                     failures += 1
                     print(
-                        f"MISMATCH {name}: {params.algorithm}/{params.variant} fused={params.fused} g={params.granularity} pattern {pattern[:24]!r} (m={len(pattern)}): "
-                        f"{result.positions.size} positions {result.positions[:8].tolist()}, expected {expected.size} {expected[:8].tolist()}; lines ok: {lines_ok}"
+                        f"MISMATCH {name}: {params.algorithm}/{params.variant} fused={params.fused} "
+                        f"g={params.granularity} pattern {pattern[:24]!r} (m={len(pattern)}): "
+                        f"{result.positions.size} positions {result.positions[:8].tolist()}, expected "
+                        f"{expected.size} {expected[:8].tolist()}; lines ok: {lines_ok}"
                     )
     print(f"{runs} searches, {failures} mismatches")
     return 1 if failures else 0
