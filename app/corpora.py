@@ -2,6 +2,7 @@
 `corpus_id`), for operators (Bearer token, as the job endpoints):
 
     POST   /corpora?name=...   the raw request body is the text (any bytes), streamed to disk
+                               (Idempotency-Key honoured, as by POST /jobs/{kind})
     GET    /corpora            list, newest first, with the devices each is resident on
     GET    /corpora/{id}       one corpus
     DELETE /corpora/{id}       delete it (409 while a queued or running search job uses it)
@@ -11,7 +12,8 @@
 Storage, beside the job store under PENCIL_DATA_DIR:
 
     <data_dir>/corpora/<id>.bin      the text, byte for byte
-    <data_dir>/corpora/<id>.json     its metadata: id, name, bytes, sha256, newlines, created
+    <data_dir>/corpora/<id>.json     its metadata: id, name, bytes, sha256, newlines, created,
+                                     and the Idempotency-Key's sha256 with the request's digest
 
 The body is read in the chunks the server receives and written in blocks of at most
 FLUSH_BYTES on a worker thread (hashing and counting newlines on the way): the server
@@ -20,6 +22,13 @@ disk, then renamed; the metadata file is written (atomically) last, so a corpus 
 listed is complete, and a restart keeps every listed corpus (and removes partial ones).
 The directory is synced after each rename, so a 201 survives a power cut.
 At most PENCIL_MAX_CORPUS_BYTES (413 past it, also without a Content-Length).
+
+Idempotency-Key: a retry with the key of a stored corpus and the same name and text (its
+sha256) answers 200 with that corpus and stores nothing; with another name or text, 409
+idempotency_conflict. The key is kept, hashed, in the metadata (no database): the lookup
+reads the listed corpora, under a lock file so that two requests with one key store one
+corpus. A storage error is a StorageError (507 or 503, see app/storage.py), and leaves no
+partial file nor a text without its metadata.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +52,15 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.errors import ERROR_SCHEMA, INVALID_PARAMETER, ApiError, error_responses
-from app.jobs.api import require_admin
+from app.jobs.api import idempotency_key, require_admin
+from app.storage import (
+    StorageError,
+    exclusive_lock,
+    fsync_directory,
+    remove_quietly,
+    storage_errors,
+    write_atomically,
+)
 from gpu.search.residency import RESIDENT
 
 log = logging.getLogger("pencil.corpora")
@@ -60,6 +78,8 @@ class Corpus:
     sha256: str
     newlines: int
     created: float
+    idempotency_key: str | None = None  # the sha256 of the Idempotency-Key it was stored with
+    request_digest: str | None = None  # identifies the request for that key: name and text
 
     @property
     def key(self) -> tuple[str, str]:
@@ -68,6 +88,7 @@ class Corpus:
 
     def body(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["idempotency_key"], out["request_digest"]
         out["created"] = datetime.fromtimestamp(self.created, UTC).isoformat(timespec="milliseconds")
         out["resident_on"] = RESIDENT.resident_devices(lambda key: key[0] == self.id)
         out["url"] = f"/corpora/{self.id}"
@@ -76,6 +97,14 @@ class Corpus:
 
 class CorpusTooLarge(Exception):
     pass
+
+
+class CorpusConflict(Exception):
+    """The Idempotency-Key was used before for another name or text (the earlier corpus)."""
+
+    def __init__(self, corpus: Corpus):
+        super().__init__(corpus.id)
+        self.corpus = corpus
 
 
 STALE_AFTER_S = 3600.0  # a leftover file untouched this long belongs to no live upload
@@ -100,48 +129,77 @@ class CorpusStore:
         """Remove what an interrupted upload or delete left: partial files, texts without
         metadata (written last), metadata without a text. Only what has not changed for
         STALE_AFTER_S: another server process may be writing the newer ones right now."""
-        if not self.root.is_dir():
+        try:
+            paths = list(self.root.iterdir()) if self.root.is_dir() else []
+        except OSError as exc:  # the requests that need the corpora will say so
+            log.warning("could not look for debris in %s: %s", self.root, exc)
             return
-        for path in self.root.iterdir():
-            if not _untouched_for(path, STALE_AFTER_S):
-                continue
-            if path.name.startswith(".") and path.name.endswith(".partial"):
-                stale = True
-            elif path.suffix in (".bin", ".json") and CORPUS_ID.match(path.stem):
-                stale = not path.with_suffix(".json" if path.suffix == ".bin" else ".bin").exists()
-            else:
-                stale = False
-            if stale:
+        for path in paths:
+            if _stale(path):
                 log.info("removing %s, left by an interrupted upload or delete", path.name)
-                path.unlink(missing_ok=True)
+                remove_quietly(path)
 
     def text_path(self, corpus_id: str) -> Path:
         return _text_file(self.root, corpus_id)
 
     def get(self, corpus_id: str) -> Corpus | None:
+        """The corpus, or None (no such corpus, or unreadable metadata); StorageError when
+        the metadata cannot be read."""
         if not CORPUS_ID.match(corpus_id):
             return None
         try:
-            return Corpus(**json.loads((self.root / f"{corpus_id}.json").read_text()))
-        except (FileNotFoundError, ValueError, TypeError):
+            text = (self.root / f"{corpus_id}.json").read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError("read the corpus metadata", exc) from exc
+        try:
+            return Corpus(**json.loads(text))
+        except (ValueError, TypeError):
             return None
 
     def list(self) -> list[Corpus]:
         """Every corpus, newest first."""
-        if not self.root.is_dir():
-            return []
-        found = [self.get(path.stem) for path in self.root.glob("*.json")]
+        with storage_errors("list the corpora"):
+            if not self.root.is_dir():
+                return []
+            found = [self.get(path.stem) for path in self.root.glob("*.json")]
         return sorted((c for c in found if c is not None), key=lambda c: (c.created, c.id), reverse=True)
 
-    async def create(self, name: str | None, chunks: AsyncIterator[bytes], limit: int) -> Corpus:
-        """Store the text arriving in `chunks`; raises CorpusTooLarge past `limit` bytes and
-        ApiError for an empty body (nothing is left behind on any error)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+    async def create(
+        self, name: str | None, chunks: AsyncIterator[bytes], limit: int, key: str | None = None
+    ) -> tuple[Corpus, bool]:
+        """Store the text arriving in `chunks`. Returns (corpus, created): with an
+        Idempotency-Key `key` seen before for the same name and text, the earlier corpus and
+        False; for another, raises CorpusConflict. Raises CorpusTooLarge past `limit` bytes,
+        ApiError for an empty body and StorageError when it cannot be written; nothing is
+        left behind on any error."""
         corpus_id = uuid.uuid4().hex
         partial = self.root / f".{corpus_id}.partial"
+        try:
+            with storage_errors("store the corpus"):
+                size, sha256, newlines = await self._receive(partial, chunks, limit)
+                corpus = Corpus(
+                    corpus_id,
+                    name,
+                    size,
+                    sha256,
+                    newlines,
+                    time.time(),
+                    hashlib.sha256(key.encode()).hexdigest() if key is not None else None,
+                    hashlib.sha256(json.dumps([name, sha256]).encode()).hexdigest(),
+                )
+                return await asyncio.to_thread(self._keep, partial, corpus)
+        finally:
+            remove_quietly(partial)  # renamed away when kept
+
+    async def _receive(self, partial: Path, chunks: AsyncIterator[bytes], limit: int) -> tuple[int, str, int]:
+        """Write the body to `partial` in blocks of at most FLUSH_BYTES, hashing and counting
+        newlines on the way, and flush it to disk. Returns (bytes, sha256, newlines)."""
+        await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+        handle = await asyncio.to_thread(_create, partial)
         digest = hashlib.sha256()
         size = newlines = 0
-        handle = await asyncio.to_thread(open, partial, "wb", buffering=0)  # blocks go straight to the file
 
         def write(block: bytes) -> int:
             view = memoryview(block)
@@ -168,59 +226,74 @@ class CorpusStore:
                     "empty_corpus",
                     "the request body is empty: send the text as the raw body (curl --data-binary @big.txt)",
                 )
-            await asyncio.to_thread(_flush, handle)
+            await asyncio.to_thread(os.fsync, handle.fileno())
+        finally:
             handle.close()
-            text = self.text_path(corpus_id)
-            partial.rename(text)
-            await asyncio.to_thread(_fsync_directory, self.root)
-            corpus = Corpus(corpus_id, name, size, digest.hexdigest(), newlines, time.time())
-            await asyncio.to_thread(
-                _write_atomically, self.root / f"{corpus_id}.json", json.dumps(asdict(corpus)).encode()
-            )
-            return corpus
-        except BaseException:
-            handle.close()
-            partial.unlink(missing_ok=True)
-            raise
+        return size, digest.hexdigest(), newlines
+
+    def _keep(self, partial: Path, corpus: Corpus) -> tuple[Corpus, bool]:
+        """Rename the received text into place and write its metadata (atomically, last),
+        unless the corpus's Idempotency-Key names an earlier corpus: then that one, or
+        CorpusConflict. With a key, under the directory's lock (see the module docstring)."""
+        keyed = corpus.idempotency_key is not None
+        with exclusive_lock(self.root / ".idempotency.lock") if keyed else nullcontext():
+            earlier = self._by_key(corpus.idempotency_key) if keyed else None
+            if earlier is not None:
+                if earlier.request_digest != corpus.request_digest:
+                    raise CorpusConflict(earlier)
+                return earlier, False
+            text = self.text_path(corpus.id)
+            os.rename(partial, text)
+            try:
+                fsync_directory(self.root)
+                write_atomically(self.root / f"{corpus.id}.json", json.dumps(asdict(corpus)).encode())
+            except BaseException:
+                remove_quietly(text)
+                raise
+            return corpus, True
+
+    def _by_key(self, key_hash: str | None) -> Corpus | None:
+        """The listed corpus stored with this Idempotency-Key hash, if any."""
+        return next((c for c in self.list() if c.idempotency_key == key_hash), None)
 
     def unlist(self, corpus_id: str) -> bool:
         """The first half of a delete, quick enough for the event loop: remove the metadata,
         so that the corpus is no longer listed nor accepted by a new search, even if the
         rest (remove_text) is interrupted (the restart's cleanup then removes the text)."""
         meta = self.root / f"{corpus_id}.json"
-        if not CORPUS_ID.match(corpus_id) or not meta.exists():
+        if not CORPUS_ID.match(corpus_id):
             return False
-        meta.unlink(missing_ok=True)
+        try:
+            meta.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError("delete the corpus", exc) from exc
         return True
 
     def remove_text(self, corpus_id: str) -> None:
         """The second half of a delete: the text, on disk and in device memory."""
-        self.text_path(corpus_id).unlink(missing_ok=True)
+        with storage_errors("delete the corpus text"):
+            self.text_path(corpus_id).unlink(missing_ok=True)
         RESIDENT.evict_matching(lambda key: key[0] == corpus_id)
 
 
-def _flush(handle: BinaryIO) -> None:
-    os.fsync(handle.fileno())
+def _stale(path: Path) -> bool:
+    """Whether `path` is debris of an interrupted upload or delete: a partial file, a text
+    without metadata (written last) or metadata without a text, untouched for STALE_AFTER_S
+    (another server process may be writing a newer one right now)."""
+    if not _untouched_for(path, STALE_AFTER_S):
+        return False
+    if path.name.startswith(".") and path.name.endswith(".partial"):
+        return True
+    if path.suffix in (".bin", ".json") and CORPUS_ID.match(path.stem):
+        return not path.with_suffix(".json" if path.suffix == ".bin" else ".bin").exists()
+    return False
 
 
-def _fsync_directory(path: Path) -> None:
-    """Make the renames inside `path` durable (a crash could otherwise keep one rename of
-    a corpus and lose the other, and the restart's cleanup would drop the corpus)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    with open(partial, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    partial.rename(path)
-    _fsync_directory(path.parent)
+def _create(path: Path) -> BinaryIO:
+    """A new file at `path` (it must not exist), unbuffered: blocks go straight to the file."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=0)
 
 
 def corpora_dir(data_dir: Path) -> Path:
@@ -244,7 +317,10 @@ _ERRORS = error_responses(
         401: "no or wrong Bearer token",
         404: "no such corpus",
         422: INVALID_PARAMETER,
-        503: "PENCIL_ADMIN_TOKEN is not set: corpora are disabled",
+        503: (
+            "admin_disabled (PENCIL_ADMIN_TOKEN is not set), or storage_unavailable (the data directory cannot "
+            "be used now; Retry-After)"
+        ),
     }
 )
 
@@ -267,6 +343,18 @@ CORPUS_SCHEMA = {
 }
 
 UPLOAD_OPENAPI = {
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": (
+                "a retry with the same key, name and text answers 200 with the corpus first stored; "
+                "with another name or text, 409"
+            ),
+        }
+    ],
     "requestBody": {
         "required": True,
         "description": "the text itself, any bytes (curl --data-binary @big.txt); not a multipart form",
@@ -280,13 +368,28 @@ UPLOAD_OPENAPI = {
             "description": "stored; Location: /corpora/{id}",
             "content": {"application/json": {"schema": CORPUS_SCHEMA}},
         },
-        "400": {"description": "empty body", "content": {"application/json": {"schema": ERROR_SCHEMA}}},
+        "200": {
+            "description": "an Idempotency-Key seen before with the same name and text: the corpus it stored",
+            "content": {"application/json": {"schema": CORPUS_SCHEMA}},
+        },
+        "400": {
+            "description": "empty body, or bad_idempotency_key",
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        },
         "413": {
             "description": "larger than PENCIL_MAX_CORPUS_BYTES",
             "content": {"application/json": {"schema": ERROR_SCHEMA}},
         },
+        "409": {
+            "description": "idempotency_conflict: the Idempotency-Key was used for another name or text",
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        },
         "415": {
             "description": "a multipart form instead of the raw text",
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        },
+        "507": {
+            "description": "insufficient_storage: the server's disk, quota or file-size limit is full",
             "content": {"application/json": {"schema": ERROR_SCHEMA}},
         },
     },
@@ -347,16 +450,26 @@ def install(app: FastAPI) -> None:
                 "unsupported_media_type",
                 "send the text as the raw request body (curl --data-binary @big.txt), not as a multipart form",
             )
+        key = idempotency_key(request)
         limit = request.app.state.settings.max_corpus_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
         try:
-            corpus = await _store(request).create(name, request.stream(), limit)
+            corpus, created = await _store(request).create(name, request.stream(), limit, key)
         except CorpusTooLarge:
             raise _too_large(limit) from None
-        log.info("stored corpus %s (%s, %d bytes)", corpus.id, corpus.name, corpus.bytes)
-        return JSONResponse(corpus.body(), status_code=201, headers={"Location": f"/corpora/{corpus.id}"})
+        except CorpusConflict as exc:
+            raise ApiError(
+                409,
+                "idempotency_conflict",
+                f"Idempotency-Key {key!r} was used for a different name or text (corpus {exc.corpus.id})",
+            ) from None
+        if created:
+            log.info("stored corpus %s (%s, %d bytes)", corpus.id, corpus.name, corpus.bytes)
+        return JSONResponse(
+            corpus.body(), status_code=201 if created else 200, headers={"Location": f"/corpora/{corpus.id}"}
+        )
 
     @router.get("", summary="List corpora, newest first")
     async def list_corpora(request: Request) -> dict[str, Any]:
@@ -391,7 +504,8 @@ def install(app: FastAPI) -> None:
         body = corpus.body()
         # No await between the check above and the unlisting: a search submitted meanwhile
         # either came first (409 above) or finds no corpus (404), never one being deleted.
-        _store(request).unlist(corpus_id)
+        if not _store(request).unlist(corpus_id):
+            raise ApiError(404, "corpus_not_found", f"there is no corpus {corpus_id!r}; GET /corpora lists them")
         await asyncio.to_thread(_store(request).remove_text, corpus_id)
         return {**body, "deleted": True, "resident_on": []}
 

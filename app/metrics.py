@@ -3,6 +3,8 @@ and the ASGI middleware that counts and times every HTTP request by route templa
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -15,6 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from app.jobs.store import JobStore
     from gpu.pool import DevicePool
+
+log = logging.getLogger("pencil.metrics")
 
 _JOB_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 _RENDER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -68,7 +72,8 @@ class Metrics:
         )
 
     def watch_jobs(self, store: JobStore) -> None:
-        """Export the number of jobs per kind and state (read from the store at each scrape)."""
+        """Export the number of jobs per kind and state (read from the store at each scrape,
+        or the last counts read while the store fails, with the failures counted)."""
         self.registry.register(_JobCollector(store))
 
     def watch_pool(self, pool: DevicePool) -> None:
@@ -109,16 +114,30 @@ class _PoolCollector:
 
 
 class _JobCollector:
-    """Jobs per kind and state, from the store at scrape time."""
+    """Jobs per kind and state, from the store at scrape time. A database error must not
+    fail the scrape (the other metrics matter most then): the gauge keeps the last counts
+    read, and pencil_job_store_read_failures counts the scrapes that could not read them."""
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
+        self._counts: dict[tuple[str, str], int] = {}
+        self._failures = 0
 
     def collect(self) -> Iterator[Metric]:
+        try:
+            self._counts = self.store.counts()
+        except sqlite3.Error as exc:
+            self._failures += 1
+            log.warning("metrics: could not read the job counts (%s); exporting the last ones read", exc)
         gauge = GaugeMetricFamily("pencil_jobs", "Batch jobs in the store by kind and state", labels=["kind", "status"])
-        for (kind, status), count in sorted(self.store.counts().items()):
+        for (kind, status), count in sorted(self._counts.items()):
             gauge.add_metric([kind, status], count)
         yield gauge
+        yield CounterMetricFamily(
+            "pencil_job_store_read_failures",
+            "Scrapes that could not read the job counts from the store (pencil_jobs then shows the last read)",
+            value=self._failures,
+        )
 
 
 def route_label(scope: Scope, request_scope: Scope) -> str:

@@ -13,6 +13,7 @@ the runner runs it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -58,6 +59,15 @@ def require_admin(
             "this endpoint needs 'Authorization: Bearer <PENCIL_ADMIN_TOKEN>'",
             {"WWW-Authenticate": "Bearer"},
         )
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's Idempotency-Key header, or None; 400 bad_idempotency_key when it is
+    empty or longer than MAX_IDEMPOTENCY_KEY characters."""
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+    return key
 
 
 def _iso(t: float | None) -> str | None:
@@ -132,7 +142,10 @@ _ERRORS = error_responses(
         404: "no such job",
         409: "Idempotency-Key reused for another request, or the job has no result (yet)",
         422: INVALID_PARAMETER,
-        503: "PENCIL_ADMIN_TOKEN is not set: jobs are disabled",
+        503: (
+            "admin_disabled (PENCIL_ADMIN_TOKEN is not set), or storage_unavailable / database_unavailable "
+            "(the data directory or the job database cannot be used now; Retry-After)"
+        ),
     }
 )
 _SUBMIT_ERRORS = error_responses(
@@ -143,6 +156,7 @@ _SUBMIT_ERRORS = error_responses(
         ),
         413: "the body or the input is over its limit (the detail names the setting)",
         415: "neither JSON nor the multipart form this kind takes",
+        507: "insufficient_storage: the server's disk, quota or file-size limit is full",
     }
 )
 
@@ -186,14 +200,12 @@ def _result_schema(kinds: dict[str, JobKind]) -> dict[str, Any]:
 def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
-        key = request.headers.get("idempotency-key")
-        if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
-            raise ApiError(400, "bad_idempotency_key", f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+        key = idempotency_key(request)
         submission = await kind.parse(request, state.settings)
         try:
             digest = submission.digest(kind.name) if key else None
-            job, created = state.jobs.create(
-                kind.name, submission.params, submission.inputs, key, digest, request_id=current_request_id()
+            job, created = await asyncio.to_thread(
+                state.jobs.create, kind.name, submission.params, submission.inputs, key, digest, current_request_id()
             )
         except IdempotencyConflict as exc:
             raise ApiError(
@@ -287,27 +299,31 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
                 f"job {job_id} is {job.status} ({job.progress:.0%}); poll /jobs/{job_id}",
                 {"Retry-After": RETRY_AFTER_S},
             )
-        folder = request.app.state.jobs.result_dir(job_id)
-        files = (
-            {path.name: f"/jobs/{job_id}/files/{path.name}" for path in sorted(folder.iterdir())}
-            if folder.is_dir()
-            else {}
-        )
+        names = await asyncio.to_thread(request.app.state.jobs.result_names, job_id)
+        files = {name: f"/jobs/{job_id}/files/{name}" for name in names}
         return JSONResponse({"id": job.id, "kind": job.kind, "result": job.result, "files": files})
 
     @router.get("/{job_id}/files/{name}", summary="One result file", response_class=FileResponse)
     async def get_file(request: Request, job_id: str, name: str) -> FileResponse:
         _found(request, job_id)
-        path = request.app.state.jobs.result_file(job_id, name)
-        if path is None:
+        found = request.app.state.jobs.result_file(job_id, name)
+        if found is None:
+            shown = name if len(name) <= 80 else f"{name[:80]}..."
             raise ApiError(
-                404, "file_not_found", f"job {job_id} has no result file {name!r}; GET /jobs/{job_id}/result lists them"
+                404,
+                "file_not_found",
+                f"job {job_id} has no result file {shown!r}; GET /jobs/{job_id}/result lists them",
             )
+        path, status = found
         media_type = RESULT_MEDIA_TYPES.get(path.suffix, "application/octet-stream")
         # images are shown in the browser (the jobs page links them); arrays are downloads
         disposition = "inline" if media_type.startswith("image/") else "attachment"
         return FileResponse(
-            path, media_type=media_type, filename=f"{job_id}-{name}", content_disposition_type=disposition
+            path,
+            media_type=media_type,
+            filename=f"{job_id}-{name}",
+            content_disposition_type=disposition,
+            stat_result=status,  # the lstat result_file checked: no second look at the path
         )
 
     @router.delete(

@@ -4,8 +4,11 @@ each job holds one batch-priority lease of the device pool while it runs, so at 
 priority, for /sketch. Without a GPU, jobs run on the CPU backend.
 
 A job that raises fails with the message; one that is canceled stops at its next
-checkpoint (the progress callback its front door calls). A process stop leaves running jobs in the table as
-running: the next start re-queues them (JobStore.recover).
+checkpoint (the progress callback its front door calls). A job whose result files cannot
+be written fails with "could not store the result: <reason>" and leaves no result files.
+A worker outlives errors of the store itself (logged; it tries again at its next poll).
+A process stop leaves running jobs in the table as running: the next start re-queues
+them (JobStore.recover).
 
 With several server processes (PENCIL_PROCESSES) on one data directory, only the
 process holding the runner lock (app/jobs/leader.py) runs jobs; the others wait on the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Mapping
@@ -28,6 +32,7 @@ from app.jobs.leader import RunnerLock
 from app.jobs.store import Job, JobStore
 from app.logs import request_context
 from app.metrics import Metrics
+from app.storage import StorageError, remove_quietly, remove_tree_quietly
 from gpu.jobs import FileWriter
 from gpu.pool import BATCH, DevicePool
 
@@ -119,13 +124,16 @@ class JobRunner:
 
     def _work(self) -> None:
         while not self._stopping.is_set():
-            job = self.store.claim_next()
-            if job is None:
+            try:
+                job = self.store.claim_next()
+                if job is not None:
+                    self.run(job)
+                    continue
                 self._purge()
-                with self._wake:
-                    self._wake.wait(POLL_S)
-                continue
-            self.run(job)
+            except (sqlite3.Error, OSError) as exc:  # the store failed, not a job: keep the worker
+                log.error("the job store failed (%s); trying again in %.0f s", exc, POLL_S)
+            with self._wake:
+                self._wake.wait(POLL_S)
 
     def run(self, job: Job) -> None:
         """Run one claimed job to its end state; its log lines carry the request id of its submission."""
@@ -151,7 +159,7 @@ class JobRunner:
             status = "canceled"
         except Exception as exc:  # a job's failure is its own: _log_end reports it
             failure = exc
-            self.store.fail(job.id, f"{type(exc).__name__}: {exc}")
+            self.store.fail(job.id, str(exc) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}")
         finally:
             seconds = time.perf_counter() - start
             self.metrics.jobs_finished.labels(job.kind, status).inc()
@@ -160,12 +168,13 @@ class JobRunner:
 
     @staticmethod
     def _log_end(job: Job, status: str, seconds: float, failure: Exception | None) -> None:
-        """One line per finished job; a failure's traceback unless it is a plain ValueError or RuntimeError."""
+        """One line per finished job; a failure's traceback unless it is a plain ValueError,
+        RuntimeError or StorageError."""
         fields = {"job_id": job.id, "kind": job.kind, "status": status, "seconds": round(seconds, 3)}
         if failure is None:
             log.info("job %s (%s) %s in %.2f s", job.id, job.kind, status, seconds, extra=fields)
             return
-        trace = failure if not isinstance(failure, (ValueError, RuntimeError)) else None
+        trace = failure if not isinstance(failure, (ValueError, RuntimeError, StorageError)) else None
         fields["error"] = f"{type(failure).__name__}: {failure}"
         log.warning(
             "job %s (%s) failed in %.2f s: %s", job.id, job.kind, seconds, failure, exc_info=trace, extra=fields
@@ -186,10 +195,7 @@ class JobRunner:
             result = self.pool.run(
                 lambda lease: kind.run(loaded, lease, progress), priority=BATCH, timeout=365 * 24 * 3600.0
             )
-        results = self.store.result_dir(job.id)
-        results.mkdir(parents=True, exist_ok=True)
-        for name, write in result.files.items():
-            _write_atomically(results / name, write)
+        _store_results(self.store.result_dir(job.id), result.files)
         return result.summary
 
     def _input_files(self, job: Job) -> dict[str, Path]:
@@ -212,14 +218,43 @@ class JobRunner:
             log.info("removed %d job(s) finished more than %.0f days ago", removed, self.retention_s / 86400)
 
 
+def _store_results(folder: Path, files: Mapping[str, FileWriter]) -> None:
+    """Write a job's result files into `folder`. StorageError("store the result") when one
+    cannot be written; the folder is removed then, so no part of the result is left."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, write in files.items():
+            _write_atomically(folder / name, write)
+    except OSError as exc:
+        remove_tree_quietly(folder)
+        raise StorageError("store the result", exc) from exc
+
+
 def _write_atomically(path: Path, write: FileWriter) -> None:
-    """Write one result file under a temporary name, then rename it: a reader never sees a
-    half-written file, and a failed write leaves none."""
+    """Write one result file under a temporary name, flush it to disk, then rename it: a
+    reader never sees a half-written file, and a failed write leaves none."""
     partial = path.with_name(f".{path.name}.partial")
     try:
         with open(partial, "wb") as handle:
-            write(handle)
+            try:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as exc:
+                raise _with_errno(exc, handle.fileno()) from exc
         os.replace(partial, path)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        remove_quietly(partial)
         raise
+
+
+def _with_errno(exc: OSError, fd: int) -> OSError:
+    """`exc`, or when it has no errno (numpy reports a short write as "N requested and M
+    written"), the error one more byte written at the end gets: EFBIG, ENOSPC, EDQUOT."""
+    if exc.errno is not None:
+        return exc
+    try:
+        os.write(fd, b"\0")
+    except OSError as cause:
+        return cause
+    return exc

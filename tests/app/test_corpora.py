@@ -1,6 +1,8 @@
 """Corpora over HTTP (app/corpora.py) on the CPU backend: upload of any bytes as the raw
 body (with and without Content-Length, streamed to disk block by block), list, get,
-delete, the size limit, auth, and a restart on the same data directory."""
+delete, the size limit, auth, a restart on the same data directory, Idempotency-Key (one
+corpus per key, across restarts and concurrent retries) and storage faults that leave no
+file behind (more in test_storage_faults.py)."""
 
 from __future__ import annotations
 
@@ -259,3 +261,76 @@ def test_a_search_submitted_while_its_corpus_is_deleted_is_refused_or_blocks_the
     assert_api_error(search, 404, "corpus_not_found", client)
     assert client.get("/jobs", params={"kind": "search"}).json()["jobs"] == []
     assert not list(corpus_dir(client).glob(f"{corpus['id']}*"))
+
+
+# ---------------------------------------------------------- idempotency --
+
+
+def keyed(client, data: bytes, key: str, name: str | None = "test"):
+    return client.post(
+        "/corpora", params={"name": name} if name is not None else None, content=data, headers={"Idempotency-Key": key}
+    )
+
+
+def test_idempotency_key_stores_a_corpus_once_even_across_a_restart(make_client):
+    """The answer of a stored corpus was lost: the retry gets it, and nothing is stored twice."""
+    client = admin(make_client)
+    first = keyed(client, b"the text\n" * 10, "upload-1")
+    assert first.status_code == 201, first.text
+    again = keyed(client, b"the text\n" * 10, "upload-1")
+    assert again.status_code == 200 and again.json() == first.json()
+    assert again.headers["location"] == f"/corpora/{first.json()['id']}"
+    assert "idempotency_key" not in first.json() and "request_digest" not in first.json()
+    for response in (keyed(client, b"another text", "upload-1"), keyed(client, b"the text\n" * 10, "upload-1", "b")):
+        body = assert_api_error(response, 409, "idempotency_conflict", client)
+        assert first.json()["id"] in body["detail"]
+    other = keyed(client, b"the text\n" * 10, "upload-2")
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    client.__exit__(None, None, None)
+    client = admin(make_client)
+    assert keyed(client, b"the text\n" * 10, "upload-1").json() == first.json()
+    assert sorted(c["id"] for c in client.get("/corpora").json()["corpora"]) == sorted(
+        [first.json()["id"], other.json()["id"]]
+    )
+    assert not list(corpus_dir(client).glob(".*.partial")) and len(list(corpus_dir(client).glob("*.bin"))) == 2
+
+
+def test_concurrent_uploads_with_one_key_store_one_corpus(make_client):
+    import asyncio
+
+    import httpx
+
+    client = admin(make_client)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": "same"}
+
+    async def post_all():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=client.app), base_url="http://test") as http:
+            return await asyncio.gather(
+                *(http.post("/corpora", content=b"racing text", headers=headers) for _ in range(6))
+            )
+
+    responses = asyncio.run(post_all())
+    assert sorted(r.status_code for r in responses) == [200] * 5 + [201]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert len(client.get("/corpora").json()["corpora"]) == 1
+
+
+def test_a_bad_idempotency_key_is_400(make_client):
+    client = admin(make_client)
+    assert_api_error(keyed(client, b"text", "k" * 201), 400, "bad_idempotency_key")
+
+
+def test_metadata_that_cannot_be_written_leaves_neither_text_nor_partial(make_client, monkeypatch):
+    """The text is in place, then its metadata fails (a full disk): 507, and the text goes too."""
+    import errno
+
+    def full_disk(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    client = admin(make_client)
+    monkeypatch.setattr(app.corpora, "write_atomically", full_disk)
+    response = client.post("/corpora", content=b"text that will not be kept")
+    body = assert_api_error(response, 507, "insufficient_storage", client)
+    assert body["detail"].startswith("could not store the corpus: No space left on device")
+    assert "retry-after" not in response.headers
+    assert list(corpus_dir(client).iterdir()) == []

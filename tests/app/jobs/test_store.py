@@ -1,15 +1,25 @@
 """app/jobs/store.py: the SQLite job store: states and their transitions, inputs stored
-before the row, idempotency, cancel, recovery after a stop, paging, retention."""
+before the row, idempotency, cancel, recovery after a stop, paging, retention; result
+files served only as regular files of the job's own folder; storage faults (an unwritable
+folder, a file-size limit, a read-only database) that leave nothing half-written; job.json
+records and the rebuild of a lost or corrupt database from them."""
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
 import os
 import sqlite3
 import time
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
+from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
 from app.jobs.store import IdempotencyConflict, JobStore
+from app.storage import StartupError, StorageError
 
 
 @pytest.fixture
@@ -144,7 +154,8 @@ def test_result_files_cannot_leave_the_job_folder(store):
     job, _ = store.create("svd", {})
     store.result_dir(job.id).mkdir(parents=True)
     (store.result_dir(job.id) / "s.npy").write_bytes(b"x")
-    assert store.result_file(job.id, "s.npy").read_bytes() == b"x"
+    path, status = store.result_file(job.id, "s.npy")
+    assert path.read_bytes() == b"x" and status.st_size == 1
     for name in ("../input", "..", "../../jobs.sqlite3", "missing.npy", "/etc/passwd"):
         assert store.result_file(job.id, name) is None
 
@@ -158,3 +169,243 @@ def test_purge_removes_old_finished_jobs_and_their_files(store):
     assert store.purge(older_than_s=0.01) == 1
     assert store.get(old.id) is None and not (store.jobs_dir / old.id).exists()
     assert store.get(fresh.id) is not None  # queued jobs are never purged
+
+
+# ------------------------------------------------------------ result files --
+
+
+def test_names_that_cannot_be_result_files_are_none(store):
+    """Not an OSError (File name too long) for a name over NAME_MAX bytes: None, as for any
+    name a result file cannot have."""
+    job, _ = store.create("svd", {})
+    store.result_dir(job.id).mkdir(parents=True)
+    (store.result_dir(job.id) / ".s.npy.partial").write_bytes(b"being written")
+    for name in ("a" * 256, "é" * 128, "a" * 255, "", ".s.npy.partial", "a\0b", "x/../s.npy"):
+        assert store.result_file(job.id, name) is None, name
+
+
+def test_result_files_are_regular_files_of_the_jobs_own_folder(store, tmp_path):
+    """No symbolic link is followed, neither a planted file nor a planted result folder."""
+    job, _ = store.create("svd", {})
+    other, _ = store.create("svd", {})
+    results = store.result_dir(job.id)
+    results.mkdir(parents=True)
+    (results / "s.npy").write_bytes(b"ours")
+    (results / "host").symlink_to("/etc/hostname")
+    (results / "dangling").symlink_to(tmp_path / "nowhere")
+    (results / "folder").mkdir()
+    os.mkfifo(results / "pipe")
+    for name in ("host", "dangling", "folder", "pipe"):
+        assert store.result_file(job.id, name) is None, name
+    assert store.result_names(job.id) == ["s.npy"]
+    store.result_dir(other.id).symlink_to(results)  # another job's folder, reached by a link
+    assert store.result_file(other.id, "s.npy") is None
+    assert store.result_file(job.id, "s.npy")[0].read_bytes() == b"ours"
+
+
+# ------------------------------------------------------------ storage faults --
+
+
+def test_a_submission_that_cannot_be_written_leaves_nothing(store):
+    with unwritable(store.jobs_dir), pytest.raises(StorageError) as caught:
+        store.create("svd", {"m": 3}, {"matrix.npy": b"abc"})
+    assert caught.value.errno == errno.EACCES and not caught.value.out_of_space
+    assert str(caught.value) == "could not store the job's input files: Permission denied"
+    assert list(store.jobs_dir.iterdir()) == [] and store.page()[0] == []
+
+
+def test_inputs_past_the_file_size_limit_leave_nothing(tmp_path):
+    result = run_limited(
+        """
+        from pathlib import Path
+        from app.jobs.store import JobStore
+        store = JobStore(Path("data"))
+        store.create("svd", {}, {"small.npy": b"fits"})
+        limit()
+        try:
+            store.create("svd", {"m": 1000}, {"small.npy": b"fits", "matrix.npy": b"x" * 2_000_000})
+            error = None
+        except OSError as exc:
+            error = [type(exc).__name__, exc.errno, str(exc)]
+        print(json.dumps({"error": error, "jobs": len(store.page()[0]), "folders": len(os.listdir("data/jobs"))}))
+        """,
+        1_000_000,
+        tmp_path,
+    )
+    assert result == {
+        "error": ["StorageError", errno.EFBIG, "could not store the job's input files: File too large"],
+        "jobs": 1,
+        "folders": 1,
+    }
+
+
+def test_the_probe_fails_while_the_database_cannot_be_written(store):
+    store.probe()
+    with read_only_database(store), pytest.raises(sqlite3.OperationalError, match="readonly"):
+        store.probe()
+    store.probe()
+    assert store._db.in_transaction is False
+
+
+def test_an_unusable_data_directory_is_a_startup_error_saying_what_to_do(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StartupError, match="cannot be written.*PENCIL_DATA_DIR"):
+        JobStore(tmp_path / "file" / "data")
+    (tmp_path / "data").mkdir()
+    with unwritable(tmp_path / "data"), pytest.raises(StartupError, match="Permission denied"):
+        JobStore(tmp_path / "data")
+
+
+# ------------------------------------------------------- records and rebuild --
+
+
+def record(store, job_id: str) -> dict:
+    return json.loads((store.jobs_dir / job_id / "job.json").read_text())
+
+
+def test_job_json_follows_the_changes_that_matter(store):
+    done, _ = store.create("svd", {"m": 3}, {"matrix.npy": b"abc"}, idempotency_key="k", request_digest="d")
+    assert record(store, done.id) | {"version": 0} == asdict(done) | {"version": 0}
+    store.claim_next()
+    store.set_progress(done.id, 0.5)
+    assert record(store, done.id)["status"] == "queued"  # running and progress are not mirrored
+    store.succeed(done.id, {"values": [1.0, float("nan")]})
+    assert record(store, done.id) | {"version": 0} == asdict(store.get(done.id)) | {"version": 0}
+    assert record(store, done.id)["result"] == {"values": [1.0, None]}
+    failed, _ = store.create("svd", {})
+    store.claim_next()
+    store.fail(failed.id, "ValueError: no")
+    assert (record(store, failed.id)["status"], record(store, failed.id)["error"]) == ("failed", "ValueError: no")
+    canceled, _ = store.create("svd", {})
+    store.cancel(canceled.id)
+    assert record(store, canceled.id)["status"] == "canceled"
+    assert sorted(p.name for p in (store.jobs_dir / done.id).iterdir()) == ["input", "job.json"]
+
+
+def make_jobs(store) -> dict[str, str]:
+    """One job in every state (and a running one with a cancel asked for); name -> id."""
+    ids = {}
+    for name in ("succeeded", "failed", "running", "cancel_asked", "canceled", "queued"):
+        ids[name] = store.create("svd", {"name": name}, {"matrix.npy": name.encode()}, idempotency_key=name)[0].id
+    for name in ("succeeded", "failed", "running", "cancel_asked"):
+        assert store.claim_next().id == ids[name]
+    store.succeed(ids["succeeded"], {"values": [3.0]})
+    store.fail(ids["failed"], "ValueError: no")
+    store.cancel(ids["cancel_asked"])
+    store.cancel(ids["canceled"])
+    return ids
+
+
+def assert_restored(store, before: dict, ids: dict[str, str]) -> None:
+    """Every job as it was, except that a running one is queued again (canceled when asked)."""
+    for name, job_id in ids.items():
+        job = store.get(job_id)
+        expected = before[name]
+        if name == "running":
+            assert (job.status, job.started, job.progress) == ("queued", None, 0.0)
+            expected = replace(expected, status="queued", started=None, progress=0.0)
+        if name == "cancel_asked":
+            assert (job.status, job.error) == ("canceled", "canceled while running") and job.finished
+            expected = replace(expected, status="canceled", finished=job.finished, error=job.error)
+        assert job == expected, name
+        assert (store.input_dir(job_id) / "matrix.npy").read_bytes() == name.encode()
+    assert store.create("svd", {}, idempotency_key="succeeded", request_digest=None)[0].id == ids["succeeded"]
+
+
+def snapshot(store, ids: dict[str, str]) -> dict:
+    """The jobs as job.json last recorded them (running ones as they were submitted)."""
+    return {
+        name: store.get(job_id) if name not in ("running", "cancel_asked") else None for name, job_id in ids.items()
+    }
+
+
+@pytest.mark.parametrize("loss", ["deleted", "emptied", "rows deleted"])
+def test_a_lost_database_is_rebuilt_from_the_job_folders(tmp_path, caplog, loss):
+    store = JobStore(tmp_path / "data")
+    ids = make_jobs(store)
+    before = {name: store.get(job_id) for name, job_id in ids.items()}
+    before["running"] = replace(before["running"], started=None, progress=0.0, status="queued")
+    database = tmp_path / "data" / "jobs.sqlite3"
+    if loss == "rows deleted":
+        store._db.execute("DELETE FROM jobs")
+    store.close()
+    if loss == "deleted":
+        database.unlink()
+    elif loss == "emptied":
+        database.write_bytes(b"")
+
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        reopened = JobStore(tmp_path / "data")
+    assert_restored(reopened, before, ids)
+    (line,) = [r for r in caplog.records if "restored" in r.getMessage()]
+    assert line.levelno == logging.WARNING and "restored 6 job(s)" in line.getMessage()
+    reopened.close()
+    caplog.clear()
+    JobStore(tmp_path / "data").close()  # a table with jobs is left as it is
+    assert not [r for r in caplog.records if "restored" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("offset", "expected"), [(4096, "malformed"), (0, "not a database")])
+def test_a_corrupt_database_is_moved_aside_with_its_companions_and_rebuilt(tmp_path, caplog, rng, offset, expected):
+    """Random bytes over page 2, or over the header: quick_check at start-up finds them."""
+    store = JobStore(tmp_path / "data")
+    ids = make_jobs(store)
+    for i in range(40):  # pages enough that page 2 is part of the job table
+        store.create("svd", {"padding": "x" * 500, "i": i})
+    before = {name: store.get(job_id) for name, job_id in ids.items()}
+    before["running"] = replace(before["running"], started=None, progress=0.0, status="queued")
+    store.close()
+    database = tmp_path / "data" / "jobs.sqlite3"
+    corrupt(database, offset, 4096 if offset else 100, rng)
+    damaged = database.read_bytes()
+
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        reopened = JobStore(tmp_path / "data")
+    assert_restored(reopened, before, ids)
+    assert len(reopened.page(limit=100)[0]) == 46
+    (aside,) = (tmp_path / "data").glob("jobs.sqlite3.corrupt-*[0-9Z]")
+    assert aside.read_bytes() == damaged
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and expected in errors[0].getMessage() and str(aside) in errors[0].getMessage()
+    assert any("restored 46 job(s)" in r.getMessage() for r in caplog.records)
+    reopened.close()
+
+
+def test_the_wal_and_shm_files_go_aside_with_a_corrupt_database(tmp_path, rng):
+    """Checked read-only: closing the check neither replays nor deletes the WAL."""
+    store = JobStore(tmp_path / "data")
+    job, _ = store.create("svd", {})
+    store.close()
+    database = tmp_path / "data" / "jobs.sqlite3"
+    corrupt(database, 0, 100, rng)
+    Path(f"{database}-wal").write_bytes(b"stale wal")
+    Path(f"{database}-shm").write_bytes(b"stale shm")
+    reopened = JobStore(tmp_path / "data")
+    assert [j.id for j in reopened.page()[0]] == [job.id]
+    reopened.close()
+    (aside,) = (tmp_path / "data").glob("jobs.sqlite3.corrupt-*[0-9Z]")
+    assert Path(f"{aside}-wal").read_bytes() == b"stale wal" and Path(f"{aside}-shm").exists()
+
+
+def test_folders_without_a_record_are_logged_and_purged_after_the_retention_period(tmp_path, caplog):
+    store = JobStore(tmp_path / "data")
+    kept, _ = store.create("svd", {})
+    store.close()
+    (tmp_path / "data" / "jobs.sqlite3").unlink()
+    legacy = store.jobs_dir / ("ab" * 16)  # a folder from before job.json
+    (legacy / "input").mkdir(parents=True)
+    (store.jobs_dir / "notes").mkdir()  # not a job's folder: never touched
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        reopened = JobStore(tmp_path / "data")
+    assert reopened.get(kept.id) is not None and reopened.get(legacy.name) is None
+    assert any(
+        f"1 job folder(s) in {store.jobs_dir} have no readable job.json ({legacy.name})" in r.getMessage()
+        for r in caplog.records
+    )
+    assert reopened.purge(older_than_s=3600) == 0 and legacy.is_dir()
+    long_ago = time.time() - 7200
+    for folder in (legacy, store.jobs_dir / kept.id, store.jobs_dir / "notes"):
+        os.utime(folder, (long_ago, long_ago))
+    reopened.purge(older_than_s=3600)
+    assert not legacy.exists() and (store.jobs_dir / kept.id).is_dir() and (store.jobs_dir / "notes").is_dir()
+    reopened.close()

@@ -1,0 +1,158 @@
+"""The service's persistent data under PENCIL_DATA_DIR (job store, job folders, corpora):
+the one error a failed read or write of it becomes, durable writes, and the checks that
+start-up and readiness make.
+
+A file-system error while storing or reading that data is raised as a StorageError (an
+OSError with the errno of its cause) naming what could not be done, and the API answers it
+(app/errors.py) by its cause:
+
+- 507 insufficient_storage: the disk or the quota is full, or a file hit its size limit
+  (ENOSPC, EDQUOT, EFBIG). Retrying does not help until space is freed, so no Retry-After.
+- 503 storage_unavailable, with Retry-After: any other cause (EACCES, EROFS, EIO, ...). The
+  storage cannot be used now; once an operator fixes it the same request succeeds.
+
+Start-up problems the server cannot fix itself (an unwritable data directory) are a
+StartupError whose message tells the operator what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+log = logging.getLogger("pencil.storage")
+
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class StorageError(OSError):
+    """Persistent data could not be stored or read: `action` says what ("store the corpus"),
+    the errno and the reason are those of the cause."""
+
+    def __init__(self, action: str, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.action = action
+
+    def __str__(self) -> str:
+        return f"could not {self.action}: {self.strerror}"
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether more space (disk, quota or file-size limit) is what it takes."""
+        return self.errno in OUT_OF_SPACE
+
+
+class StartupError(Exception):
+    """A start-up problem the server cannot fix; the message says what to do about it."""
+
+
+@contextmanager
+def storage_errors(action: str) -> Iterator[None]:
+    """Raise an OSError of the block as StorageError(action, it) (one already so, as it is)."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise StorageError(action, exc) from exc
+
+
+def write_file(path: Path, data: bytes, durable: bool = True) -> None:
+    """Create `path`, which must not exist, holding `data`; flushed to disk when `durable`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` by a file holding `data`: written and flushed under a hidden temporary
+    name beside it, renamed over it, the directory synced. A failure leaves `path` as it was
+    and no temporary file."""
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")  # unique: writers may race
+    try:
+        write_file(partial, data)
+        os.replace(partial, path)
+    except BaseException:
+        remove_quietly(partial)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make the renames and creations inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(path: Path) -> None:
+    """Remove the file `path` if it is there. A failure is logged, not raised: clean-up must
+    not hide the error that called for it."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not remove %s: %s", path, exc.strerror or exc)
+
+
+def remove_tree_quietly(path: Path) -> None:
+    """Remove the directory `path` and everything in it, as far as possible (see remove_quietly)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        log.warning("could not remove all of %s", path)
+
+
+def probe_directory(directory: Path) -> str | None:
+    """Why a file cannot be created in `directory` now, or None when it can: a small file is
+    created, written and removed (not flushed: cheap enough for every readiness probe)."""
+    probe = directory / f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        write_file(probe, b"probe\n", durable=False)
+        os.unlink(probe)
+    except OSError as exc:
+        remove_quietly(probe)
+        return exc.strerror or str(exc)
+    return None
+
+
+def prepare_directory(directory: Path, setting: str = "PENCIL_DATA_DIR") -> None:
+    """Create `directory` if it is missing and check that files can be created in it;
+    StartupError saying what to do otherwise."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        problem = probe_directory(directory)
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem is not None:
+        raise StartupError(
+            f"the data directory {directory} cannot be written ({problem}): make it a writable directory for the "
+            f"server's user (uid {os.geteuid()}) with free space, or point {setting} elsewhere"
+        )
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock (flock) on the file `path`, created if missing, inside the
+    block: it serialises the server processes (and threads) that share the data directory."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock

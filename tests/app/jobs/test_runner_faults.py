@@ -1,0 +1,128 @@
+"""app/jobs/runner.py under storage faults: a result that cannot be written (a real
+file-size limit, a full disk) fails its job with a clear error and leaves no result file;
+a worker outlives errors of the job store itself."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+
+import numpy as np
+from storage_faults import read_only_database, run_limited
+
+import app.jobs.runner as runner_module
+from app.jobs.kinds import JobKind
+from app.jobs.runner import JobRunner
+from app.jobs.store import JobStore
+from app.metrics import Metrics
+from gpu.jobs import JobResult, npy_file
+
+
+class Stored:
+    """The job object of the test kinds: nothing to rehydrate."""
+
+    @classmethod
+    def from_json(cls, stored, files):
+        return cls()
+
+
+def kind(run) -> dict[str, JobKind]:
+    return {"test": JobKind("test", "a test job", None, Stored, run)}
+
+
+def test_a_result_past_the_file_size_limit_fails_the_job_and_leaves_no_file(tmp_path):
+    """The numpy short write ("N requested and M written", no errno) is reported as what it
+    is: File too large (as ENOSPC would be: No space left on device)."""
+    result = run_limited(
+        """
+        from pathlib import Path
+        import numpy as np
+        from app.jobs.kinds import JobKind
+        from app.jobs.runner import JobRunner
+        from app.jobs.store import JobStore
+        from app.metrics import Metrics
+        from gpu.jobs import JobResult, npy_file
+
+        class Stored:
+            @classmethod
+            def from_json(cls, stored, files):
+                return cls()
+
+        def run(job, lease, progress):
+            files = {"a_small.npy": npy_file(np.ones(10)), "u.npy": npy_file(np.ones((600, 600)))}
+            return JobResult({"n": 1}, files)
+
+        store = JobStore(Path("data"))
+        job, _ = store.create("test", {})
+        runner = JobRunner(store, {"test": JobKind("test", "", None, Stored, run)}, 1, "cpu", None, Metrics(), 3600.0)
+        limit()
+        runner.run(store.claim_next())
+        done = store.get(job.id)
+        print(json.dumps({
+            "status": done.status,
+            "error": done.error,
+            "files": sorted(str(p.relative_to(store.jobs_dir)) for p in store.jobs_dir.rglob("*") if p.is_file()),
+            "record": json.loads((store.jobs_dir / job.id / "job.json").read_text())["status"],
+            "id": job.id,
+        }))
+        """,
+        1_000_000,
+        tmp_path,
+    )
+    assert result["status"] == "failed" and result["record"] == "failed"
+    assert result["error"] == "could not store the result: File too large"
+    assert result["files"] == [f"{result['id']}/job.json"]
+
+
+def test_a_full_disk_while_writing_a_result_fails_the_job_clearly_without_a_traceback(tmp_path, caplog):
+    def full_disk(handle):
+        handle.write(b"\x93NUMPY partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = JobStore(tmp_path / "data")
+    job, _ = store.create("test", {})
+    runner = JobRunner(
+        store,
+        kind(lambda job, lease, progress: JobResult({}, {"s.npy": npy_file(np.ones(3)), "u.npy": full_disk})),
+        1,
+        "cpu",
+        None,
+        Metrics(),
+        3600.0,
+    )
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        runner.run(store.claim_next())
+    done = store.get(job.id)
+    assert (done.status, done.error) == ("failed", "could not store the result: No space left on device")
+    assert not store.result_dir(job.id).exists()
+    (line,) = [r for r in caplog.records if r.name == "pencil.jobs"]
+    assert "No space left on device" in line.getMessage() and line.exc_info is None
+    store.close()
+
+
+def test_a_worker_outlives_errors_of_the_job_store(tmp_path, caplog, monkeypatch):
+    """While its database refuses writes the worker logs and polls again; then it runs
+    the job another process submitted."""
+    monkeypatch.setattr(runner_module, "POLL_S", 0.05)
+    store = JobStore(tmp_path / "data")
+    runner = JobRunner(store, kind(lambda job, lease, progress: JobResult({"ok": True})), 1, "cpu", None, Metrics(), 1)
+    runner.start()
+    other_process = JobStore(tmp_path / "data")
+    try:
+        with caplog.at_level(logging.ERROR, logger="pencil.jobs"), read_only_database(store):
+            job, _ = other_process.create("test", {})
+            deadline = time.monotonic() + 10
+            while not [r for r in caplog.records if "the job store failed" in r.getMessage()]:
+                assert time.monotonic() < deadline, "the worker did not report the store's error"
+                time.sleep(0.02)
+            assert other_process.get(job.id).status == "queued"
+        deadline = time.monotonic() + 10
+        while other_process.get(job.id).status != "succeeded":
+            assert time.monotonic() < deadline, other_process.get(job.id)
+            time.sleep(0.02)
+    finally:
+        assert runner.stop()
+        store.close()
+        other_process.close()
+    assert "readonly" in caplog.records[0].getMessage()
