@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -55,14 +55,53 @@ class Settings(BaseSettings):
     )
     max_queue: int = Field(16, ge=0, le=10_000, description="renders allowed to wait; past it /sketch answers 503")
     max_upload_bytes: int = Field(25 * MIB, ge=1024, description="largest uploaded image in bytes (413 past it)")
+    upload_timeout_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "longest wait for the next piece of a request body (every upload); past it, or past the "
+            "minimum rate, 408 upload_timeout and the connection is closed"
+        ),
+    )
+    upload_min_bytes_per_s: float = Field(
+        1024.0,
+        ge=0.0,
+        description=(
+            "slowest upload taken: the waits for a body's pieces may add up to PENCIL_UPLOAD_TIMEOUT_S plus "
+            "one second for every this many bytes received, so a trickle cannot hold a connection "
+            "(0: no minimum)"
+        ),
+    )
+    refused_drain_bytes: int = Field(
+        4 * MIB,
+        ge=0,
+        description=(
+            "a request answered before its body was read (503 overloaded, 413, ...): up to this many bytes "
+            "of the body are read and dropped after the answer, so that the client reads the answer rather "
+            "than a reset; the connection of a larger body (or one of unknown length) is then closed"
+        ),
+    )
+    refused_drain_s: float = Field(
+        2.0, ge=0.0, le=60.0, description="longest time spent reading and dropping the body of such a request"
+    )
     max_pixels: int = Field(
         50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)"
     )
     max_concurrent_pixels: int = Field(
-        50_000_000,
-        ge=256,
+        0,
+        ge=0,
         description=(
-            "pixels rendered at once across all workers; bounds memory (the CPU backend needs about 55 bytes a pixel)"
+            "pixels rendered at once across all workers; bounds memory (the CPU backend needs about 60 bytes a "
+            "pixel). 0: PENCIL_MAX_PIXELS + PENCIL_LARGE_RENDER_PIXELS, the largest photo beside a small one"
+        ),
+    )
+    large_render_pixels: int = Field(
+        12_500_000,
+        ge=1,
+        description=(
+            "renders of more pixels are large: together they hold at most all workers but one and leave this "
+            "many pixels of PENCIL_MAX_CONCURRENT_PIXELS free, so a smaller photo never waits for them"
         ),
     )
     devices: str = Field(
@@ -165,6 +204,13 @@ class Settings(BaseSettings):
             "(least recently used evicted first)"
         ),
     )
+
+    @model_validator(mode="after")
+    def _default_pixel_budget(self) -> Settings:
+        """PENCIL_MAX_CONCURRENT_PIXELS=0 (the default): room for the largest photo and a small one."""
+        if self.max_concurrent_pixels == 0:
+            self.max_concurrent_pixels = self.max_pixels + self.large_render_pixels
+        return self
 
     def upload_limit(self, path: str) -> int:
         """Largest upload, in bytes, for a request to `path`: jobs take big matrices, corpora big texts."""

@@ -1,10 +1,19 @@
 """The one error shape of the API: JSON `{"error": code, "detail": sentence}` with the
 right status, for our own errors, Starlette's and validation errors alike. Nothing a
-client sends reaches it as a stack trace."""
+client sends reaches it as a stack trace.
+
+Storage is answered, never a 500 (app/storage.py says why these statuses):
+- StorageError (files under PENCIL_DATA_DIR, upload spooling): 507 insufficient_storage
+  for a full disk or quota or a file-size limit (ENOSPC, EDQUOT, EFBIG), else 503
+  storage_unavailable with Retry-After (EACCES, EROFS, EIO, ...);
+- sqlite3.DatabaseError (the job store): 503 database_unavailable with Retry-After (a
+  locked, unwritable or corrupt database; a restart checks and repairs it), or 507
+  insufficient_storage when SQLite reports a full disk (SQLITE_FULL)."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -15,7 +24,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import BaseRoute, Match
 
+from app.storage import StorageError
 from gpu.codec.errors import ImageError
 from gpu.errors import ParamError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
@@ -118,7 +129,32 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     if exc.status_code == 413:  # from RequestBodyLimitMiddleware: a body without Content-Length
         settings, path = request.app.state.settings, request.url.path
         detail = too_large_detail(None, settings.upload_limit(path), settings.upload_limit_variable(path))
-    return _rejected(request, exc.status_code, code, detail, getattr(exc, "headers", None))
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return _rejected(request, exc.status_code, code, detail, headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the app routes for the request's path, as an Allow header: Starlette's
+    405 names only those of the first route whose path matches (POST /corpora hid GET)."""
+    scope = {**request.scope, "method": "GET"}
+    methods: set[str] = set()
+    for route in _leaf_routes(request.app.router.routes):
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(scope)[0] != Match.NONE:
+            methods |= set(route_methods)
+    return ", ".join(sorted(methods))
+
+
+def _leaf_routes(routes: list[BaseRoute]) -> list[BaseRoute]:
+    """The routes of the app, those of included routers too (FastAPI keeps an included
+    router as one entry whose `original_router` holds its routes, prefixes applied)."""
+    leaves: list[BaseRoute] = []
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        leaves.extend(_leaf_routes(included.routes) if included is not None else [route])
+    return leaves
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -158,6 +194,47 @@ async def _out_of_memory(request: Request, exc: DeviceOutOfMemory) -> JSONRespon
     )
 
 
+STORAGE_RETRY_AFTER_S = "30"
+SQLITE_FULL = 13
+
+
+def _insufficient_storage(request: Request, reason: str) -> JSONResponse:
+    return _rejected(
+        request,
+        507,
+        "insufficient_storage",
+        f"{reason}; the server's storage is full: retry once an operator has freed space",
+    )
+
+
+async def _storage_error(request: Request, exc: StorageError) -> JSONResponse:
+    """507 when space is what it takes, else 503 with Retry-After; logged for the operator."""
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    if exc.out_of_space:
+        return _insufficient_storage(request, str(exc))
+    return _rejected(
+        request,
+        503,
+        "storage_unavailable",
+        f"{exc}; the server's storage cannot be used now, retry later",
+        {"Retry-After": STORAGE_RETRY_AFTER_S},
+    )
+
+
+async def _database_error(request: Request, exc: sqlite3.DatabaseError) -> JSONResponse:
+    """503 database_unavailable with Retry-After (507 for a full disk); logged for the operator."""
+    log.error("%s %s: job database error: %s", request.method, request.url.path, exc)
+    if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL:
+        return _insufficient_storage(request, f"could not write the job database: {exc}")
+    return _rejected(
+        request,
+        503,
+        "database_unavailable",
+        f"the job database cannot be used now ({exc}); retry later",
+        {"Retry-After": STORAGE_RETRY_AFTER_S},
+    )
+
+
 Handler = Callable[[Request, Any], Awaitable[Response]]
 HANDLERS: dict[type[Exception], Handler] = {
     PoolBusy: _pool_busy,
@@ -168,6 +245,8 @@ HANDLERS: dict[type[Exception], Handler] = {
     StarletteHTTPException: _http_error,
     RequestValidationError: _validation_error,
     ClientDisconnect: _client_disconnect,
+    StorageError: _storage_error,
+    sqlite3.DatabaseError: _database_error,
     Exception: _unexpected,
 }
 

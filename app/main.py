@@ -8,18 +8,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import State
 from starlette.middleware.body_limit import RequestBodyLimitResponder
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import corpora, sketch
 from app.config import Settings, get_settings
@@ -33,7 +36,10 @@ from app.jobs.store import JobStore
 from app.jobs.svd import SVD
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
+from app.openapi import document_limits
 from app.render_queue import RenderQueue
+from app.storage import StartupError, prepare_directory, probe_directory
+from app.uploads import UploadGuard
 from gpu import pencil
 from gpu.backend import Backend, BackendUnavailable, select_backend
 from gpu.pool import DevicePool, parse_devices
@@ -53,6 +59,7 @@ OPENAPI_TAGS = [
 # share of PENCIL_GPU_MEMORY_FRACTION (big SVDs, resident corpora); the renders of all of
 # them share the rest.
 JOB_MEMORY_SHARE = 0.5
+DATABASE_ERROR_NOT_READY_S = 30.0  # /readyz says not ready this long after the job database last failed
 
 try:
     VERSION = version("pencil-gpu")
@@ -98,6 +105,41 @@ class BodyLimit:
         await RequestBodyLimitResponder(self.app, limit)(scope, receive, send)
 
 
+class QuietStartupFailure:
+    """A start-up ended by a StartupError has said why in one log line (_start_step): this
+    blanks the traceback Starlette hands uvicorn with lifespan.startup.failed, which uvicorn
+    would log too, so the operator reads the line, not a stack. uvicorn exits with status 3."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_quietly(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and hasattr(scope["app"].state, "startup_failure"):
+                message = {**message, "message": ""}
+            await send(message)
+
+        await self.app(scope, receive, send_quietly)
+
+
+Result = TypeVar("Result")
+
+
+def _start_step(app: FastAPI, step: Callable[..., Result], *args: Any) -> Result:
+    """Run one start-up step; a StartupError is logged as one ERROR line saying what to do
+    and marked for QuietStartupFailure, then ends the start."""
+    try:
+        return step(*args)
+    except StartupError as exc:
+        log.error("pencil-gpu cannot start: %s", exc)
+        app.state.startup_failure = str(exc)
+        raise
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_format)
@@ -115,12 +157,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # an unusable one stops the start at once. Without jobs nothing is stored.
         jobs_enabled = bool(settings.admin_token)
         if jobs_enabled:
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            _start_step(app, prepare_directory, settings.data_dir)
         await asyncio.to_thread(pencil.warm_up, backend.name, pool)
         app.state.warmed_up = True  # /readyz says ready from here on
         store = runner = None
         if jobs_enabled:  # without a token every /jobs and /corpora route answers 503 before it reads these
-            store = app.state.jobs = JobStore(settings.data_dir)
+            store = app.state.jobs = _start_step(app, JobStore, settings.data_dir)
             metrics.watch_jobs(store)
             job_memory = (
                 settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None
@@ -172,17 +214,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.workers = workers
     app.state.warmed_up = False
     app.state.render_queue = RenderQueue(
-        workers, settings.max_queue, settings.max_concurrent_pixels, metrics, backend.name
+        workers,
+        settings.max_queue,
+        settings.max_concurrent_pixels,
+        metrics,
+        backend.name,
+        large_render_pixels=settings.large_render_pixels,
     )
     install_error_handlers(app)
     sketch.install(app)
     jobs_api.install(app, JOB_KINDS)
     corpora.install(app)
     _add_service_routes(app)
+    document_limits(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
+    app.add_middleware(QuietStartupFailure)
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
+    app.add_middleware(UploadGuard, settings=settings, metrics=metrics)  # 408s; early answers drained
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(AccessLogMiddleware, backend=backend.name)
     add_request_id_middleware(app)  # outermost: the 413s above and every log line get the id
@@ -233,6 +283,29 @@ def home_devices(settings: Settings, visible: int) -> tuple[list[int] | None, in
     return [home], -(-settings.processes // len(candidates))
 
 
+def _storage_problems(state: State) -> list[str]:
+    """Why the data directory or the job database cannot be used now (none when they can):
+    a small file created and removed, one small write transaction and a read of the job
+    table (JobStore.probe), and any database error met within DATABASE_ERROR_NOT_READY_S."""
+    data_dir = state.settings.data_dir
+    if not data_dir.is_dir():
+        return [f"data directory {data_dir} is missing"]
+    problems = []
+    problem = probe_directory(data_dir)
+    if problem is not None:
+        problems.append(f"data directory {data_dir} cannot be written: {problem}")
+    store = getattr(state, "jobs", None)
+    if store is not None:
+        try:
+            store.probe()
+        except sqlite3.Error as exc:
+            problems.append(f"job database cannot be written or read: {exc}")
+        failure = store.recent_error(DATABASE_ERROR_NOT_READY_S)
+        if failure is not None and not any(failure in problem for problem in problems):
+            problems.append(f"job database failed in the last {DATABASE_ERROR_NOT_READY_S:.0f} s: {failure}")
+    return problems
+
+
 def _add_service_routes(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -278,8 +351,8 @@ def _add_service_routes(app: FastAPI) -> None:
         problems = []
         if not state.warmed_up:
             problems.append("warming up (kernels, codecs, first renders)")
-        if state.settings.admin_token and not state.settings.data_dir.is_dir():  # only batch jobs need it
-            problems.append(f"data directory {state.settings.data_dir} is missing")
+        if state.settings.admin_token:  # only batch jobs store anything
+            problems += await asyncio.to_thread(_storage_problems, state)
         if state.render_queue.is_full():
             problems.append("render queue is full")
         if problems:

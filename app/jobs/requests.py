@@ -114,4 +114,11 @@ def form_schema(files: dict[str, str], required: tuple[str, ...], params_doc: st
         name: {"type": "string", "format": "binary", "description": text} for name, text in files.items()
     }
     properties[PARAMS_FIELD] = {"type": "string", "description": params_doc}
-    return {"type": "object", "required": list(required), "properties": properties}
+    # no other field: upload_form answers 422 use_params_field for any
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": properties,
+        "additionalProperties": False,
+        "maxProperties": len(properties),
+    }

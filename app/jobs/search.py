@@ -47,7 +47,12 @@ class Base64Pattern(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # exactly one source of text (parse checks it; the schema says it)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"oneOf": [{"required": [name]} for name in ("corpus_id", "text", "text_base64")]},
+    )
     corpus_id: str | None = Field(None, description="a stored corpus (POST /corpora); or give `text` / `text_base64`")
     text: str | None = Field(None, description="a small text inline, as UTF-8 (at most PENCIL_MAX_SEARCH_TEXT_BYTES)")
     text_base64: str | None = Field(None, description="a small text inline, any bytes, base64")

@@ -137,3 +137,14 @@ def test_create_app_reads_the_environment(monkeypatch, tmp_path):
         body = client.get("/healthz").json()
     assert body["workers"] == 3 and body["queue"]["limit"] == 1 and body["backend"] == "cpu"
     assert (tmp_path / "env-data").is_dir()
+
+
+def test_pixel_budget_defaults_to_the_largest_photo_beside_a_small_one(monkeypatch):
+    settings = Settings()
+    assert settings.large_render_pixels == 12_500_000
+    assert settings.max_concurrent_pixels == 50_000_000 + 12_500_000
+    monkeypatch.setenv("PENCIL_MAX_PIXELS", "20000000")
+    monkeypatch.setenv("PENCIL_LARGE_RENDER_PIXELS", "4000000")
+    assert Settings().max_concurrent_pixels == 24_000_000
+    monkeypatch.setenv("PENCIL_MAX_CONCURRENT_PIXELS", "30000000")
+    assert Settings().max_concurrent_pixels == 30_000_000

@@ -44,6 +44,23 @@ def test_wrong_method_is_json_405(client, method, path, allowed):
     assert allowed in response.headers["allow"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("OPTIONS", "/corpora", "GET, POST"),  # two routes on one path: Starlette named only the first
+        ("PATCH", "/corpora/c0ffee", "DELETE, GET"),
+        ("PUT", "/jobs/0123abcd", "DELETE, GET, POST"),  # /jobs/{job_id} and POST /jobs/{kind}
+        ("OPTIONS", "/jobs", "GET"),
+        ("PUT", "/jobs/0123abcd/result", "GET"),
+    ],
+)
+def test_allow_lists_every_method_of_the_path(make_client, method, path, allowed):
+    client = make_client(admin_token="allow-test")
+    response = client.request(method, path)
+    assert_api_error(response, 405, "method_not_allowed", client)
+    assert response.headers["allow"] == allowed
+
+
 def test_declared_length_over_limit_is_413(small_client):
     body = b"\xff\xd8\xff" + b"\x00" * (LIMIT - 2)  # LIMIT + 1 bytes
     response = small_client.post("/sketch", content=body, headers={"content-type": "image/jpeg"})

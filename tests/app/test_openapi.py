@@ -132,3 +132,23 @@ def test_docs_pages_load_only_local_assets(client, page, script):
         if media:
             assert media in asset.headers["content-type"], (url, asset.headers["content-type"])
             assert len(asset.content) > 10_000, url
+
+
+def test_the_limits_the_server_enforces_are_in_the_document(make_client):
+    """Settings limits in each operation's description and x-limits, with the values this
+    server runs with; fixed ones in the schemas (one text source of a search, no stray form
+    field of an upload)."""
+    client = make_client(admin_token="limits-token", max_matrix_elements=1234, max_pixels=777_000)
+    paths = client.get("/openapi.json").json()["paths"]
+    svd = paths["/jobs/svd"]["post"]
+    assert {"setting": "PENCIL_MAX_MATRIX_ELEMENTS", "limit": "the matrix at most 1,234 elements (m x n)"} in svd[
+        "x-limits"
+    ]
+    assert "at most 1,234 elements" in svd["description"]
+    assert "777,000 pixels" in paths["/sketch"]["post"]["description"]
+    for path in ("/jobs/cs256", "/jobs/stencil", "/jobs/search", "/corpora"):
+        assert paths[path]["post"]["x-limits"], path
+    search = paths["/jobs/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert search["oneOf"] == [{"required": ["corpus_id"]}, {"required": ["text"]}, {"required": ["text_base64"]}]
+    form = paths["/jobs/svd"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert form["additionalProperties"] is False and form["maxProperties"] == 2 == len(form["properties"])

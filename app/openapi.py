@@ -1,0 +1,90 @@
+"""The limits the server enforces, written into its OpenAPI document.
+
+Some limits are settings (upload sizes, pixels, matrix elements, grid points), so the
+document is completed when it is first built, from the app's settings: each operation
+that has limits gets a "Limits" list in its description and the same list, by setting
+name, in `x-limits`. Limits fixed in code sit in the schemas themselves (pydantic
+bounds, `maxItems`, `oneOf`, `maxProperties`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.forms import MAX_FIELD_BYTES
+
+Limit = tuple[str, str]  # (setting, sentence)
+
+
+def _bytes(settings: Settings, field: str, what: str) -> Limit:
+    return f"PENCIL_{field.upper()}", f"{what} at most {getattr(settings, field):,} bytes"
+
+
+def operation_limits(settings: Settings) -> dict[tuple[str, str], list[Limit]]:
+    """(method, path) -> the limits of that operation, from `settings`."""
+    form_field = ("", f"a non-file form field at most {MAX_FIELD_BYTES:,} bytes")
+    job_upload = _bytes(settings, "max_job_upload_bytes", "the request body")
+    s = settings
+    return {
+        ("post", "/sketch"): [
+            _bytes(s, "max_upload_bytes", "the image upload"),
+            ("PENCIL_MAX_PIXELS", f"the image at most {s.max_pixels:,} pixels (width x height)"),
+            form_field,
+        ],
+        ("post", "/jobs/svd"): [
+            job_upload,
+            ("PENCIL_MAX_MATRIX_ELEMENTS", f"the matrix at most {s.max_matrix_elements:,} elements (m x n)"),
+            form_field,
+        ],
+        ("post", "/jobs/cs256"): [
+            job_upload,
+            ("PENCIL_MAX_CS256_ELEMENTS", f"the matrix at most {s.max_cs256_elements:,} elements, rows padded to 256"),
+            form_field,
+        ],
+        ("post", "/jobs/stencil"): [
+            job_upload,
+            ("PENCIL_MAX_STENCIL_POINTS", f"the grid at most {s.max_stencil_points:,} points"),
+            ("PENCIL_MAX_STENCIL_CPU_POINTS", f"on the CPU backend, at most {s.max_stencil_cpu_points:,} points"),
+            ("PENCIL_MAX_STENCIL_POINT_STEPS", f"interior points x steps at most {s.max_stencil_point_steps:,}"),
+            (
+                "PENCIL_MAX_STENCIL_CPU_POINT_STEPS",
+                f"on the CPU backend, interior points x steps at most {s.max_stencil_cpu_point_steps:,}",
+            ),
+            ("PENCIL_GPU_MEMORY_FRACTION", "on CUDA, the run fits in one device's memory cap"),
+            form_field,
+        ],
+        ("post", "/jobs/search"): [
+            job_upload,
+            ("PENCIL_MAX_SEARCH_TEXT_BYTES", f"an inline text at most {s.max_search_text_bytes:,} bytes (UTF-8)"),
+            ("", "each pattern 1 to 4096 bytes (UTF-8 or base64-decoded)"),
+        ],
+        ("post", "/corpora"): [_bytes(s, "max_corpus_bytes", "the text")],
+    }
+
+
+def document_limits(app: FastAPI, settings: Settings) -> None:
+    """Complete the app's OpenAPI document, when it is first built, with the limits of
+    `settings` (see the module's docstring)."""
+    build: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for (method, path), limits in operation_limits(settings).items():
+                operation = schema["paths"].get(path, {}).get(method)
+                if operation is not None:
+                    _add_limits(operation, limits)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _add_limits(operation: dict[str, Any], limits: list[Limit]) -> None:
+    lines = "\n".join(f"- {sentence}" + (f" (`{setting}`)" if setting else "") for setting, sentence in limits)
+    operation["description"] = f"{operation.get('description', '')}\n\n**Limits**\n\n{lines}".strip()
+    operation["x-limits"] = [{"setting": setting or None, "limit": sentence} for setting, sentence in limits]
