@@ -106,8 +106,18 @@ OPENAPI = {
             "content": {media: {"schema": {"type": "string", "format": "binary"}} for media in MEDIA_TYPES.values()},
         },
         "400": _error_response(
-            "no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form",
-            ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request"),
+            (
+                "no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form, "
+                "two `image` fields or an option given twice in the form or the query string"
+            ),
+            ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request", "duplicate_field"),
+        ),
+        "408": _error_response(
+            (
+                "the upload stalled for PENCIL_UPLOAD_TIMEOUT_S or came slower than PENCIL_UPLOAD_MIN_BYTES_PER_S; "
+                "the connection is closed"
+            ),
+            ("upload_timeout",),
         ),
         "413": _error_response(
             (
@@ -171,6 +181,10 @@ async def _read_form(request: Request) -> tuple[bytes, str, dict[str, str]]:
         hint="The photo must be a file part: curl -F image=@photo.jpg",
     )
     try:
+        if (count := len(form.getlist("image"))) > 1:
+            raise ApiError(
+                400, "duplicate_field", f"the form has {count} fields named 'image'; send one image a request"
+            )
         upload = form.get("image")
         if upload is None:
             given = ", ".join(sorted(set(form.keys()))) or "none"
@@ -182,10 +196,29 @@ async def _read_form(request: Request) -> tuple[bytes, str, dict[str, str]]:
                 "the 'image' field must be a file upload, not a text value (curl -F image=@photo.jpg)",
             )
         data = await upload.read()
-        fields = {key: value for key, value in form.multi_items() if key in _OPTION_NAMES and isinstance(value, str)}
+        fields = _given_options([(key, value) for key, value in form.multi_items() if isinstance(value, str)], "form")
         return data, upload.filename or "image", fields
     finally:
         await form.close()
+
+
+def _given_options(items: list[tuple[str, str]], where: str) -> dict[str, str]:
+    """The options among `items` (name, value) of the form or the query string; ApiError
+    400 `duplicate_field` when one is given twice there (which one to take is a guess)."""
+    options: dict[str, str] = {}
+    repeated = set()
+    for key, value in items:
+        if key in _OPTION_NAMES:
+            if key in options:
+                repeated.add(key)
+            options[key] = value
+    if repeated:
+        raise ApiError(
+            400,
+            "duplicate_field",
+            f"the {where} gives the option(s) {', '.join(sorted(repeated))} more than once; give each option once",
+        )
+    return options
 
 
 def parse_options(query: dict[str, str], form: dict[str, str]) -> tuple[PencilParams, str, int]:
@@ -213,9 +246,9 @@ def content_disposition(name: str) -> str:
 async def sketch(request: Request) -> Response:
     state = request.app.state
     settings, backend, queue = state.settings, state.backend, state.render_queue
-    queue.refuse_if_full()  # before the upload: an overload costs the client no transfer
+    queue.refuse_if_full()  # before the upload: app/uploads.py drops a bounded part of it after the 503
     data, filename, form_options = await _read_upload(request, settings.max_upload_bytes)
-    query_options = {key: value for key, value in request.query_params.items() if key in _OPTION_NAMES}
+    query_options = _given_options(request.query_params.multi_items(), "query string")
     params, fmt, quality = parse_options(query_options, form_options)
     # From the header alone: bad files, bombs and undrawable sizes fail before any queueing.
     photo = open_image(data, settings.max_pixels)

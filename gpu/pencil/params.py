@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,11 @@ CG_MAX_ITERATIONS = 60
 DIRECTIONS = 8  # line directions at i * pi / 8
 MIN_SIDE = 16  # px: smaller images carry too little structure to draw
 
+# A number in an option string: ASCII digits with an optional sign, decimal point and
+# exponent ("12", "-0.5", ".5", "1e3"). float() also takes "١٢" and "１２" (other scripts'
+# digits), "1_000", "nan" and "inf"; none of them is a number here.
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
 
 @dataclass(frozen=True)
 class Option:
@@ -53,15 +59,21 @@ class Option:
     maximum: float | None = None
 
     def parse(self, raw: Any) -> Any:
-        """Coerce `raw` (a string from a form, query or command line, or a value) and check it."""
+        """Coerce `raw` (a string from a form, query or command line, or a value) and check it.
+        A number given as a string is written as NUMBER says (ASCII digits), blanks around it
+        allowed."""
         value: Any
         if self.type is str:
             value = str(raw).strip().lower()
         else:
-            try:
+            if isinstance(raw, str):
+                if not NUMBER.fullmatch(raw.strip(" \t\r\n")):
+                    raise ParamError(self.name, f"expected a number in ASCII digits (like 12 or 0.5), got {raw!r}")
                 number = float(raw)
-            except (TypeError, ValueError):
-                raise ParamError(self.name, f"expected a number, got {raw!r}") from None
+            elif isinstance(raw, numbers.Real) and not isinstance(raw, bool):
+                number = float(raw)
+            else:
+                raise ParamError(self.name, f"expected a number, got {raw!r}")
             if not math.isfinite(number):
                 raise ParamError(self.name, f"expected a finite number, got {raw!r}")
             if self.type is int:

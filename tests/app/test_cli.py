@@ -88,6 +88,7 @@ def test_unreadable_image_is_status_1(inputs, tmp_path, capsys):
         ["--quality", "0"],
         ["--stroke-gamma", "nan"],
         ["--max-side", "big"],
+        ["--max-side", "\u0665\u0660\u0660"],  # Arabic-Indic 500: ASCII digits only
     ],
 )
 def test_bad_option_values_are_status_2(inputs, tmp_path, capsys, args):

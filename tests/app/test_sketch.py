@@ -343,6 +343,45 @@ def test_oversized_text_field_is_bad_request(client):
     assert_api_error(response, 400, "bad_request", client)
 
 
+@pytest.mark.parametrize("count", [2, 4])
+def test_two_image_parts_are_duplicate_field(client, count):
+    """Which photo to draw would be a guess (the last was taken silently)."""
+    parts = [("image", (f"{i}.jpg", photo_bytes(name, "jpeg", 64), "image/jpeg")) for i, name in enumerate(PHOTOS)]
+    body = assert_api_error(client.post("/sketch", files=parts[:count]), 400, "duplicate_field", client)
+    assert "'image'" in body["detail"] and str(count) in body["detail"]
+
+
+def test_image_part_and_image_text_field_are_duplicate_field(client):
+    response = client.post("/sketch", files=sketch_files(photo_bytes("coffee", "jpeg", 64)), data={"image": "x"})
+    assert_api_error(response, 400, "duplicate_field", client)
+
+
+@pytest.mark.parametrize(("name", "values"), [("format", ["png", "jpeg"]), ("max_side", ["64", "64"])])
+def test_option_twice_in_the_form_is_duplicate_field(client, name, values):
+    response = client.post(
+        "/sketch", files=sketch_files(photo_bytes("coffee", "jpeg", 96)), data={name: values, "mode": "gray"}
+    )
+    body = assert_api_error(response, 400, "duplicate_field", client)
+    assert name in body["detail"] and "form" in body["detail"] and "mode" not in body["detail"]
+
+
+@pytest.mark.parametrize("raw_body", [False, True])
+def test_option_twice_in_the_query_is_duplicate_field(client, raw_body):
+    data = photo_bytes("coffee", "jpeg", 96)
+    query = [("format", "png"), ("format", "jpeg"), ("tone", "dark")]
+    if raw_body:
+        response = client.post("/sketch", content=data, headers={"content-type": "image/jpeg"}, params=query)
+    else:
+        response = client.post("/sketch", files=sketch_files(data), params=query)
+    body = assert_api_error(response, 400, "duplicate_field", client)
+    assert "format" in body["detail"] and "query string" in body["detail"]
+
+
+def test_option_once_in_the_form_and_once_in_the_query_is_no_duplicate(client):
+    response = post(client, photo_bytes("coffee", "jpeg", 96), params={"format": "jpeg"}, format="webp")
+    assert response.status_code == 200 and response.headers["content-type"] == "image/webp"
+
+
 def test_raw_empty_body_is_empty_file(client):
     response = client.post("/sketch", content=b"", headers={"content-type": "image/jpeg"})
     assert_api_error(response, 400, "empty_file", client)
@@ -374,6 +413,13 @@ BAD_OPTIONS = [
     ("quality", "0"),
     ("quality", "101"),
     ("quality", "high"),
+    # numbers are ASCII: float() would take all of these
+    ("max_side", "\u0665\u0660"),  # Arabic-Indic 50
+    ("max_side", "\uff11\uff10\uff10"),  # fullwidth 100
+    ("max_side", "1_000"),
+    ("quality", "\u0669\u0660"),  # Arabic-Indic 90
+    ("line_frac", "\u0660.\u0660\u0665"),
+    ("stroke_width", "\uff12"),
 ]
 
 
