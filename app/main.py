@@ -200,8 +200,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=VERSION,
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
         description=(
-            'Errors are JSON `{"error": code, "detail": sentence}` with status 400, 413, 415, 422, '
-            "499, 500 or 503 (see POST /sketch for the codes)."
+            'Errors are JSON `{"error": code, "detail": sentence}` (and `field` for a parameter) with status '
+            "400, 401, 404, 405, 408, 409, 413, 415, 422, 499, 500, 503 or 507 (see POST /sketch and the "
+            "jobs' pages for the codes)."
         ),
         openapi_tags=OPENAPI_TAGS,
         favicon_url="/favicon.ico",

@@ -154,6 +154,7 @@ _SUBMIT_ERRORS = error_responses(
             "a malformed body, form or upload (bad_request, empty_file, malformed_npy, ...; the "
             "kind's docs list its codes)"
         ),
+        408: "upload_timeout: the body stopped coming (PENCIL_UPLOAD_TIMEOUT_S); the connection is closed",
         413: "the body or the input is over its limit (the detail names the setting)",
         415: "neither JSON nor the multipart form this kind takes",
         507: "insufficient_storage: the server's disk, quota or file-size limit is full",

@@ -72,6 +72,11 @@ async def upload_form(
     )
     try:
         files = {}
+        for name in (*required, *optional, PARAMS_FIELD):
+            if len(form.getlist(name)) > 1:
+                raise ApiError(
+                    400, "duplicate_field", f"the form has {len(form.getlist(name))} parts named '{name}'; send one"
+                )
         for name in (*required, *optional):
             part = form.get(name)
             if part is None and name in optional:

@@ -246,6 +246,15 @@ BAD_REQUESTS = [
     pytest.param(
         {**upload(npy(GOOD)), "data": {"sparsity": "0.5"}}, 422, "use_params_field", id="options-as-separate-fields"
     ),
+    pytest.param(
+        {"files": [("matrix", ("a.npy", npy(GOOD), "application/octet-stream"))] * 2},
+        400,
+        "duplicate_field",
+        id="two-matrix-parts",
+    ),
+    pytest.param(
+        {**upload(npy(GOOD)), "data": {"params": ["{}", '{"vec": 4}']}}, 400, "duplicate_field", id="two-params-fields"
+    ),
     pytest.param(upload(npy(GOOD), tensor="w"), 422, "invalid_parameter", id="tensor-for-npy"),
     pytest.param(upload(npy(GOOD), vectors=2, variant="split4"), 422, "invalid_parameter", id="split4-several-vectors"),
     pytest.param(upload(TWO, "m.safetensors"), 422, "missing_tensor", id="safetensors-no-tensor-name"),
