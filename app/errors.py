@@ -80,8 +80,12 @@ def too_large_detail(body_bytes: int | None, max_upload_bytes: int, variable: st
     return f"{size}; uploads are limited to {max_upload_bytes:,} bytes ({variable})"
 
 
-def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+def error_response(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None, field: str | None = None
+) -> JSONResponse:
+    """The one error body; `field` names the parameter at fault (a ParamError's 422)."""
+    body = {"error": code, "detail": detail} if field is None else {"error": code, "detail": detail, "field": field}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 # The HTTP status of each ImageError code (gpu/codec knows no HTTP).
@@ -98,13 +102,18 @@ _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: 
 
 
 def _rejected(
-    request: Request, status: int, code: str, detail: str, headers: dict[str, str] | None = None
+    request: Request,
+    status: int,
+    code: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    field: str | None = None,
 ) -> JSONResponse:
     """The error response, counted in the metrics as a rejected request by its code."""
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.rejected.labels(code).inc()
-    return error_response(status, code, detail, headers)
+    return error_response(status, code, detail, headers, field)
 
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -113,10 +122,7 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 async def _param_error(request: Request, exc: ParamError) -> JSONResponse:
     """A parameter of a sketch or a job that its kind refuses: 422 naming the field."""
-    metrics = getattr(request.app.state, "metrics", None)
-    if metrics is not None:
-        metrics.rejected.labels(exc.code).inc()
-    return JSONResponse({"error": exc.code, "detail": str(exc), "field": exc.field}, status_code=422)
+    return _rejected(request, 422, exc.code, str(exc), field=exc.field)
 
 
 async def _image_error(request: Request, exc: ImageError) -> JSONResponse:

@@ -8,6 +8,7 @@ CPython's bytes.find over an mmap of the text (gpu/search/reference.py): the sam
 
 from __future__ import annotations
 
+import base64
 import mmap
 import time
 from typing import Any
@@ -41,13 +42,12 @@ def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> 
     total_ms = (time.perf_counter() - start) * 1000
     progress(0.92)
     patterns, files = [], {}
-    encoded = job.to_json()["patterns"]
     for i, (pattern, found) in enumerate(zip(params.patterns, output.patterns, strict=True)):
         files[f"positions_{i}.npy"] = npy_file(found.positions)
         entry = {
             "index": i,
             "pattern": _display(pattern),
-            "pattern_base64": encoded[i],
+            "pattern_base64": base64.b64encode(pattern).decode(),
             "length": len(pattern),
             "algorithm": found.algorithm,
             "count": int(found.positions.size),
