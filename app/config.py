@@ -141,6 +141,28 @@ class Settings(BaseSettings):
     max_matrix_elements: int = Field(
         67_108_864, ge=1, description="largest matrix an SVD job takes, in elements (m x n)"
     )
+    database_url: SecretStr | None = Field(
+        None,
+        description=(
+            "PostgreSQL URL (postgresql://user:password@host:5432/db) of a job store shared by replicas on "
+            "several hosts, which must then share PENCIL_DATA_DIR; unset: SQLite in PENCIL_DATA_DIR, one host"
+        ),
+    )
+    job_lease_s: float = Field(
+        30.0,
+        ge=1.0,
+        le=3600.0,
+        description=(
+            "a running job's lease: its replica renews it every third of this; a replica that stops renewing "
+            "(dead, cut off) loses its jobs to the queue after this long"
+        ),
+    )
+    replica_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="this replica's name in job records and logs (default: the host name)",
+    )
     job_retention_days: float = Field(
         7.0, gt=0.0, description="finished jobs and their files are deleted after this many days"
     )

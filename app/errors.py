@@ -6,14 +6,14 @@ Storage is answered, never a 500 (app/storage.py says why these statuses):
 - StorageError (files under PENCIL_DATA_DIR, upload spooling): 507 insufficient_storage
   for a full disk or quota or a file-size limit (ENOSPC, EDQUOT, EFBIG), else 503
   storage_unavailable with Retry-After (EACCES, EROFS, EIO, ...);
-- sqlite3.DatabaseError (the job store): 503 database_unavailable with Retry-After (a
-  locked, unwritable or corrupt database; a restart checks and repairs it), or 507
-  insufficient_storage when SQLite reports a full disk (SQLITE_FULL)."""
+- a job database error (sqlite3, or psycopg with PostgreSQL): 503 database_unavailable
+  with Retry-After (a locked, unwritable, corrupt or unreachable database; a restart
+  checks and repairs an SQLite one), or 507 insufficient_storage when the database reports
+  a full disk (SQLITE_FULL, PostgreSQL's 53100 disk_full)."""
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 
+from app.jobs.store import database_errors
 from app.storage import StorageError
 from gpu.codec.errors import ImageError
 from gpu.errors import ParamError
@@ -227,16 +228,18 @@ async def _storage_error(request: Request, exc: StorageError) -> JSONResponse:
     )
 
 
-async def _database_error(request: Request, exc: sqlite3.DatabaseError) -> JSONResponse:
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """503 database_unavailable with Retry-After (507 for a full disk); logged for the operator."""
-    log.error("%s %s: job database error: %s", request.method, request.url.path, exc)
-    if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL:
-        return _insufficient_storage(request, f"could not write the job database: {exc}")
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    log.error("%s %s: job database error: %s", request.method, request.url.path, reason)
+    full = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL or getattr(exc, "sqlstate", None) == "53100"
+    if full:
+        return _insufficient_storage(request, f"could not write the job database: {reason}")
     return _rejected(
         request,
         503,
         "database_unavailable",
-        f"the job database cannot be used now ({exc}); retry later",
+        f"the job database cannot be used now ({reason}); retry later",
         {"Retry-After": STORAGE_RETRY_AFTER_S},
     )
 
@@ -252,7 +255,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_error,
     ClientDisconnect: _client_disconnect,
     StorageError: _storage_error,
-    sqlite3.DatabaseError: _database_error,
+    **dict.fromkeys(database_errors(), _database_error),
     Exception: _unexpected,
 }
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -32,7 +31,7 @@ from app.jobs.cs256 import CS256_JOB
 from app.jobs.runner import JobRunner
 from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
-from app.jobs.store import JobStore
+from app.jobs.store import JobStore, database_errors
 from app.jobs.svd import SVD
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
@@ -162,7 +161,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.warmed_up = True  # /readyz says ready from here on
         store = runner = None
         if jobs_enabled:  # without a token every /jobs and /corpora route answers 503 before it reads these
-            store = app.state.jobs = _start_step(app, JobStore, settings.data_dir)
+            store = app.state.jobs = _start_step(
+                app,
+                JobStore,
+                settings.data_dir,
+                settings.database_url.get_secret_value() if settings.database_url else None,
+                settings.replica_id,
+                settings.job_lease_s,
+            )
             metrics.watch_jobs(store)
             job_memory = (
                 settings.gpu_memory_fraction * JOB_MEMORY_SHARE if pool is not None and settings.processes > 1 else None
@@ -299,7 +305,7 @@ def _storage_problems(state: State) -> list[str]:
     if store is not None:
         try:
             store.probe()
-        except sqlite3.Error as exc:
+        except database_errors() as exc:
             problems.append(f"job database cannot be written or read: {exc}")
         failure = store.recent_error(DATABASE_ERROR_NOT_READY_S)
         if failure is not None and not any(failure in problem for problem in problems):
@@ -332,6 +338,8 @@ def _add_service_routes(app: FastAPI) -> None:
             "processes": max(1, state.settings.processes),  # 0 (auto) resolves to 1 in a lone process
             "pid": os.getpid(),
             "runs_jobs": state.job_runner.leading if hasattr(state, "job_runner") else False,
+            "replica": state.jobs.replica if hasattr(state, "jobs") else None,
+            "job_database": state.jobs.database if hasattr(state, "jobs") else None,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
             "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
             "queue": {
@@ -362,4 +370,6 @@ def _add_service_routes(app: FastAPI) -> None:
 
     @app.get("/metrics", summary="Prometheus metrics", tags=["operations"], response_class=Response)
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # a thread: the job counts are read from the database, which may be slow or down
+        body = await asyncio.to_thread(generate_latest, request.app.state.metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -4,7 +4,6 @@ and the ASGI middleware that counts and times every HTTP request by route templa
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -13,6 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.jobs.store import database_errors
 
 if TYPE_CHECKING:
     from app.jobs.store import JobStore
@@ -126,7 +127,7 @@ class _JobCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             self._counts = self.store.counts()
-        except sqlite3.Error as exc:
+        except database_errors() as exc:
             self._failures += 1
             log.warning("metrics: could not read the job counts (%s); exporting the last ones read", exc)
         gauge = GaugeMetricFamily("pencil_jobs", "Batch jobs in the store by kind and state", labels=["kind", "status"])

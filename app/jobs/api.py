@@ -87,6 +87,10 @@ class JobStatus(BaseModel):
     progress: float = Field(ge=0, le=1, description="0 to 1")
     cancel_requested: bool = Field(description="DELETE was asked while it ran; it stops at its next checkpoint")
     error: str | None = Field(description="why it failed, when it did")
+    attempt: int = Field(
+        ge=0, description="runs started; more than 1 when a replica running it was lost and another took it over"
+    )
+    replica: str | None = Field(description="the replica (PENCIL_REPLICA_ID) that runs it or ran it last")
     result_url: str | None = Field(
         description="GET it for the result once the job has succeeded", examples=["/jobs/0f3e2d1c/result"]
     )
@@ -111,6 +115,8 @@ def job_body(job: Job) -> dict[str, Any]:
         "progress": job.progress,
         "cancel_requested": job.cancel_requested,
         "error": job.error,
+        "attempt": job.attempt,
+        "replica": job.replica,
         "result_url": f"/jobs/{job.id}/result" if job.status == "succeeded" else None,
     }
 
@@ -122,8 +128,8 @@ def _job_response(job: Job, status: int = 200, headers: dict[str, str] | None = 
     return JSONResponse(job_body(job), status_code=status, headers=headers)
 
 
-def _found(request: Request, job_id: str) -> Job:
-    job = request.app.state.jobs.get(job_id)
+async def _found(request: Request, job_id: str) -> Job:
+    job = await asyncio.to_thread(request.app.state.jobs.get, job_id)
     if job is None:
         raise ApiError(
             404,
@@ -264,11 +270,12 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
     ) -> dict[str, Any]:
         if status is not None and status not in STATUSES:
             raise ApiError(422, "invalid_parameter", f"status: must be one of {', '.join(STATUSES)}")
-        if page_token is not None and request.app.state.jobs.get(page_token) is None:
+        store = request.app.state.jobs
+        if page_token is not None and await asyncio.to_thread(store.get, page_token) is None:
             raise ApiError(
                 400, "bad_page_token", "page_token is not a next_page_token of this list (or its job was deleted)"
             )
-        jobs, next_token = request.app.state.jobs.page(status, kind, page_size, page_token)
+        jobs, next_token = await asyncio.to_thread(store.page, status, kind, page_size, page_token)
         return {"jobs": [job_body(job) for job in jobs], "next_page_token": next_token}
 
     @router.get(
@@ -277,7 +284,7 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         responses=_job_responses({200: "the job (with Retry-After until it has finished)"}),
     )
     async def get_job(request: Request, job_id: str) -> JSONResponse:
-        return _job_response(_found(request, job_id))
+        return _job_response(await _found(request, job_id))
 
     @router.get(
         "/{job_id}/result",
@@ -290,7 +297,7 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         },
     )
     async def get_result(request: Request, job_id: str) -> JSONResponse:
-        job = _found(request, job_id)
+        job = await _found(request, job_id)
         if job.status != "succeeded":
             if job.is_finished:
                 raise ApiError(409, f"job_{job.status}", f"job {job_id} {job.status}: {job.error}")
@@ -300,14 +307,16 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
                 f"job {job_id} is {job.status} ({job.progress:.0%}); poll /jobs/{job_id}",
                 {"Retry-After": RETRY_AFTER_S},
             )
-        names = await asyncio.to_thread(request.app.state.jobs.result_names, job_id)
+        names = await asyncio.to_thread(request.app.state.jobs.result_names, job)
         files = {name: f"/jobs/{job_id}/files/{name}" for name in names}
         return JSONResponse({"id": job.id, "kind": job.kind, "result": job.result, "files": files})
 
     @router.get("/{job_id}/files/{name}", summary="One result file", response_class=FileResponse)
     async def get_file(request: Request, job_id: str, name: str) -> FileResponse:
-        _found(request, job_id)
-        found = request.app.state.jobs.result_file(job_id, name)
+        job = await _found(request, job_id)
+        found = None
+        if job.status == "succeeded":
+            found = await asyncio.to_thread(request.app.state.jobs.result_file, job, name)
         if found is None:
             shown = name if len(name) <= 80 else f"{name[:80]}..."
             raise ApiError(
@@ -338,10 +347,10 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         ),
     )
     async def cancel_job(request: Request, job_id: str) -> JSONResponse:
-        job = _found(request, job_id)
+        job = await _found(request, job_id)
         if job.is_finished:
             raise ApiError(409, "job_finished", f"job {job_id} already {job.status}")
-        job = request.app.state.jobs.cancel(job_id)
+        job = await asyncio.to_thread(request.app.state.jobs.cancel, job_id)
         if job.is_finished:  # canceled while queued: the runner never sees it
             request.app.state.metrics.jobs_finished.labels(job.kind, job.status).inc()
         return _job_response(job, 200 if job.is_finished else 202)

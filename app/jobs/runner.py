@@ -7,20 +7,27 @@ A job that raises fails with the message; one that is canceled stops at its next
 checkpoint (the progress callback its front door calls). A job whose result files cannot
 be written fails with "could not store the result: <reason>" and leaves no result files.
 A worker outlives errors of the store itself (logged; it tries again at its next poll).
-A process stop leaves running jobs in the table as running: the next start re-queues
-them (JobStore.recover).
 
-With several server processes (PENCIL_PROCESSES) on one data directory, only the
-process holding the runner lock (app/jobs/leader.py) runs jobs; the others wait on the
-lock and take over, recovering the jobs left running, when its holder dies. A job
-submitted to another process is seen at the runner's next poll (POLL_S).
+Leases: a claim holds its job for PENCIL_JOB_LEASE_S; a heartbeat thread renews the
+leases of this replica's running jobs every third of that, and puts back in the queue the
+jobs of any replica whose lease ran out (it died, or stalled). A job whose lease was lost
+stops at its next checkpoint and writes nothing: its end state and result are refused by
+the store (fencing by attempt), and its result folder is removed.
+
+Which process runs the jobs: one per replica, the holder of the runner lock
+(app/jobs/leader.py); the other server processes of the replica wait on it and take over
+when its holder dies. With SQLite the lock lives in the data directory and the process
+taking it re-queues the jobs left running (JobStore.recover); with PostgreSQL each
+replica has its own lock on local disk, and a dead replica's jobs come back through the
+lease. A job submitted to another process is seen at the runner's next poll (POLL_S).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -29,7 +36,7 @@ from pathlib import Path
 from app.corpora import corpus_text
 from app.jobs.kinds import JobCanceled, JobKind
 from app.jobs.leader import RunnerLock
-from app.jobs.store import Job, JobStore
+from app.jobs.store import Job, JobStore, Lease, database_errors
 from app.logs import request_context
 from app.metrics import Metrics
 from app.storage import StorageError, remove_quietly, remove_tree_quietly
@@ -41,6 +48,13 @@ log = logging.getLogger("pencil.jobs")
 POLL_S = 1.0  # a worker looks at the queue at least this often (submissions also wake it)
 PURGE_EVERY_S = 3600.0
 STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this often
+
+
+STORE_ERRORS: tuple[type[Exception], ...] = (*database_errors(), OSError)
+
+
+class JobLost(Exception):
+    """The job's lease ended (this replica was presumed dead): it runs elsewhere now."""
 
 
 class JobRunner:
@@ -64,8 +78,12 @@ class JobRunner:
         self._stopping = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"job-{i}", daemon=True) for i in range(workers)]
         self._last_purge = 0.0
-        self._lock = RunnerLock(store.data_dir / "job-runner.lock")
+        self._lock = RunnerLock(runner_lock_path(store))
         self._standby: threading.Thread | None = None
+        self._heartbeat = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
+        self._running: dict[str, Job] = {}  # the claims this process runs now, by job id
+        self._lost: set[str] = set()  # ids of those whose lease the heartbeat found lost
+        self._running_lock = threading.Lock()
 
     @property
     def leading(self) -> bool:
@@ -94,12 +112,43 @@ class JobRunner:
     def _lead(self) -> None:
         if self.pool is not None and self.job_memory_fraction is not None:
             self.pool.set_memory_fraction(self.job_memory_fraction)
-        requeued = self.store.recover()
-        if requeued:
-            log.info("re-queued %d job(s) left running by a stopped process", requeued)
+        if not self.store.shared:
+            requeued = self.store.recover()
+            if requeued:
+                log.info("re-queued %d job(s) left running by a stopped process", requeued)
         self._purge()
+        self._heartbeat.start()
         for thread in self._threads:
             thread.start()
+
+    def _beat(self) -> None:
+        """Every third of the lease: renew this process's claims, and re-queue the jobs
+        whose lease ran out anywhere."""
+        while not self._stopping.wait(self.store.lease_s / 3):
+            try:
+                self.heartbeat()
+            except STORE_ERRORS as exc:
+                log.error("could not renew the job leases (%s); trying again in %.0f s", exc, self.store.lease_s / 3)
+
+    def heartbeat(self) -> None:
+        """One beat (see _beat)."""
+        with self._running_lock:
+            running = list(self._running.values())
+        for job in running:
+            if self.store.renew(job) is Lease.LOST:
+                with self._running_lock:
+                    self._lost.add(job.id)
+        requeued = self.store.requeue_expired()
+        for job in requeued:
+            log.warning(
+                "job %s (%s) was running on replica %s whose lease ended: back in the queue",
+                job.id,
+                job.kind,
+                job.replica,
+                extra={"job_id": job.id, "kind": job.kind, "lost_replica": job.replica, "attempt": job.attempt},
+            )
+        if requeued:
+            self.notify()
 
     def stop(self, wait_s: float = 2.0) -> bool:
         """Stop taking jobs; running ones finish on their daemon threads or, if the
@@ -109,8 +158,8 @@ class JobRunner:
         with self._wake:
             self._wake.notify_all()
         deadline = time.monotonic() + wait_s
-        for thread in [*self._threads, *([self._standby] if self._standby else [])]:
-            if thread.is_alive():
+        for thread in [*self._threads, *([self._standby] if self._standby else []), self._heartbeat]:
+            if thread.is_alive() and thread.ident is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
         stopped = not any(thread.is_alive() for thread in self._threads)
         if stopped:
@@ -130,37 +179,49 @@ class JobRunner:
                     self.run(job)
                     continue
                 self._purge()
-            except (sqlite3.Error, OSError) as exc:  # the store failed, not a job: keep the worker
+            except STORE_ERRORS as exc:  # the store failed, not a job: keep the worker
                 log.error("the job store failed (%s); trying again in %.0f s", exc, POLL_S)
             with self._wake:
                 self._wake.wait(POLL_S)
 
     def run(self, job: Job) -> None:
         """Run one claimed job to its end state; its log lines carry the request id of its submission."""
-        with request_context(job.request_id):
-            self._run(job)
+        with self._running_lock:
+            self._running[job.id] = job
+        try:
+            with request_context(job.request_id):
+                self._run(job)
+        finally:
+            with self._running_lock:
+                self._running.pop(job.id, None)
+                self._lost.discard(job.id)
 
     def _run(self, job: Job) -> None:
         kind = self.kinds.get(job.kind)
         queue_s = max(0.0, (job.started or time.time()) - job.created)
         self.metrics.job_queue_wait.labels(job.kind).observe(queue_s)
         fields = {"job_id": job.id, "kind": job.kind, "queue_s": round(queue_s, 3)}
-        log.info("job %s (%s) started", job.id, job.kind, extra=fields)
+        fields["attempt"] = job.attempt
+        again = f" again (attempt {job.attempt}: an earlier run was lost)" if job.attempt > 1 else ""
+        log.info("job %s (%s) started%s", job.id, job.kind, again, extra=fields)
         start = time.perf_counter()
         status, failure = "failed", None
         try:
             if kind is None:
                 raise RuntimeError(f"this server has no job kind {job.kind!r}")
             result = self._execute(kind, job)
-            self.store.succeed(job.id, result)
-            status = "succeeded"
+            status = "succeeded" if self.store.succeed(job, result) else "lost"
         except JobCanceled:
-            self.store.mark_canceled(job.id)
-            status = "canceled"
+            status = "canceled" if self.store.mark_canceled(job) else "lost"
+        except JobLost:
+            status = "lost"
         except Exception as exc:  # a job's failure is its own: _log_end reports it
             failure = exc
-            self.store.fail(job.id, str(exc) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}")
+            error = str(exc) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+            status = "failed" if self.store.fail(job, error) else "lost"
         finally:
+            if status == "lost":
+                remove_tree_quietly(self.store.result_dir(job))
             seconds = time.perf_counter() - start
             self.metrics.jobs_finished.labels(job.kind, status).inc()
             self.metrics.job_run_time.labels(job.kind).observe(seconds)
@@ -171,6 +232,17 @@ class JobRunner:
         """One line per finished job; a failure's traceback unless it is a plain ValueError,
         RuntimeError or StorageError."""
         fields = {"job_id": job.id, "kind": job.kind, "status": status, "seconds": round(seconds, 3)}
+        if status == "lost":
+            log.warning(
+                "job %s (%s) lost its lease after %.2f s (attempt %d): another replica runs it; nothing was kept "
+                "of this run",
+                job.id,
+                job.kind,
+                seconds,
+                job.attempt,
+                extra=fields,
+            )
+            return
         if failure is None:
             log.info("job %s (%s) %s in %.2f s", job.id, job.kind, status, seconds, extra=fields)
             return
@@ -186,7 +258,12 @@ class JobRunner:
         loaded = kind.load(job.params, self._input_files(job))
 
         def progress(fraction: float) -> None:
-            if not self.store.set_progress(job.id, fraction):
+            lease = self.store.set_progress(job, fraction)
+            with self._running_lock:
+                lost = job.id in self._lost
+            if lease is Lease.LOST or lost:
+                raise JobLost()
+            if lease is Lease.CANCEL:
                 raise JobCanceled()
 
         if self.pool is None:
@@ -195,7 +272,7 @@ class JobRunner:
             result = self.pool.run(
                 lambda lease: kind.run(loaded, lease, progress), priority=BATCH, timeout=365 * 24 * 3600.0
             )
-        _store_results(self.store.result_dir(job.id), result.files)
+        _store_results(self.store.result_dir(job), result.files)
         return result.summary
 
     def _input_files(self, job: Job) -> dict[str, Path]:
@@ -218,11 +295,22 @@ class JobRunner:
             log.info("removed %d job(s) finished more than %.0f days ago", removed, self.retention_s / 86400)
 
 
+def runner_lock_path(store: JobStore) -> Path:
+    """The runner lock: in the data directory with SQLite (one host); with a shared store,
+    on local disk and named by the replica, so each replica runs jobs in one process."""
+    if not store.shared:
+        return store.data_dir / "job-runner.lock"
+    digest = hashlib.sha256(f"{store.replica}\0{store.data_dir.resolve()}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"pencil-gpu-runner-{digest}.lock"
+
+
 def _store_results(folder: Path, files: Mapping[str, FileWriter]) -> None:
-    """Write a job's result files into `folder`. StorageError("store the result") when one
-    cannot be written; the folder is removed then, so no part of the result is left."""
+    """Write a job's result files into `folder` (emptied first: a run of the same attempt cut
+    off by a crash may have left files). StorageError("store the result") when one cannot
+    be written; the folder is removed then, so no part of the result is left."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        remove_tree_quietly(folder)
+        folder.mkdir(parents=True)
         for name, write in files.items():
             _write_atomically(folder / name, write)
     except OSError as exc:

@@ -1,61 +1,62 @@
-"""The job store: one SQLite database (WAL) under PENCIL_DATA_DIR, and a directory per job
-beside it for the job's input and result files and a copy of its record.
+"""The job store: the jobs' rows in a database, and a directory per job beside it for
+the job's input and result files and a copy of its record.
 
-    <data_dir>/jobs.sqlite3
-    <data_dir>/jobs/<id>/input/...     stored before the 202 answers the submission
-    <data_dir>/jobs/<id>/job.json      the job's record as of its last change that matters
-    <data_dir>/jobs/<id>/result/...    written by the runner, then the row says succeeded
+    <data_dir>/jobs/<id>/input/...        stored before the 202 answers the submission
+    <data_dir>/jobs/<id>/job.json         the job's record as of its last change that matters
+    <data_dir>/jobs/<id>/result-<n>/...   written by the n-th run (attempt) of the job; the
+                                          row's `attempt` says which one is the result
+
+The database is SQLite in the data directory (app/jobs/sqlite.py, one host: the embedded
+default) or PostgreSQL when PENCIL_DATABASE_URL is set (app/jobs/postgres.py: replicas on
+many hosts share it and the data directory, which must then be shared storage).
 
 Every state change is one transaction, so a crash leaves each job in a state it really
-had; at start-up `recover()` puts the jobs that were running back in the queue. A lock
-serialises the process's use of its one connection (the runner's threads and the event
-loop share it; the statements are short).
+had. A runner claims a job with a lease (`lease_until`, renewed while it runs) and a
+fencing token (`attempt`, raised by each claim): its progress, renewals and end state are
+recorded only while the row still holds its attempt and is running, so a runner presumed
+dead that wakes up late has its writes refused, and its result folder (named by its
+attempt) is never the one the API serves. Jobs whose lease ended go back to the queue
+(`requeue_expired`, called by every replica's runner); with SQLite the start-up of the
+process that runs the jobs also re-queues every job left running (`recover`).
 
 A job's folder is written under a hidden staging name (inputs and job.json flushed to
-disk), renamed into place, and only then is the row inserted: a job in the table always has
-its inputs, and a failed submission leaves nothing. job.json is rewritten atomically when
-the job is created, succeeds, fails or is canceled (progress is not mirrored), so the
-folders are enough to rebuild the table.
+disk), renamed into place, and only then is the row inserted: a job in the table always
+has its inputs, and a failed submission leaves nothing. job.json is rewritten atomically
+when the job is created, succeeds, fails or is canceled (progress is not mirrored), so
+the folders are enough to rebuild a lost SQLite table: opening an SQLite store whose
+table has no jobs while job folders exist restores them (a job that was running comes
+back queued), with a WARNING line saying how many; folders without a readable job.json
+are logged and left to the retention sweep, which removes folders that have no row once
+they are older than the retention period. What cannot be fixed at start-up (an unwritable
+data directory, a database that cannot be opened, reached or written) is a StartupError
+whose message says what to do.
 
-Opening the store checks the database with PRAGMA quick_check, one server process at a
-time (a lock file in the data directory):
-
-- a corrupt database (or a file that is no database) is moved aside as
-  `jobs.sqlite3.corrupt-<UTC time>` with its -wal and -shm, one ERROR line saying where,
-  and a new one is made;
-- a database with no jobs (new, deleted, emptied or moved aside) while job folders exist is
-  rebuilt from their job.json files (a job that was running comes back queued), with a
-  WARNING line saying how many; folders without a readable job.json (made before the
-  record was mirrored) are logged and left to the retention sweep, which removes folders
-  that have no row once they are older than the retention period;
-- what cannot be fixed (an unwritable data directory, a database that cannot be opened or
-  written) is a StartupError whose message says what to do.
-
-Runtime database errors are raised as they are (sqlite3.DatabaseError); the API answers
+Runtime database errors are raised as they are (`database_errors()`); the API answers
 them 503 database_unavailable (app/errors.py). File-system errors are StorageErrors.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import logging
 import math
 import os
 import re
+import socket
 import sqlite3
 import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Protocol
 
+from app.jobs.sqlite import SqliteDatabase
 from app.storage import (
     StartupError,
     StorageError,
@@ -72,40 +73,18 @@ log = logging.getLogger("pencil.jobs")
 
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 FINISHED = ("succeeded", "failed", "canceled")
-DATABASE = "jobs.sqlite3"
 RECORD = "job.json"
-OPEN_LOCK = "job-store.lock"  # one server process at a time checks, repairs and rebuilds the database
+OPEN_LOCK = "job-store.lock"  # one server process at a time checks, repairs and rebuilds an SQLite database
 JOB_ID = re.compile(r"[0-9a-f]{32}")
+RESULT_FOLDER = re.compile(r"result(-[0-9]+)?")
 NAME_MAX = 255  # bytes in one file name
-SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+DEFAULT_LEASE_S = 30.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    params TEXT NOT NULL,
-    created REAL NOT NULL,
-    started REAL,
-    finished REAL,
-    progress REAL NOT NULL DEFAULT 0,
-    error TEXT,
-    result TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    idempotency_key TEXT UNIQUE,
-    request_digest TEXT,
-    request_id TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
-CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created, id);
-CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY, checked REAL NOT NULL);
-"""
 _COLUMNS = (
     "id, kind, status, params, created, started, finished, progress, error, result, cancel_requested, "
-    "idempotency_key, request_digest, request_id"
+    "idempotency_key, request_digest, request_id, attempt, replica"
 )
-_INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * 14)})"
-_RESTORE = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
+_INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
 
 
 STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to no live submission
@@ -113,7 +92,9 @@ STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to n
 
 @dataclass(frozen=True)
 class Job:
-    """One row of the store. Times are Unix seconds; params and result are JSON values."""
+    """One row of the store. Times are Unix seconds; params and result are JSON values.
+    `attempt` counts the runs started (the fencing token of the latest); `replica` names
+    the replica that runs or last ran it."""
 
     id: str
     kind: str
@@ -129,10 +110,20 @@ class Job:
     idempotency_key: str | None
     request_digest: str | None
     request_id: str | None = None  # X-Request-ID of the submission, for the job's log lines
+    attempt: int = 0
+    replica: str | None = None
 
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+
+class Lease(enum.Enum):
+    """What a running job's runner learns when it reports progress or renews its lease."""
+
+    HELD = "held"  # carry on
+    CANCEL = "cancel"  # a cancel was asked for: stop at this checkpoint
+    LOST = "lost"  # the lease ended: the job went back to the queue or another replica runs it; write nothing
 
 
 class IdempotencyConflict(Exception):
@@ -143,43 +134,100 @@ class IdempotencyConflict(Exception):
         self.job = job
 
 
+class Session(Protocol):
+    """Statements in one transaction of a job database (`?` placeholders)."""
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> Mapping[str, Any] | None: ...
+    def all(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Mapping[str, Any]]: ...
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int: ...
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class Database(Protocol):
+    """What the store needs of a job database (SqliteDatabase, PostgresDatabase)."""
+
+    name: str
+    NOW: str  # SQL: the database's time in Unix seconds
+    SKIP_LOCKED: str  # SQL appended to a claiming SELECT
+    errors: tuple[type[Exception], ...]
+    integrity_errors: tuple[type[Exception], ...]
+
+    def session(self, write: bool = False) -> AbstractContextManager[Session]: ...
+    def close(self) -> None: ...
+
+
+def database_errors() -> tuple[type[Exception], ...]:
+    """The exceptions a job database raises: sqlite3's, and psycopg's where it is installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
 class JobStore:
-    def __init__(self, data_dir: Path):
-        """Open the store of `data_dir`, checked and repaired as the module docstring says;
-        StartupError when it cannot be used."""
+    def __init__(
+        self,
+        data_dir: Path,
+        database_url: str | None = None,
+        replica: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+    ):
+        """Open the store of `data_dir` and its database: PostgreSQL at `database_url`, else
+        SQLite in `data_dir` (checked and repaired as the module docstring says).
+        `replica`: this replica's name in the rows it claims (default: the host name).
+        `lease_s`: how long a claim holds without a renewal. StartupError when the store
+        cannot be used."""
         self.data_dir = Path(data_dir)
         self.jobs_dir = self.data_dir / "jobs"
-        self._lock = threading.Lock()
+        self.replica = replica or socket.gethostname()
+        self.lease_s = float(lease_s)
         self._record_lock = threading.Lock()
         self._last_error: tuple[float, str] | None = None  # (time.monotonic(), message) of the last database error
         prepare_directory(self.data_dir)
         prepare_directory(self.jobs_dir)
+        self._db: Database = _open_postgres(database_url) if database_url else self._open_sqlite()
+
+    @property
+    def shared(self) -> bool:
+        """Whether replicas on other hosts may share this store (PostgreSQL): their running
+        jobs are theirs until their leases end, never re-queued at this one's start."""
+        return not isinstance(self._db, SqliteDatabase)
+
+    @property
+    def database(self) -> str:
+        """Which database, for logs and /healthz: "SQLite" or "PostgreSQL"."""
+        return self._db.name
+
+    def _open_sqlite(self) -> SqliteDatabase:
         try:
             with exclusive_lock(self.data_dir / OPEN_LOCK):
-                self._db = self._open_checked()
+                db = SqliteDatabase(self.data_dir)
                 try:
+                    self._db = db
                     self._restore_if_empty()
                 except BaseException:
-                    self._db.close()
+                    db.close()
                     raise
+                return db
         except (OSError, sqlite3.Error) as exc:
             raise StartupError(
-                f"the job database {self.data_dir / DATABASE} cannot be used ({exc}): check that PENCIL_DATA_DIR is "
-                "a writable local directory with free space, then restart"
+                f"the job database {self.data_dir / 'jobs.sqlite3'} cannot be used ({exc}): check that "
+                "PENCIL_DATA_DIR is a writable local directory with free space, then restart"
             ) from exc
 
     @contextmanager
-    def _database(self) -> Iterator[None]:
-        """The connection, for this thread alone; a database error (not a constraint) is
-        remembered for `recent_error`, then raised."""
-        with self._lock:
-            try:
-                yield
-            except sqlite3.IntegrityError:
-                raise
-            except sqlite3.DatabaseError as exc:
-                self._last_error = (time.monotonic(), str(exc))
-                raise
+    def _session(self, write: bool = False) -> Iterator[Session]:
+        """A session of the database; a database error (not a constraint) is remembered
+        for `recent_error`, then raised."""
+        try:
+            with self._db.session(write) as session:
+                yield session
+        except self._db.integrity_errors:
+            raise
+        except self._db.errors as exc:
+            self._last_error = (time.monotonic(), str(exc).strip() or type(exc).__name__)
+            raise
 
     def recent_error(self, within_s: float) -> str | None:
         """The last database error of any use of the store (requests, runner, metrics) if it
@@ -188,48 +236,24 @@ class JobStore:
         return last[1] if last is not None and time.monotonic() - last[0] <= within_s else None
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # ------------------------------------------------------------- opening --
-
-    def _open_checked(self) -> sqlite3.Connection:
-        """The database after PRAGMA quick_check; a corrupt one is moved aside for a new one."""
-        path = self.data_dir / DATABASE
-        damage = _damage(path) if path.exists() else None
-        if damage is not None:
-            aside = _move_aside(path)
-            log.error(
-                "the job database %s is corrupt (%s): moved it to %s and started a new one; jobs are restored "
-                "from their folders in %s",
-                path,
-                damage,
-                aside,
-                self.jobs_dir,
-            )
-        db = _connect(path)
-        try:
-            _prepare(db)
-        except BaseException:
-            db.close()
-            raise
-        return db
+        self._db.close()
 
     def _restore_if_empty(self) -> None:
         """A table without jobs while job folders exist (a database deleted, emptied or moved
         aside): insert the jobs their job.json files describe."""
-        if self._db.execute("SELECT 1 FROM jobs LIMIT 1").fetchone() is not None:
-            return
+        with self._session() as db:
+            if db.one("SELECT 1 FROM jobs LIMIT 1") is not None:
+                return
         folders = self._job_folders()
         if not folders:
             return
         records = {folder: _read_record(folder) for folder in folders}
         jobs = [_restored(job) for job in records.values() if job is not None]
-        with self._transaction():
-            self._db.executemany(_RESTORE, [_row(job) for job in jobs])
+        with self._session(write=True) as db:
+            db.run_many(_INSERT + " ON CONFLICT DO NOTHING", [_row(job) for job in jobs])
         log.warning(
             "the job database %s had no jobs: restored %d job(s) from the job.json files in %s",
-            self.data_dir / DATABASE,
+            self._db,
             len(jobs),
             self.jobs_dir,
         )
@@ -249,35 +273,25 @@ class JobStore:
             return []
         return [path for path in self.jobs_dir.iterdir() if JOB_ID.fullmatch(path.name) and path.is_dir()]
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on an error."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-
     # ---------------------------------------------------------------- files --
 
     def input_dir(self, job_id: str) -> Path:
         return self.jobs_dir / job_id / "input"
 
-    def result_dir(self, job_id: str) -> Path:
-        return self.jobs_dir / job_id / "result"
+    def result_dir(self, job: Job) -> Path:
+        """The result folder of the job's current attempt (`result` for jobs run before
+        attempts were counted)."""
+        return self.jobs_dir / job.id / _result_folder(job.attempt)
 
-    def result_file(self, job_id: str, name: str) -> tuple[Path, os.stat_result] | None:
+    def result_file(self, job: Job, name: str) -> tuple[Path, os.stat_result] | None:
         """The result file `name` of a job and what lstat said of it (the response serves
         that length and date), or None: a name that cannot be a result file (empty, hidden,
         a path, longer than NAME_MAX bytes), no such file, a symbolic link or anything but
         a regular file, or a result folder that is not the job's own (reached by a link)."""
         if not _is_file_name(name):
             return None
-        folder = self.result_dir(job_id)
-        if os.path.realpath(folder) != os.path.join(os.path.realpath(self.jobs_dir), job_id, "result"):
+        folder = self.result_dir(job)
+        if os.path.realpath(folder) != os.path.join(os.path.realpath(self.jobs_dir), job.id, folder.name):
             return None
         try:
             status = os.lstat(folder / name)
@@ -289,14 +303,26 @@ class JobStore:
             raise StorageError("read the result file", exc) from exc
         return (folder / name, status) if stat.S_ISREG(status.st_mode) else None
 
-    def result_names(self, job_id: str) -> list[str]:
+    def result_names(self, job: Job) -> list[str]:
         """The names of a job's result files (regular files only), sorted."""
-        folder = self.result_dir(job_id)
+        folder = self.result_dir(job)
         with storage_errors("list the result files"):
             if not folder.is_dir():
                 return []
             with os.scandir(folder) as entries:
                 return sorted(e.name for e in entries if _is_file_name(e.name) and e.is_file(follow_symlinks=False))
+
+    def _remove_other_results(self, job: Job) -> None:
+        """Remove the result folders of a job's earlier attempts (a replica that lost its
+        lease may have left one)."""
+        keep = _result_folder(job.attempt)
+        try:
+            entries = list(os.scandir(self.jobs_dir / job.id))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name != keep and RESULT_FOLDER.fullmatch(entry.name):
+                remove_tree_quietly(Path(entry.path))
 
     # -------------------------------------------------------------- writing --
 
@@ -339,9 +365,9 @@ class JobStore:
         )
         self._store_folder(job, inputs or {})
         try:
-            with self._database():
-                self._db.execute(_INSERT, _row(job))
-        except sqlite3.IntegrityError:
+            with self._session(write=True) as db:
+                db.run(_INSERT, _row(job))
+        except self._db.integrity_errors:
             restored = self.get(job.id)  # another process starting up restored it from its folder
             if restored is not None:
                 return restored, True
@@ -387,115 +413,137 @@ class JobStore:
                 log.warning("could not update %s (%s); the database keeps the job's state", folder / RECORD, exc)
 
     def claim_next(self) -> Job | None:
-        """The oldest queued job, now running; None when the queue is empty."""
-        with self._database():
-            row = self._db.execute(
-                "UPDATE jobs SET status = 'running', started = ?, progress = 0 "
-                "WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created, id LIMIT 1) RETURNING *",
-                (time.time(),),
-            ).fetchone()
+        """The oldest queued job, now running under this replica's lease with its attempt
+        counted; None when the queue is empty. Replicas claiming at once get different jobs."""
+        now = self._db.NOW
+        with self._session(write=True) as db:
+            row = db.one(
+                f"UPDATE jobs SET status = 'running', started = ?, progress = 0, attempt = attempt + 1, "
+                f"replica = ?, lease_until = {now} + ? "
+                "WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created, id LIMIT 1"
+                f"{self._db.SKIP_LOCKED}) AND status = 'queued' RETURNING *",
+                (time.time(), self.replica, self.lease_s),
+            )
         return _job(row) if row else None
 
-    def set_progress(self, job_id: str, progress: float) -> bool:
-        """Record progress (0..1) of a running job; False when a cancel was asked for."""
-        with self._database():
-            row = self._db.execute(
-                "UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' RETURNING cancel_requested",
-                (min(max(progress, 0.0), 1.0), job_id),
-            ).fetchone()
-        return row is not None and not row["cancel_requested"]
+    def renew(self, job: Job) -> Lease:
+        """Extend the lease of a job this replica runs (claimed as `job`)."""
+        return self._touch(job, "")
 
-    def succeed(self, job_id: str, result: Mapping[str, Any]) -> None:
-        """Store a job's result: JSON, with NaN and infinities written as null (JSON has none,
-        and a result the API could not send would turn every GET of it into a 500)."""
-        self._finish(job_id, "succeeded", result=json.dumps(_json_safe(result), allow_nan=False), progress=1.0)
+    def set_progress(self, job: Job, progress: float) -> Lease:
+        """Record progress (0..1) of a job this replica runs, which also renews its lease."""
+        return self._touch(job, "progress = ?, ", min(max(progress, 0.0), 1.0))
 
-    def fail(self, job_id: str, error: str) -> None:
-        self._finish(job_id, "failed", error=error)
+    def _touch(self, job: Job, assignment: str, *values: Any) -> Lease:
+        with self._session(write=True) as db:
+            row = db.one(
+                f"UPDATE jobs SET {assignment}lease_until = {self._db.NOW} + ? "
+                "WHERE id = ? AND attempt = ? AND status = 'running' RETURNING cancel_requested",
+                (*values, self.lease_s, job.id, job.attempt),
+            )
+        if row is None:
+            return Lease.LOST
+        return Lease.CANCEL if row["cancel_requested"] else Lease.HELD
 
-    def mark_canceled(self, job_id: str) -> None:
+    def succeed(self, job: Job, result: Mapping[str, Any]) -> bool:
+        """Store the result of a job this replica ran (claimed as `job`): JSON, with NaN and
+        infinities written as null (JSON has none, and a result the API could not send
+        would turn every GET of it into a 500). False when the lease was lost (another
+        attempt's result counts, not this one); else earlier attempts' folders are removed."""
+        stored = self._finish(job, "succeeded", result=json.dumps(_json_safe(result), allow_nan=False), progress=1.0)
+        if stored:
+            self._remove_other_results(job)
+        return stored
+
+    def fail(self, job: Job, error: str) -> bool:
+        return self._finish(job, "failed", error=error)
+
+    def mark_canceled(self, job: Job) -> bool:
         """A running job stopped at a checkpoint after a cancel."""
-        self._finish(job_id, "canceled", error="canceled while running")
+        return self._finish(job, "canceled", error="canceled while running")
 
     def _finish(
         self,
-        job_id: str,
+        job: Job,
         status: str,
         result: str | None = None,
         error: str | None = None,
         progress: float | None = None,
-    ) -> None:
-        with self._database():
-            changed = self._db.execute(
-                (
-                    "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, "
-                    "progress) WHERE id = ? AND status = 'running'"
-                ),
-                (status, time.time(), result, error, progress, job_id),
-            ).rowcount
+    ) -> bool:
+        """The end state of the claim `job`; False (nothing written) when its lease was lost."""
+        with self._session(write=True) as db:
+            changed = db.run(
+                "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress), "
+                "lease_until = NULL WHERE id = ? AND attempt = ? AND status = 'running'",
+                (status, time.time(), result, error, progress, job.id, job.attempt),
+            )
         if changed:
-            self._write_record(job_id)
+            self._write_record(job.id)
+        return bool(changed)
 
     def cancel(self, job_id: str) -> Job | None:
         """Cancel: a queued job at once, a running one at its next checkpoint (the flag is
-        set; the runner finishes it as canceled). Finished jobs are left as they are.
+        set; its runner finishes it as canceled). Finished jobs are left as they are.
         Returns the job after the change, or None when there is no such job."""
-        with self._database():
-            changed = self._db.execute(
-                (
-                    "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' "
-                    "WHERE id = ? AND status = 'queued'"
-                ),
+        with self._session(write=True) as db:
+            changed = db.run(
+                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' "
+                "WHERE id = ? AND status = 'queued'",
                 (time.time(), job_id),
-            ).rowcount
-            changed += self._db.execute(
-                "UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,)
-            ).rowcount
+            )
+            changed += db.run("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
         job = self.get(job_id)  # as the cancel left it: a running job may finish while its record is written
         if changed:
             self._write_record(job_id)
         return job
 
     def recover(self) -> int:
-        """At start-up: jobs left running by a stopped process go back to the queue
-        (a cancel asked for meanwhile is honoured). Returns how many were re-queued."""
-        with self._database():
-            canceled = self._db.execute(
-                (
-                    "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running' "
-                    "WHERE status = 'running' AND cancel_requested = 1 RETURNING id"
-                ),
-                (time.time(),),
-            ).fetchall()
-            moved = self._db.execute(
-                "UPDATE jobs SET status = 'queued', started = NULL, progress = 0 WHERE status = 'running'"
-            ).rowcount
-        for row in canceled:
-            self._write_record(row["id"])
-        for partial in self.jobs_dir.glob(".*.partial"):  # submissions cut off before their row
-            try:
-                stale = time.time() - partial.stat().st_mtime > STALE_PARTIAL_S
-            except FileNotFoundError:
-                continue
-            if stale:  # a newer one may be a submission another server process is writing
-                remove_tree_quietly(partial)
-        return moved
+        """At the start of the (one) process that runs an SQLite store's jobs: jobs left
+        running by a stopped process go back to the queue (a cancel asked for meanwhile is
+        honoured). Returns how many were re-queued."""
+        return sum(not job.cancel_requested for job in self._requeue("1 = 1"))
+
+    def requeue_expired(self) -> list[Job]:
+        """Running jobs whose lease ended (their replica died, or stalled past its lease)
+        go back to the queue, or end canceled when a cancel was asked for. Returns them as
+        they were before (their `replica` is the one that lost them)."""
+        return self._requeue(f"lease_until < {self._db.NOW}")
+
+    def _requeue(self, condition: str) -> list[Job]:
+        lost = f"SELECT * FROM jobs WHERE status = 'running' AND {condition}{self._db.SKIP_LOCKED}"
+        with self._session(write=True) as db:
+            rows = db.all(lost)
+            ids = [row["id"] for row in rows]
+            for job_id, cancel in ((row["id"], row["cancel_requested"]) for row in rows):
+                if cancel:
+                    db.run(
+                        "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running', "
+                        "lease_until = NULL WHERE id = ?",
+                        (time.time(), job_id),
+                    )
+                else:
+                    db.run(
+                        "UPDATE jobs SET status = 'queued', started = NULL, progress = 0, replica = NULL, "
+                        "lease_until = NULL WHERE id = ?",
+                        (job_id,),
+                    )
+        for job_id, row in zip(ids, rows, strict=True):
+            if row["cancel_requested"]:
+                self._write_record(job_id)
+        return [_job(row) for row in rows]
 
     def purge(self, older_than_s: float) -> int:
         """Delete finished jobs (rows and files) that finished more than `older_than_s` ago,
-        and job folders without a row unchanged for as long."""
+        job folders without a row unchanged for as long, and submissions' staging folders
+        left for STALE_PARTIAL_S."""
         cutoff = time.time() - older_than_s
-        with self._database():
-            ids = [
-                row["id"]
-                for row in self._db.execute(
-                    "SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < ?", (cutoff,)
-                )
-            ]
-            self._db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
+        with self._session(write=True) as db:
+            deleted = db.all("DELETE FROM jobs WHERE finished IS NOT NULL AND finished < ? RETURNING id", (cutoff,))
+        ids = [row["id"] for row in deleted]
         for job_id in ids:
             remove_tree_quietly(self.jobs_dir / job_id)
         self._purge_orphans(cutoff)
+        self._purge_partials()
         return len(ids)
 
     def _purge_orphans(self, cutoff: float) -> None:
@@ -513,16 +561,27 @@ class JobStore:
         if removed:
             log.warning("removed %d job folder(s) of %s that had no job record", removed, self.jobs_dir)
 
+    def _purge_partials(self) -> None:
+        """Submissions cut off before their row (a newer staging folder may be a submission
+        another server process is writing)."""
+        for partial in self.jobs_dir.glob(".*.partial"):
+            try:
+                stale = time.time() - partial.stat().st_mtime > STALE_PARTIAL_S
+            except FileNotFoundError:
+                continue
+            if stale:
+                remove_tree_quietly(partial)
+
     # -------------------------------------------------------------- reading --
 
     def get(self, job_id: str) -> Job | None:
-        with self._database():
-            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        with self._session() as db:
+            row = db.one("SELECT * FROM jobs WHERE id = ?", (job_id,))
         return _job(row) if row else None
 
     def _by_key(self, key: str) -> Job | None:
-        with self._database():
-            row = self._db.execute("SELECT * FROM jobs WHERE idempotency_key = ?", (key,)).fetchone()
+        with self._session() as db:
+            row = db.one("SELECT * FROM jobs WHERE idempotency_key = ?", (key,))
         return _job(row) if row else None
 
     def page(
@@ -545,86 +604,59 @@ class JobStore:
             + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY created DESC, id DESC LIMIT ?"
         )
-        with self._database():
-            rows = self._db.execute(sql, (*args, limit + 1)).fetchall()
+        with self._session() as db:
+            rows = db.all(sql, (*args, limit + 1))
         jobs = [_job(row) for row in rows[:limit]]
         return jobs, (jobs[-1].id if len(rows) > limit else None)
 
     def counts(self) -> dict[tuple[str, str], int]:
         """(kind, status) -> number of jobs, for the metrics."""
-        with self._database():
-            rows = self._db.execute("SELECT kind, status, COUNT(*) AS n FROM jobs GROUP BY kind, status").fetchall()
+        with self._session() as db:
+            rows = db.all("SELECT kind, status, COUNT(*) AS n FROM jobs GROUP BY kind, status")
         return {(row["kind"], row["status"]): row["n"] for row in rows}
 
     def probe(self) -> None:
-        """Raise sqlite3.Error unless the database can be written and its job table read: a
-        one-row write transaction on `health` and the scan of the table the metrics make
+        """Raise a database error unless the database can be written and its job table read:
+        a one-row write transaction on `health` and the scan of the table the metrics make
         (the table holds the jobs of the retention period: cheap enough for every readiness
         probe). Corruption elsewhere shows in the queries that meet it (recent_error)."""
-        with self._database(), self._transaction():
-            self._db.execute("INSERT OR REPLACE INTO health (id, checked) VALUES (1, ?)", (time.time(),))
-            self._db.execute("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status").fetchall()
+        with self._session(write=True) as db:
+            db.run(
+                "INSERT INTO health (id, checked) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET checked = excluded.checked",
+                (time.time(),),
+            )
+            db.all("SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status")
 
 
-# ------------------------------------------------------------------ database --
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    db.row_factory = sqlite3.Row
-    return db
-
-
-def _damage(path: Path) -> str | None:
-    """What PRAGMA quick_check finds wrong with the database, or None when it is sound.
-    Read-only, so that closing the check neither replays the WAL into a damaged file nor
-    deletes it. Errors other than corruption (locked, unreadable) are raised as they are."""
-    check = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+def _open_postgres(url: str) -> Database:
+    """The PostgreSQL database at `url`, migrated; StartupError saying what to do when the
+    driver is missing or the server cannot be used."""
     try:
-        rows = [row[0] for row in check.execute("PRAGMA quick_check")]
-    except sqlite3.DatabaseError as exc:
-        if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB):
-            return str(exc)
-        raise
-    finally:
-        check.close()
-    return None if rows == ["ok"] else "; ".join(rows[:3])
+        import psycopg
 
-
-def _move_aside(path: Path) -> Path:
-    """Rename the database and its -wal and -shm files to `<name>.corrupt-<UTC time>...`
-    (a WAL left beside a new database would be replayed into it); returns the new name."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    for n in range(2, 1000):
-        if not os.path.lexists(aside):
-            break
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-    os.rename(path, aside)
-    for suffix in ("-wal", "-shm"):
-        if os.path.lexists(f"{path}{suffix}"):
-            os.rename(f"{path}{suffix}", f"{aside}{suffix}")
-    fsync_directory(path.parent)
-    return aside
-
-
-def _prepare(db: sqlite3.Connection) -> None:
-    """WAL, the schema, and the columns added since the first version (rows kept)."""
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.executescript(_SCHEMA)
-    _add_column(db, "request_id", "TEXT")
-
-
-def _add_column(db: sqlite3.Connection, name: str, declaration: str) -> None:
-    columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-    if name in columns:
-        return
+        from app.jobs.postgres import PostgresDatabase
+    except ImportError as exc:
+        raise StartupError(
+            f"PENCIL_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}): "
+            "pip install 'pencil-gpu[postgres]', or unset it to keep the jobs in SQLite"
+        ) from exc
     try:
-        db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
-    except sqlite3.OperationalError as exc:  # another server process added it first
-        if "duplicate column" not in str(exc):
-            raise
+        return PostgresDatabase(url)
+    except (psycopg.Error, OSError) as exc:
+        from app.jobs.postgres import _without_password
+
+        raise StartupError(
+            f"the job database {_without_password(url)} cannot be used ({str(exc).strip()}): check "
+            "PENCIL_DATABASE_URL, that the server is up and that its user may create tables, then restart"
+        ) from exc
+
+
+def _result_folder(attempt: int) -> str:
+    return f"result-{attempt}" if attempt > 0 else "result"
+
+
+# ------------------------------------------------------------------ rows --
 
 
 def _row(job: Job) -> tuple[Any, ...]:
@@ -644,10 +676,12 @@ def _row(job: Job) -> tuple[Any, ...]:
         job.idempotency_key,
         job.request_digest,
         job.request_id,
+        job.attempt,
+        job.replica,
     )
 
 
-def _job(row: sqlite3.Row) -> Job:
+def _job(row: Mapping[str, Any]) -> Job:
     return Job(
         id=row["id"],
         kind=row["kind"],
@@ -663,6 +697,8 @@ def _job(row: sqlite3.Row) -> Job:
         idempotency_key=row["idempotency_key"],
         request_digest=row["request_digest"],
         request_id=row["request_id"],
+        attempt=row["attempt"],
+        replica=row["replica"],
     )
 
 
@@ -698,7 +734,7 @@ def _restored(job: Job) -> Job:
         return job
     if job.cancel_requested:
         return replace(job, status="canceled", finished=time.time(), error="canceled while running")
-    return replace(job, status="queued", started=None, progress=0.0)
+    return replace(job, status="queued", started=None, progress=0.0, replica=None)
 
 
 def _is_file_name(name: str) -> bool:

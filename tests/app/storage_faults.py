@@ -113,14 +113,14 @@ def unwritable(directory: Path) -> Iterator[None]:
 
 @contextmanager
 def read_only_database(store) -> Iterator[None]:
-    """The store's database refuses every write inside the block (SQLITE_READONLY)."""
-    with store._lock:
-        store._db.execute("PRAGMA query_only = ON")
+    """The store's (SQLite) database refuses every write inside the block (SQLITE_READONLY)."""
+    with store._db.session() as db:
+        db.run("PRAGMA query_only = ON")
     try:
         yield
     finally:
-        with store._lock:
-            store._db.execute("PRAGMA query_only = OFF")
+        with store._db.session() as db:
+            db.run("PRAGMA query_only = OFF")
 
 
 _PRELUDE = """

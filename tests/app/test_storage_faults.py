@@ -18,7 +18,6 @@ from pencil_testkit import admin_client, assert_api_error, free_port, metric_val
 from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
 from app.jobs.runner import JobRunner
-from app.jobs.store import _connect
 from app.storage import StartupError
 
 TOKEN = "storage-faults-token"
@@ -36,7 +35,7 @@ def test_result_file_names_that_cannot_exist_and_planted_links_are_404(make_clie
     client = admin(make_client)
     job_id = client.post("/jobs/svd", json={"spec": {"m": 8, "n": 6}}).json()["id"]
     assert wait_for_job(client, job_id)["status"] == "succeeded"
-    results = client.app.state.jobs.result_dir(job_id)
+    results = client.app.state.jobs.result_dir(client.app.state.jobs.get(job_id))
     (results / "host").symlink_to("/etc/hostname")
     for name in ("a" * 256, "a" * 255, "host", ".s.npy.partial"):
         response = client.get(f"/jobs/{job_id}/files/{name}")
@@ -130,10 +129,12 @@ def test_a_read_only_database_is_503_database_unavailable_and_not_ready(make_cli
 def swap_in_corrupt_database(store, rng) -> None:
     """The running store's database damaged on disk (4 KiB of random bytes over page 2, the
     job table), as a disk fault would leave it."""
-    with store._lock:
-        store._db.close()  # checkpoints the WAL: the pages are all in the file
-        corrupt(store.data_dir / "jobs.sqlite3", 4096, 4096, rng)
-        store._db = _connect(store.data_dir / "jobs.sqlite3")
+    database = store._db  # an SqliteDatabase
+    with database._lock:
+        database._db.close()  # checkpoints the WAL: the pages are all in the file
+        corrupt(database.path, 4096, 4096, rng)
+        database._db = sqlite3.connect(database.path, check_same_thread=False, isolation_level=None)
+        database._db.row_factory = sqlite3.Row
 
 
 def test_a_corrupt_database_answers_503_keeps_metrics_and_is_repaired_at_restart(make_client, rng, monkeypatch, caplog):

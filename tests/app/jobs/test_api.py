@@ -604,7 +604,7 @@ def test_result_files_carry_their_media_type(make_client, tmp_path):
     response = client.get(f"/jobs/{job_id}/files/s.npy")
     assert response.headers["content-type"] == "application/octet-stream"
     assert response.headers["content-disposition"].startswith("attachment")
-    folder = client.app.state.jobs.result_dir(job_id)
+    folder = client.app.state.jobs.result_dir(client.app.state.jobs.get(job_id))
     (folder / "picture.png").write_bytes(photo_bytes("coffee", "png", 32))
     response = client.get(f"/jobs/{job_id}/files/picture.png")
     assert response.status_code == 200 and response.headers["content-type"] == "image/png"

@@ -95,7 +95,7 @@ def test_a_full_disk_while_writing_a_result_fails_the_job_clearly_without_a_trac
         runner.run(store.claim_next())
     done = store.get(job.id)
     assert (done.status, done.error) == ("failed", "could not store the result: No space left on device")
-    assert not store.result_dir(job.id).exists()
+    assert not store.result_dir(done).exists()
     (line,) = [r for r in caplog.records if r.name == "pencil.jobs"]
     assert "No space left on device" in line.getMessage() and line.exc_info is None
     store.close()

@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
-from app.jobs.store import IdempotencyConflict, JobStore
+from app.jobs.store import IdempotencyConflict, JobStore, Lease
 from app.storage import StartupError, StorageError
 
 
-@pytest.fixture
-def store(tmp_path):
-    store = JobStore(tmp_path / "data")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """A store on each database: SQLite, and PostgreSQL when a test server is configured."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
+    store = JobStore(tmp_path / "data", url, replica="test-replica")
     yield store
     store.close()
 
@@ -36,9 +38,10 @@ def test_a_job_goes_queued_running_succeeded(store):
     running = store.claim_next()
     assert running.id == job.id and running.status == "running" and running.started >= job.created
     assert store.claim_next() is None
-    assert store.set_progress(job.id, 0.5)
+    assert running.attempt == 1 and running.replica == "test-replica"
+    assert store.set_progress(running, 0.5) is Lease.HELD
     assert store.get(job.id).progress == 0.5
-    store.succeed(job.id, {"values": [1.0, 2.0]})
+    assert store.succeed(running, {"values": [1.0, 2.0]})
     done = store.get(job.id)
     assert (done.status, done.progress, done.result) == ("succeeded", 1.0, {"values": [1.0, 2.0]})
     assert done.finished >= done.started and done.is_finished
@@ -48,9 +51,8 @@ def test_non_finite_numbers_in_a_result_are_stored_as_null(store):
     """JSON has no NaN or infinity: a result holding them (an overflowed product, say) is
     stored with null there, so the API can always send it."""
     job, _ = store.create("cs256", {}, {})
-    store.claim_next()
     store.succeed(
-        job.id,
+        store.claim_next(),
         {"error": float("inf"), "nested": {"values": [1.5, float("nan"), -float("inf")], "pair": (2.0, 3)}, "ok": 0.25},
     )
     assert store.get(job.id).result == {
@@ -62,8 +64,7 @@ def test_non_finite_numbers_in_a_result_are_stored_as_null(store):
 
 def test_failure_keeps_the_message(store):
     job, _ = store.create("svd", {})
-    store.claim_next()
-    store.fail(job.id, "ValueError: no")
+    store.fail(store.claim_next(), "ValueError: no")
     assert (store.get(job.id).status, store.get(job.id).error) == ("failed", "ValueError: no")
 
 
@@ -72,8 +73,9 @@ def test_jobs_are_claimed_oldest_first(store):
     assert [store.claim_next().id for _ in ids] == ids
 
 
-def test_the_database_is_in_wal_mode(store):
-    mode = sqlite3.connect(store.data_dir / "jobs.sqlite3").execute("PRAGMA journal_mode").fetchone()[0]
+def test_the_sqlite_database_is_in_wal_mode(tmp_path):
+    JobStore(tmp_path / "data").close()
+    mode = sqlite3.connect(tmp_path / "data" / "jobs.sqlite3").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
 
 
@@ -90,13 +92,14 @@ def test_idempotency_key_returns_the_same_job_or_conflicts(store):
 def test_cancel_a_queued_job_at_once_and_a_running_one_at_its_checkpoint(store):
     queued, _ = store.create("svd", {})
     running, _ = store.create("svd", {})
-    assert store.claim_next().id == queued.id  # the older one runs
+    claim = store.claim_next()
+    assert claim.id == queued.id  # the older one runs
     store.cancel(running.id)  # still queued: canceled now
     assert store.get(running.id).status == "canceled"
     after = store.cancel(queued.id)
     assert after.status == "running" and after.cancel_requested
-    assert store.set_progress(queued.id, 0.3) is False  # the checkpoint sees the request
-    store.mark_canceled(queued.id)
+    assert store.set_progress(claim, 0.3) is Lease.CANCEL  # the checkpoint sees the request
+    assert store.mark_canceled(claim)
     assert store.get(queued.id).status == "canceled"
     assert store.cancel("nope") is None
 
@@ -104,7 +107,7 @@ def test_cancel_a_queued_job_at_once_and_a_running_one_at_its_checkpoint(store):
 def test_finishing_is_refused_for_a_job_that_is_not_running(store):
     job, _ = store.create("svd", {})
     store.cancel(job.id)
-    store.succeed(job.id, {"late": True})  # a runner that lost a race must not resurrect it
+    assert not store.succeed(replace(job, attempt=1), {"late": True})  # a runner that lost a race must not resurrect it
     assert store.get(job.id).status == "canceled"
 
 
@@ -127,6 +130,7 @@ def test_recover_requeues_running_jobs_and_honours_cancels(tmp_path):
     assert reopened.get(left_running.id).status == "queued" and reopened.get(left_running.id).started is None
     assert reopened.get(canceled_meanwhile.id).status == "canceled"
     assert reopened.get(waiting.id).status == "queued"
+    reopened.purge(older_than_s=86400)
     assert [p.name for p in reopened.jobs_dir.glob(".*.partial")] == [".in-progress.partial"]
     assert [reopened.claim_next().id, reopened.claim_next().id] == [left_running.id, waiting.id]
     reopened.close()
@@ -152,18 +156,17 @@ def test_pages_cover_every_job_once_newest_first_with_filters(store):
 
 def test_result_files_cannot_leave_the_job_folder(store):
     job, _ = store.create("svd", {})
-    store.result_dir(job.id).mkdir(parents=True)
-    (store.result_dir(job.id) / "s.npy").write_bytes(b"x")
-    path, status = store.result_file(job.id, "s.npy")
+    store.result_dir(job).mkdir(parents=True)
+    (store.result_dir(job) / "s.npy").write_bytes(b"x")
+    path, status = store.result_file(job, "s.npy")
     assert path.read_bytes() == b"x" and status.st_size == 1
     for name in ("../input", "..", "../../jobs.sqlite3", "missing.npy", "/etc/passwd"):
-        assert store.result_file(job.id, name) is None
+        assert store.result_file(job, name) is None
 
 
 def test_purge_removes_old_finished_jobs_and_their_files(store):
     old, _ = store.create("svd", {}, {"matrix.npy": b"1"})
-    store.claim_next()
-    store.fail(old.id, "x")
+    store.fail(store.claim_next(), "x")
     fresh, _ = store.create("svd", {})
     time.sleep(0.05)
     assert store.purge(older_than_s=0.01) == 1
@@ -178,17 +181,17 @@ def test_names_that_cannot_be_result_files_are_none(store):
     """Not an OSError (File name too long) for a name over NAME_MAX bytes: None, as for any
     name a result file cannot have."""
     job, _ = store.create("svd", {})
-    store.result_dir(job.id).mkdir(parents=True)
-    (store.result_dir(job.id) / ".s.npy.partial").write_bytes(b"being written")
+    store.result_dir(job).mkdir(parents=True)
+    (store.result_dir(job) / ".s.npy.partial").write_bytes(b"being written")
     for name in ("a" * 256, "é" * 128, "a" * 255, "", ".s.npy.partial", "a\0b", "x/../s.npy"):
-        assert store.result_file(job.id, name) is None, name
+        assert store.result_file(job, name) is None, name
 
 
 def test_result_files_are_regular_files_of_the_jobs_own_folder(store, tmp_path):
     """No symbolic link is followed, neither a planted file nor a planted result folder."""
     job, _ = store.create("svd", {})
     other, _ = store.create("svd", {})
-    results = store.result_dir(job.id)
+    results = store.result_dir(job)
     results.mkdir(parents=True)
     (results / "s.npy").write_bytes(b"ours")
     (results / "host").symlink_to("/etc/hostname")
@@ -196,11 +199,11 @@ def test_result_files_are_regular_files_of_the_jobs_own_folder(store, tmp_path):
     (results / "folder").mkdir()
     os.mkfifo(results / "pipe")
     for name in ("host", "dangling", "folder", "pipe"):
-        assert store.result_file(job.id, name) is None, name
-    assert store.result_names(job.id) == ["s.npy"]
-    store.result_dir(other.id).symlink_to(results)  # another job's folder, reached by a link
-    assert store.result_file(other.id, "s.npy") is None
-    assert store.result_file(job.id, "s.npy")[0].read_bytes() == b"ours"
+        assert store.result_file(job, name) is None, name
+    assert store.result_names(job) == ["s.npy"]
+    store.result_dir(other).symlink_to(results)  # another job's folder, reached by a link
+    assert store.result_file(other, "s.npy") is None
+    assert store.result_file(job, "s.npy")[0].read_bytes() == b"ours"
 
 
 # ------------------------------------------------------------ storage faults --
@@ -239,12 +242,14 @@ def test_inputs_past_the_file_size_limit_leave_nothing(tmp_path):
     }
 
 
-def test_the_probe_fails_while_the_database_cannot_be_written(store):
+def test_the_probe_fails_while_the_database_cannot_be_written(tmp_path):
+    store = JobStore(tmp_path / "data")
     store.probe()
     with read_only_database(store), pytest.raises(sqlite3.OperationalError, match="readonly"):
         store.probe()
     store.probe()
-    assert store._db.in_transaction is False
+    assert store._db._db.in_transaction is False
+    store.close()
 
 
 def test_an_unusable_data_directory_is_a_startup_error_saying_what_to_do(tmp_path):
@@ -266,15 +271,14 @@ def record(store, job_id: str) -> dict:
 def test_job_json_follows_the_changes_that_matter(store):
     done, _ = store.create("svd", {"m": 3}, {"matrix.npy": b"abc"}, idempotency_key="k", request_digest="d")
     assert record(store, done.id) | {"version": 0} == asdict(done) | {"version": 0}
-    store.claim_next()
-    store.set_progress(done.id, 0.5)
+    claim = store.claim_next()
+    store.set_progress(claim, 0.5)
     assert record(store, done.id)["status"] == "queued"  # running and progress are not mirrored
-    store.succeed(done.id, {"values": [1.0, float("nan")]})
+    store.succeed(claim, {"values": [1.0, float("nan")]})
     assert record(store, done.id) | {"version": 0} == asdict(store.get(done.id)) | {"version": 0}
     assert record(store, done.id)["result"] == {"values": [1.0, None]}
     failed, _ = store.create("svd", {})
-    store.claim_next()
-    store.fail(failed.id, "ValueError: no")
+    store.fail(store.claim_next(), "ValueError: no")
     assert (record(store, failed.id)["status"], record(store, failed.id)["error"]) == ("failed", "ValueError: no")
     canceled, _ = store.create("svd", {})
     store.cancel(canceled.id)
@@ -287,10 +291,10 @@ def make_jobs(store) -> dict[str, str]:
     ids = {}
     for name in ("succeeded", "failed", "running", "cancel_asked", "canceled", "queued"):
         ids[name] = store.create("svd", {"name": name}, {"matrix.npy": name.encode()}, idempotency_key=name)[0].id
-    for name in ("succeeded", "failed", "running", "cancel_asked"):
-        assert store.claim_next().id == ids[name]
-    store.succeed(ids["succeeded"], {"values": [3.0]})
-    store.fail(ids["failed"], "ValueError: no")
+    claims = {name: store.claim_next() for name in ("succeeded", "failed", "running", "cancel_asked")}
+    assert {name: claim.id for name, claim in claims.items()} == {name: ids[name] for name in claims}
+    store.succeed(claims["succeeded"], {"values": [3.0]})
+    store.fail(claims["failed"], "ValueError: no")
     store.cancel(ids["cancel_asked"])
     store.cancel(ids["canceled"])
     return ids
@@ -303,7 +307,8 @@ def assert_restored(store, before: dict, ids: dict[str, str]) -> None:
         expected = before[name]
         if name == "running":
             assert (job.status, job.started, job.progress) == ("queued", None, 0.0)
-            expected = replace(expected, status="queued", started=None, progress=0.0)
+            # its job.json was written when it was submitted: the claim (attempt 1) is not mirrored
+            expected = replace(expected, status="queued", started=None, progress=0.0, replica=None, attempt=0)
         if name == "cancel_asked":
             assert (job.status, job.error) == ("canceled", "canceled while running") and job.finished
             expected = replace(expected, status="canceled", finished=job.finished, error=job.error)
@@ -327,7 +332,8 @@ def test_a_lost_database_is_rebuilt_from_the_job_folders(tmp_path, caplog, loss)
     before["running"] = replace(before["running"], started=None, progress=0.0, status="queued")
     database = tmp_path / "data" / "jobs.sqlite3"
     if loss == "rows deleted":
-        store._db.execute("DELETE FROM jobs")
+        with store._db.session() as db:
+            db.run("DELETE FROM jobs")
     store.close()
     if loss == "deleted":
         database.unlink()
