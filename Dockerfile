@@ -65,7 +65,7 @@ ARG CUDA_HEADERS_PIN="nvidia-cuda-runtime-cu12==12.6.*"
 
 WORKDIR /src
 COPY . .
-RUN /opt/venv/bin/pip install --no-cache-dir ".[cuda]" "${CUDA_HEADERS_PIN}"
+RUN /opt/venv/bin/pip install --no-cache-dir ".[cuda,postgres]" "${CUDA_HEADERS_PIN}"
 
 # ---------------------------------------------------------------- runtime ---
 FROM ${CUDA_IMAGE} AS runtime
