@@ -26,7 +26,9 @@ log = logging.getLogger("pencil.jobs")
 
 MIGRATION_LOCK = 0x70656E63  # "penc": the advisory lock replicas take to migrate one at a time
 CONNECT_TIMEOUT_S = 5
-POOL_TIMEOUT_S = 10.0  # waiting this long for a free connection is a database error
+# Waiting this long for a connection is a database error (503): statements take milliseconds,
+# so a longer wait means the server is unreachable, and a request should not hang on it.
+POOL_TIMEOUT_S = 5.0
 
 # (version, name, SQL). Append only: a replica applies the versions its database lacks.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
@@ -107,6 +109,9 @@ class PostgresDatabase:
             name="pencil-jobs",
         )
         try:
+            # One plain connection first: its error says why (refused, unknown host, password),
+            # where the pool's would only say that it timed out.
+            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
             self._pool.open(wait=True, timeout=POOL_TIMEOUT_S)
             self.migrate()
         except BaseException:
