@@ -113,7 +113,10 @@ async function refresh() {
     const { jobs } = await (await api("/jobs?page_size=50")).json();
     const rows = await Promise.all(jobs.map(async (job) => {
       const tr = document.createElement("tr");
-      tr.append(cell(`${job.kind} ${job.id.slice(0, 8)}`), cell(job.cancel_requested && job.status === "running" ? "canceling" : job.status));
+      const state = cell(job.cancel_requested && job.status === "running" ? "canceling" : job.status);
+      if (job.replica) state.title = `replica ${job.replica}, attempt ${job.attempt}`;  // several replicas: who runs it
+      if (job.attempt > 1) state.textContent += ` (attempt ${job.attempt})`;  // an earlier run's replica was lost
+      tr.append(cell(`${job.kind} ${job.id.slice(0, 8)}`), state);
       const progress = document.createElement("td");
       const bar = document.createElement("progress");
       bar.max = 1;

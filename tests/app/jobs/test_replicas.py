@@ -16,7 +16,7 @@ from pencil_testkit import admin_client, assert_api_error, wait_for_job
 from psycopg import conninfo
 
 from app.jobs.kinds import JobKind
-from app.jobs.runner import JobRunner
+from app.jobs.runner import JobRunner, runner_lock_path
 from app.jobs.store import JobStore, Lease
 from app.metrics import Metrics
 from app.storage import StartupError
@@ -280,3 +280,17 @@ def test_the_api_runs_jobs_on_postgresql_and_answers_503_while_it_is_unreachable
     while (back := client.get(f"/jobs/{done['id']}")).status_code == 503 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert back.status_code == 200 and back.json()["status"] == "succeeded"
+
+
+def test_each_replica_has_its_own_runner_lock_on_local_disk(replicas, postgres_url, tmp_path):
+    """With a shared store the runner lock cannot live in the shared directory (one process
+    of the whole cluster would run jobs, and flock over NFS is unreliable): one per replica,
+    shared by that replica's processes."""
+    r0, r1, _ = replicas
+    another_process_of_r0 = JobStore(r0.data_dir, postgres_url, replica="r0")
+    assert runner_lock_path(another_process_of_r0) == runner_lock_path(r0) != runner_lock_path(r1)
+    assert runner_lock_path(r0).parent != r0.data_dir
+    another_process_of_r0.close()
+    single_host = JobStore(tmp_path / "single")
+    assert runner_lock_path(single_host) == tmp_path / "single" / "job-runner.lock"
+    single_host.close()
