@@ -312,16 +312,16 @@ class JobStore:
             with os.scandir(folder) as entries:
                 return sorted(e.name for e in entries if _is_file_name(e.name) and e.is_file(follow_symlinks=False))
 
-    def _remove_other_results(self, job: Job) -> None:
-        """Remove the result folders of a job's earlier attempts (a replica that lost its
-        lease may have left one)."""
-        keep = _result_folder(job.attempt)
+    def _remove_results(self, job_id: str, keep: Job | None = None) -> None:
+        """Remove a job's result folders but that of `keep`'s attempt: what runs cut off by a
+        crash or a lost lease left (the API never serves them)."""
+        kept = _result_folder(keep.attempt) if keep is not None else None
         try:
-            entries = list(os.scandir(self.jobs_dir / job.id))
+            entries = list(os.scandir(self.jobs_dir / job_id))
         except OSError:
             return
         for entry in entries:
-            if entry.name != keep and RESULT_FOLDER.fullmatch(entry.name):
+            if entry.name != kept and RESULT_FOLDER.fullmatch(entry.name):
                 remove_tree_quietly(Path(entry.path))
 
     # -------------------------------------------------------------- writing --
@@ -449,11 +449,8 @@ class JobStore:
         """Store the result of a job this replica ran (claimed as `job`): JSON, with NaN and
         infinities written as null (JSON has none, and a result the API could not send
         would turn every GET of it into a 500). False when the lease was lost (another
-        attempt's result counts, not this one); else earlier attempts' folders are removed."""
-        stored = self._finish(job, "succeeded", result=json.dumps(_json_safe(result), allow_nan=False), progress=1.0)
-        if stored:
-            self._remove_other_results(job)
-        return stored
+        attempt's result counts, not this one)."""
+        return self._finish(job, "succeeded", result=json.dumps(_json_safe(result), allow_nan=False), progress=1.0)
 
     def fail(self, job: Job, error: str) -> bool:
         return self._finish(job, "failed", error=error)
@@ -470,7 +467,9 @@ class JobStore:
         error: str | None = None,
         progress: float | None = None,
     ) -> bool:
-        """The end state of the claim `job`; False (nothing written) when its lease was lost."""
+        """The end state of the claim `job`; False (nothing written) when its lease was lost.
+        Once it is stored, the result folders of other attempts (all of them unless it
+        succeeded) are removed."""
         with self._session(write=True) as db:
             changed = db.run(
                 "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress), "
@@ -479,6 +478,7 @@ class JobStore:
             )
         if changed:
             self._write_record(job.id)
+            self._remove_results(job.id, keep=job if status == "succeeded" else None)
         return bool(changed)
 
     def cancel(self, job_id: str) -> Job | None:
@@ -530,6 +530,7 @@ class JobStore:
         for job_id, row in zip(ids, rows, strict=True):
             if row["cancel_requested"]:
                 self._write_record(job_id)
+                self._remove_results(job_id)
         return [_job(row) for row in rows]
 
     def purge(self, older_than_s: float) -> int:

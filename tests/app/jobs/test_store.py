@@ -415,3 +415,28 @@ def test_folders_without_a_record_are_logged_and_purged_after_the_retention_peri
     reopened.purge(older_than_s=3600)
     assert not legacy.exists() and (store.jobs_dir / kept.id).is_dir() and (store.jobs_dir / "notes").is_dir()
     reopened.close()
+
+
+def test_a_run_cut_off_mid_write_leaves_no_result_folder_whatever_the_next_attempt_does(store):
+    """Found by the replica soak: a run killed while writing its results leaves result-1/;
+    the next attempt's end, failed as much as succeeded, removes it."""
+    for end in ("fail", "succeed", "cancel"):
+        job, _ = store.create("svd", {"end": end})
+        first = store.claim_next()
+        left = store.result_dir(first)
+        left.mkdir(parents=True)
+        (left / "s.npy").write_bytes(b"half")
+        (left / ".u.npy.partial").write_bytes(b"half")
+        store.recover()  # its replica is gone: back in the queue
+        second = store.claim_next()
+        assert second.attempt == 2
+        if end == "fail":
+            assert store.fail(second, "ValueError: no")
+        elif end == "succeed":
+            store.result_dir(second).mkdir()
+            assert store.succeed(second, {})
+        else:
+            store.cancel(job.id)
+            assert store.mark_canceled(second)
+        folders = sorted(p.name for p in (store.jobs_dir / job.id).iterdir() if p.name.startswith("result"))
+        assert folders == (["result-2"] if end == "succeed" else []), end
