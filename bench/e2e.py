@@ -187,17 +187,14 @@ def nvml_devices() -> list:
         return []
 
 
-class Sampler:
-    """Every SAMPLE_S, in a thread: (Unix time s, per-GPU utilisation %, per-GPU memory used
-    bytes, server tree CPU s)."""
+class Periodic:
+    """Calls `sample()` every SAMPLE_S in a thread, from entering the block to leaving it."""
 
-    def __init__(self, pid: int, gpus: list):
-        self.pid, self.gpus = pid, gpus
-        self.samples: list[tuple[float, list[float], list[int], float]] = []
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -206,14 +203,33 @@ class Sampler:
         self._thread.join()
 
     def _run(self) -> None:
-        if self.gpus:
-            import pynvml
         while True:
-            util = [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.gpus]
-            memory = [int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.gpus]
-            self.samples.append((time.time(), util, memory, tree_cpu_seconds(self.pid)))
+            self.sample()
             if self._stop.wait(SAMPLE_S):
                 return
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class Sampler(Periodic):
+    """Every SAMPLE_S, in a thread: (Unix time s, per-GPU utilisation %, per-GPU memory used
+    bytes, server tree CPU s)."""
+
+    def __init__(self, pid: int, gpus: list):
+        super().__init__()
+        self.pid, self.gpus = pid, gpus
+        self.samples: list[tuple[float, list[float], list[int], float]] = []
+
+    def sample(self) -> None:
+        util: list[float] = []
+        memory: list[int] = []
+        if self.gpus:
+            import pynvml
+
+            util = [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self.gpus]
+            memory = [int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.gpus]
+        self.samples.append((time.time(), util, memory, tree_cpu_seconds(self.pid)))
 
     def window(self, start: float, end: float) -> dict:
         """Per-GPU mean utilisation % and peak memory MiB, and server CPU cores busy, between

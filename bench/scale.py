@@ -47,7 +47,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -220,30 +219,18 @@ def upstream_split(access_log: Path, replicas: list[Replica]) -> list[int]:
 # ------------------------------------------------------------------ sampling --
 
 
-class HostCpu:
+class HostCpu(e2e.Periodic):
     """Busy cores of the whole host (/proc/stat), sampled every e2e.SAMPLE_S in a thread."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> HostCpu:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with open("/proc/stat") as stat:
-                ticks = [int(v) for v in stat.readline().split()[1:]]
-            busy = sum(ticks[:8]) - ticks[3] - ticks[4]  # user..steal, less idle and iowait
-            self.samples.append((time.time(), busy / e2e.CLOCK_TICKS))
-            if self._stop.wait(e2e.SAMPLE_S):
-                return
+    def sample(self) -> None:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        busy = sum(ticks[:8]) - ticks[3] - ticks[4]  # user..steal, less idle and iowait
+        self.samples.append((time.time(), busy / e2e.CLOCK_TICKS))
 
     def window(self, start: float, end: float) -> float:
         inside = [s for s in self.samples if start <= s[0] <= end]
