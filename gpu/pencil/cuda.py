@@ -43,6 +43,7 @@ LINE_TILE_W, LINE_TILE_H = 32 * LINE_COLS, LINE_WARPS * LINE_ROWS
 TABLE_HEADER = 20
 CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8  # blocks stride down the image: few partial sums
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
+FIT_MAX_SETS = 64  # the shared rhs table of pencil.cu fit_tone
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
 ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
@@ -229,10 +230,12 @@ class DeviceAssets:
                 "line_label_tiled",
                 "line_strokes_tiled",
                 "matching_lut",
+                "fit_tone",
                 "merge",
             ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
+        self._auto: tuple[cupy.ndarray, cupy.ndarray] | None = None
         self._lines: OrderedDict[tuple[int, int], LinePlan] = OrderedDict()
 
     def target_cdf(self, weights: tuple[float, float, float]) -> cupy.ndarray:
@@ -245,6 +248,17 @@ class DeviceAssets:
                 with cupy.cuda.Device(self.device):
                     cdf = self._cdfs[weights] = _upload_shared(target)
             return cdf
+
+    def auto_tone_tables(self) -> tuple[cupy.ndarray, cupy.ndarray]:
+        """float64 (sets, 3, 256) layer CDFs and (sets, 3, 3) Gram matrices of tone="auto",
+        from the reference's tables (the same Gram matrices, bit for bit)."""
+        with self._lock:
+            if self._auto is None:
+                layers = reference.auto_layer_cdfs()
+                gram = np.stack([set_ @ set_.T for set_ in layers])
+                with cupy.cuda.Device(self.device):
+                    self._auto = (_upload_shared(np.ascontiguousarray(layers)), _upload_shared(gram))
+            return self._auto
 
     def line_plan(self, length: int, width: int) -> LinePlan:
         key = (length, width)
@@ -369,6 +383,18 @@ def strokes(packed: cupy.ndarray, plan: LinePlan, height: int, width: int) -> tu
     extrema[1] = 0
     _line_pass(2, plan, packed, height, width, strokes=out, extrema=extrema)
     return out, extrema
+
+
+def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Stage 7 for tone="auto", as reference.fit_tone: the float64 (256,) target CDF of the
+    mixture fitted to the photo's histogram, and (4,) float64 (dark layer index, weights)."""
+    layers, gram = device_assets.auto_tone_tables()
+    if layers.shape[0] > FIT_MAX_SETS:
+        raise ValueError(f"fit_tone takes at most {FIT_MAX_SETS} layer sets, got {layers.shape[0]}")
+    cdf = kernels.empty(256, cupy.float64)
+    fit = kernels.empty(4, cupy.float64)
+    _k("fit_tone")((1,), (256,), (planes.histogram, layers, gram, np.int32(layers.shape[0]), cdf, fit))
+    return cdf, fit
 
 
 def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: bool):
@@ -583,7 +609,10 @@ def render_device(
         # Tone branch (stages 6-9) on the side stream, queued second: the CG loop paces the host.
         side.wait_event(luma_ready)
         with side:
-            cdf = device_assets.target_cdf(params.tone_weights)
+            if params.tone_weights is None:
+                cdf, _ = fit_tone(planes, device_assets)
+            else:
+                cdf = device_assets.target_cdf(params.tone_weights)
             j, log_j, _ = tone(
                 planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu"
             )

@@ -131,8 +131,11 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         "tone",
         str,
         "light",
-        "tone preset, the layer weights bright:mid:dark of Lu et al.: light 76:22:2, medium 52:37:11, dark 42:29:29",
-        choices=("light", "medium", "dark"),
+        (
+            "the tone's target distribution, Lu et al.'s layers bright:mid:dark: auto fits their weights to the "
+            "photo's own histogram (a dark photo stays dark); presets light 76:22:2, medium 52:37:11, dark 42:29:29"
+        ),
+        choices=("auto", "light", "medium", "dark"),
     ),
     Option(
         "texture",
@@ -213,8 +216,9 @@ class PencilParams:
         return cls(**values)
 
     @property
-    def tone_weights(self) -> tuple[float, float, float]:
-        return TONE_WEIGHTS[self.tone]
+    def tone_weights(self) -> tuple[float, float, float] | None:
+        """The preset's layer weights; None for tone="auto" (fitted to each photo)."""
+        return TONE_WEIGHTS.get(self.tone)
 
     def line_length(self, height: int, width: int) -> int:
         """Odd length in px of the stroke lines for an image of this size (at least 3)."""

@@ -439,6 +439,115 @@ extern "C" __global__ void matching_lut(const u32* __restrict__ hist, const doub
     lut[v] = (u8)min(below, 255);
 }
 
+// Stage 7 for tone="auto" (reference.fit_tone): the photo's values are counted brightened,
+// at round(255 sqrt(v / 255)); the CDF F of those is compared with each candidate layer set
+// (layers: n_sets x 3 x 256 CDFs, gram: n_sets x 3 x 3, both from the reference's tables),
+// and the weights on the simplex minimising sum_v (F(v) - sum_i w_i G_i(v))^2 are found by
+// solving every support's KKT system. Writes the chosen mixture's CDF to target_cdf and
+// (set index, w0, w1, w2) to fit. One block of 256 threads; float64 throughout.
+#define FIT_MAX_SETS 64
+__device__ bool solve_small(double a[4][5], int n) {  // Gaussian elimination, partial pivoting
+    for (int c = 0; c < n; ++c) {
+        int pivot = c;
+        for (int r = c + 1; r < n; ++r)
+            if (fabs(a[r][c]) > fabs(a[pivot][c])) pivot = r;
+        if (a[pivot][c] == 0.0) return false;
+        for (int k = 0; k <= n; ++k) {
+            const double t = a[c][k];
+            a[c][k] = a[pivot][k];
+            a[pivot][k] = t;
+        }
+        for (int r = c + 1; r < n; ++r) {
+            const double f = a[r][c] / a[c][c];
+            for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+        }
+    }
+    for (int r = n - 1; r >= 0; --r) {
+        double v = a[r][n];
+        for (int k = r + 1; k < n; ++k) v -= a[r][k] * a[k][n];
+        a[r][n] = v / a[r][r];
+    }
+    return true;
+}
+
+extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const double* __restrict__ layers,
+                                    const double* __restrict__ gram, int n_sets, double* __restrict__ target_cdf,
+                                    double* __restrict__ fit) {
+    __shared__ unsigned long long counts[256];
+    __shared__ double source[256];
+    __shared__ double rhs[FIT_MAX_SETS * 3];
+    __shared__ double chosen[4];
+    const int v = threadIdx.x;
+    counts[v] = 0ull;
+    __syncthreads();
+    const int to = (int)rint(255.0 * sqrt((double)v / 255.0));
+    atomicAdd(&counts[to], (unsigned long long)hist[v]);
+    __syncthreads();
+    for (int step = 1; step < 256; step <<= 1) {  // inclusive scan (Hillis-Steele)
+        unsigned long long add = v >= step ? counts[v - step] : 0ull;
+        __syncthreads();
+        counts[v] += add;
+        __syncthreads();
+    }
+    source[v] = (double)counts[v] / (double)counts[255];
+    __syncthreads();
+    for (int t = v; t < 3 * n_sets; t += blockDim.x) {  // rhs[set][i] = sum_v G_i(v) F(v)
+        const double* g = layers + (long long)t * 256;
+        double sum = 0.0;
+        for (int k = 0; k < 256; ++k) sum += g[k] * source[k];
+        rhs[t] = sum;
+    }
+    __syncthreads();
+    if (v == 0) {
+        const int supports[7] = {1, 2, 4, 3, 5, 6, 7};  // bit masks, as reference.TONE_SUPPORTS
+        double best_cost = INFINITY, best[3] = {1.0, 0.0, 0.0};
+        int best_set = 0;
+        for (int set = 0; set < n_sets; ++set) {
+            const double* g = gram + set * 9;
+            const double* r = rhs + set * 3;
+            for (int s = 0; s < 7; ++s) {
+                int index[3], k = 0;
+                for (int i = 0; i < 3; ++i)
+                    if (supports[s] >> i & 1) index[k++] = i;
+                double a[4][5] = {};
+                for (int i = 0; i < k; ++i) {
+                    for (int j = 0; j < k; ++j) a[i][j] = g[index[i] * 3 + index[j]];
+                    a[i][k] = 1.0;
+                    a[k][i] = 1.0;
+                    a[i][k + 1] = r[index[i]];
+                }
+                a[k][k + 1] = 1.0;
+                if (!solve_small(a, k + 1)) continue;
+                double w[3] = {0.0, 0.0, 0.0};
+                bool feasible = true;
+                for (int i = 0; i < k; ++i) {
+                    feasible = feasible && a[i][k + 1] >= 0.0;
+                    w[index[i]] = a[i][k + 1];
+                }
+                if (!feasible) continue;
+                double cost = 0.0;
+                for (int i = 0; i < 3; ++i) {
+                    double gw = 0.0;
+                    for (int j = 0; j < 3; ++j) gw += g[i * 3 + j] * w[j];
+                    cost += w[i] * gw;
+                }
+                cost -= 2.0 * (r[0] * w[0] + r[1] * w[1] + r[2] * w[2]);
+                if (cost < best_cost) {
+                    best_cost = cost;
+                    best_set = set;
+                    for (int i = 0; i < 3; ++i) best[i] = w[i];
+                }
+            }
+        }
+        chosen[0] = best_set;
+        for (int i = 0; i < 3; ++i) chosen[i + 1] = best[i];
+        for (int i = 0; i < 4; ++i) fit[i] = chosen[i];
+    }
+    __syncthreads();
+    const double* g = layers + (long long)chosen[0] * 3 * 256;
+    target_cdf[v] = chosen[1] * g[v] + chosen[2] * g[256 + v] + chosen[3] * g[512 + v];
+}
+
 // Stage 8, vertical half of the k x k box blur (edges replicated) of lut[luma], as exact
 // integer sums: colsum[y][x] = sum_{i<k} lut[luma[clamp(y - k/2 + i)][x]]. One thread per
 // column run of TONE_RUN rows, sliding.

@@ -27,6 +27,7 @@ from gpu.pencil.params import (
     MU_D,
     SIGMA_B,
     SIGMA_D,
+    TONE_WEIGHTS,
     U_A,
     U_B,
     PencilParams,
@@ -255,6 +256,83 @@ def target_histogram(weights: tuple[float, float, float]) -> np.ndarray:
     return p
 
 
+@lru_cache(maxsize=1)
+def auto_layer_cdfs() -> np.ndarray:
+    """(len(AUTO_DARK_LAYERS), 3, 256) float64: for each dark layer (mean, sd) tone="auto"
+    may choose, the CDFs of the bright, mid and that dark layer, each layer alone (its
+    density normalised to sum to 1 over v = 0..255)."""
+    v = np.arange(256, dtype=np.float64)
+    bright = np.exp(-(255.0 - v) / SIGMA_B)
+    mid = np.where((v >= U_A) & (v <= U_B), 1.0, 0.0)
+    sets = []
+    for mean, sd in AUTO_DARK_LAYERS:
+        layers = np.stack([bright, mid, np.exp(-((v - mean) ** 2) / (2.0 * sd**2))])
+        cdfs = np.cumsum(layers / layers.sum(axis=1, keepdims=True), axis=1)
+        cdfs[:, -1] = 1.0
+        sets.append(cdfs)
+    table = np.stack(sets)
+    table.setflags(write=False)
+    return table
+
+
+@lru_cache(maxsize=1)
+def auto_brightening() -> np.ndarray:
+    """(256,) int64: where tone="auto" counts a photo value v when it compares the photo
+    with the layers: round(255 sqrt(v / 255)). Lu's layers describe pencil drawings, which
+    are lighter than photos; fitted to the photo's own values, the mixture copies the
+    photo's exposure and loses the drawing's paper."""
+    v = np.arange(256, dtype=np.float64)
+    table = np.rint(255.0 * np.sqrt(v / 255.0)).astype(np.int64)
+    table.setflags(write=False)
+    return table
+
+
+def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
+    """Stage 7 for tone="auto": the dark layer (an index into AUTO_DARK_LAYERS) and the (3,)
+    float64 weights (bright, mid, dark), >= 0 and summing to 1, whose mixture has the CDF
+    closest in least squares to the CDF F of the photo's brightened values (auto_brightening):
+    minimise sum_v (F(v) - sum_i w_i G_i(v))^2. Three unknowns on a simplex: each support
+    (TONE_SUPPORTS) is solved exactly (equality-constrained least squares by its KKT
+    system), and the best feasible fit over every dark layer is kept (the first on a tie).
+    gpu/pencil/pencil.cu fit_tone does the same."""
+    brightened = np.bincount(auto_brightening(), weights=source_counts.astype(np.float64), minlength=256)
+    source = np.cumsum(brightened)
+    source /= source[-1]
+    best_layer, best, best_cost = 0, np.array([1.0, 0.0, 0.0]), np.inf
+    for layer, layers in enumerate(auto_layer_cdfs()):
+        gram, rhs = layers @ layers.T, layers @ source
+        for support in TONE_SUPPORTS:
+            k = len(support)
+            system = np.zeros((k + 1, k + 1))
+            system[:k, :k] = gram[np.ix_(support, support)]
+            system[:k, k] = system[k, :k] = 1.0
+            solution = np.linalg.solve(system, np.append(rhs[list(support)], 1.0))
+            if np.any(solution[:k] < 0.0):
+                continue
+            weights = np.zeros(3)
+            weights[list(support)] = solution[:k]
+            cost = weights @ gram @ weights - 2.0 * rhs @ weights
+            if cost < best_cost:
+                best_layer, best, best_cost = layer, weights, cost
+    return best_layer, best
+
+
+# The dark layers tone="auto" chooses from, (mean, sd) on 0..255: Lu's (90, 11) and darker
+# and wider ones, so that a night sky can be darker than Lu's darkest pencil.
+AUTO_DARK_LAYERS = tuple((float(mean), sd) for mean in range(20, 100, 10) for sd in (SIGMA_D, 2.0 * SIGMA_D))
+# every non-empty subset of the three layers, singletons first
+TONE_SUPPORTS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
+
+
+def tone_target(source_counts: np.ndarray, tone: str) -> np.ndarray:
+    """Stage 7: the target distribution (256,) float64: a preset's (target_histogram) or,
+    for "auto", the mixture fitted to this photo (fit_tone)."""
+    if tone != "auto":
+        return target_histogram(TONE_WEIGHTS[tone])
+    layer, weights = fit_tone(source_counts)
+    return np.diff(weights @ auto_layer_cdfs()[layer], prepend=0.0)
+
+
 def matching_lut(source_counts: np.ndarray, target_p: np.ndarray) -> np.ndarray:
     """Stage 8a: (256,) uint8 LUT sending each source value to the target value whose CDF
     first reaches the source CDF at that value (classic histogram specification)."""
@@ -268,7 +346,8 @@ def matching_lut(source_counts: np.ndarray, target_p: np.ndarray) -> np.ndarray:
 
 def tone_map(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     """Stages 6-8: J = box_blur(LUT[L]) ** tone_gamma, float32 in [0, 1]."""
-    lut = matching_lut(histogram(luma_u8), target_histogram(params.tone_weights))
+    counts = histogram(luma_u8)
+    lut = matching_lut(counts, tone_target(counts, params.tone))
     matched = cv2.LUT(luma_u8, lut).astype(np.float32) / 255.0
     size = params.tone_blur_size(*luma_u8.shape)
     tone = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)

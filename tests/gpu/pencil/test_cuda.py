@@ -176,6 +176,27 @@ def test_tone_map_lut_is_exact_and_j_within_rounding(cuda, lease, rng, tone, hei
     np.testing.assert_allclose(log_j.get(), np.log(np.maximum(expected, np.float32(ref.TONE_FLOOR))), rtol=0, atol=2e-5)
 
 
+@pytest.mark.parametrize("name", [*PHOTOS, "moon", "hubble_deep_field", "rocket", "random"])
+def test_auto_tone_fit_matches_the_reference(cuda, lease, rng, name):
+    """The fitted layer set and weights, and the matching LUT built on them: the same as
+    the reference's (float64 on both sides, summed in another order)."""
+    if name == "random":  # a histogram no photo has: random counts on a random range
+        luma = rng.integers(int(rng.integers(0, 100)), int(rng.integers(150, 256)), (123, 77), dtype=np.uint8)
+    else:
+        luma, _ = ref.split_luma(photo(name, 240, 320))
+    planes = cuda.luma_and_histogram(upload(luma))
+    cdf, fit = cuda.fit_tone(planes, cuda.assets(lease.device))
+    layer, weights = ref.fit_tone(ref.histogram(luma))
+    fit = fit.get()
+    assert int(fit[0]) == layer
+    np.testing.assert_allclose(fit[1:], weights, rtol=0, atol=1e-9)
+    expected_cdf = np.cumsum(ref.tone_target(ref.histogram(luma), "auto"))
+    np.testing.assert_allclose(cdf.get(), expected_cdf, rtol=0, atol=1e-12)
+    _, _, lut = cuda.tone(planes, cdf, 5, 1.0, with_log=False)
+    counts = ref.histogram(luma)
+    np.testing.assert_array_equal(lut.get(), ref.matching_lut(counts, ref.tone_target(counts, "auto")))
+
+
 @pytest.mark.parametrize(("height", "width"), [(97, 131), (480, 640), (1, 333)])
 def test_conjugate_gradient_reaches_the_reference_solution(cuda, lease, rng, height, width):
     luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
@@ -206,7 +227,7 @@ def test_conjugate_gradient_reaches_the_reference_solution(cuda, lease, rng, hei
 def random_params(rng) -> PencilParams:
     return PencilParams(
         mode=str(rng.choice(["gray", "color"])),
-        tone=str(rng.choice(["light", "medium", "dark"])),
+        tone=str(rng.choice(["auto", "light", "medium", "dark"])),
         texture=str(rng.choice(["lu", "fast"])),
         line_frac=float(rng.uniform(0.01, 0.08)),
         stroke_width=int(rng.integers(0, 4)),

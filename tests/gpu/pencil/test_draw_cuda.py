@@ -66,7 +66,9 @@ def test_device_decode_is_the_host_decode_up_to_idct_rounding(pool, rng):
 def test_gpu_codec_path_draws_what_the_cpu_path_draws(pool, rng, variant, texture):
     data = jpeg(photo(str(rng.choice(NAMES)), rng, int(rng.integers(400, 1100))), variant)
     params = PencilParams(
-        texture=texture, mode=str(rng.choice(["gray", "color"])), tone=str(rng.choice(["light", "medium", "dark"]))
+        texture=texture,
+        mode=str(rng.choice(["gray", "color"])),
+        tone=str(rng.choice(["auto", "light", "medium", "dark"])),
     )
     gpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cuda", pool)
     cpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cpu")

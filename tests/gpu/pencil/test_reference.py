@@ -157,6 +157,73 @@ def test_matched_tone_histogram_is_close_to_target(tone):
     assert ks_blurred < 0.1  # measured 0.05-0.07 on this photo
 
 
+# -------------------------------------------------------------- tone="auto" --
+
+AUTO_PHOTOS = ("camera", "moon", "astronaut", "coffee", "hubble_deep_field", "rocket", "page")
+
+
+def _luma(name: str) -> np.ndarray:
+    luma, _ = ref.split_luma(getattr(skimage.data, name)())
+    return luma
+
+
+def _cost(weights: np.ndarray, layers: np.ndarray, source_cdf: np.ndarray) -> float:
+    return float(np.sum((source_cdf - weights @ layers) ** 2))
+
+
+@pytest.mark.parametrize("name", AUTO_PHOTOS)
+def test_the_auto_fit_is_the_least_squares_optimum_on_the_simplex(name):
+    """No point of a 1/100 grid of the simplex, for any candidate dark layer, fits the
+    photo's brightened CDF better than the fit (up to rounding)."""
+    counts = ref.histogram(_luma(name))
+    layer, weights = ref.fit_tone(counts)
+    assert np.all(weights >= 0) and abs(weights.sum() - 1.0) < 1e-12
+    brightened = np.bincount(ref.auto_brightening(), weights=counts.astype(float), minlength=256)
+    source = np.cumsum(brightened) / brightened.sum()
+    best = _cost(weights, ref.auto_layer_cdfs()[layer], source)
+    grid = np.array([(a, b, 100 - a - b) for a in range(101) for b in range(101 - a)], float) / 100
+    for layers in ref.auto_layer_cdfs():
+        residuals = source[None, :] - grid @ layers
+        assert float(np.min(np.sum(residuals**2, axis=1))) >= best - 1e-9
+
+
+def test_auto_tone_follows_the_photos_exposure(rng):
+    """The same photo darkened draws darker, and a night sky picks a dark layer darker than
+    Lu's: the fitted target's mean falls with the photo's."""
+    luma = _luma("astronaut")
+    means = []
+    for scale in (1.0, 0.6, 0.3, 0.1):
+        counts = ref.histogram(np.clip(luma * scale, 0, 255).astype(np.uint8))
+        target = ref.tone_target(counts, "auto")
+        means.append(float(np.arange(256) @ target))
+    assert means == sorted(means, reverse=True) and means[0] - means[-1] > 60, means
+    sky_layer, sky = ref.fit_tone(ref.histogram(_luma("hubble_deep_field")))
+    assert sky[2] > 0.9 and ref.AUTO_DARK_LAYERS[sky_layer][0] < 90
+
+
+def test_auto_tone_keeps_paper_white_where_the_photo_is_white():
+    """camera (a bright sky): the drawing's brightest tenth stays near paper."""
+    luma = _luma("camera")
+    lut = ref.matching_lut(ref.histogram(luma), ref.tone_target(ref.histogram(luma), "auto"))
+    assert lut[np.quantile(luma, 0.95).astype(int)] > 235
+
+
+def test_auto_renders_dark_photos_dark_and_keeps_their_tone_order():
+    from scipy.stats import spearmanr
+
+    sky = ref.fit_max_side(skimage.data.hubble_deep_field(), 400)
+    light = ref.render(sky, PencilParams(tone="light"))
+    auto = ref.render(sky, PencilParams(tone="auto"))
+    assert auto.mean() < 150 < light.mean()
+    photo = ref.fit_max_side(skimage.data.camera(), 400)
+    luma = photo.astype(float)
+    drawn = ref.render(photo, PencilParams(tone="auto")).astype(float)
+    side = 400 // 24
+    blocks = [a[: a.shape[0] // side * side, : a.shape[1] // side * side] for a in (luma, drawn)]
+    averages = [b.reshape(b.shape[0] // side, side, -1, side).mean(axis=(1, 3)).ravel() for b in blocks]
+    assert spearmanr(*averages)[0] > 0.9
+
+
 def test_matching_lut_is_monotone(rng):
     counts = rng.integers(1, 1000, 256)
     lut = ref.matching_lut(counts, ref.target_histogram((52, 37, 11)))
