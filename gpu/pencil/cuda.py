@@ -235,7 +235,7 @@ class DeviceAssets:
             ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
-        self._auto: tuple[cupy.ndarray, cupy.ndarray] | None = None
+        self._auto: tuple[cupy.ndarray, ...] | None = None
         self._lines: OrderedDict[tuple[int, int], LinePlan] = OrderedDict()
 
     def target_cdf(self, weights: tuple[float, float, float]) -> cupy.ndarray:
@@ -249,15 +249,16 @@ class DeviceAssets:
                     cdf = self._cdfs[weights] = _upload_shared(target)
             return cdf
 
-    def auto_tone_tables(self) -> tuple[cupy.ndarray, cupy.ndarray]:
-        """float64 (sets, 3, 256) layer CDFs and (sets, 3, 3) Gram matrices of tone="auto",
-        from the reference's tables (the same Gram matrices, bit for bit)."""
+    def auto_tone_tables(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+        """The reference's tables of tone="auto": int32 (256,) brightening, float64 (sets, 3,
+        256) layer CDFs and (sets, 3, 3) Gram matrices (the same bits as the reference's)."""
         with self._lock:
             if self._auto is None:
                 layers = reference.auto_layer_cdfs()
                 gram = np.stack([set_ @ set_.T for set_ in layers])
+                brighten = reference.auto_brightening().astype(np.int32)
                 with cupy.cuda.Device(self.device):
-                    self._auto = (_upload_shared(np.ascontiguousarray(layers)), _upload_shared(gram))
+                    self._auto = tuple(_upload_shared(np.ascontiguousarray(a)) for a in (brighten, layers, gram))
             return self._auto
 
     def line_plan(self, length: int, width: int) -> LinePlan:
@@ -388,12 +389,12 @@ def strokes(packed: cupy.ndarray, plan: LinePlan, height: int, width: int) -> tu
 def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray, cupy.ndarray]:
     """Stage 7 for tone="auto", as reference.fit_tone: the float64 (256,) target CDF of the
     mixture fitted to the photo's histogram, and (4,) float64 (dark layer index, weights)."""
-    layers, gram = device_assets.auto_tone_tables()
+    brighten, layers, gram = device_assets.auto_tone_tables()
     if layers.shape[0] > FIT_MAX_SETS:
         raise ValueError(f"fit_tone takes at most {FIT_MAX_SETS} layer sets, got {layers.shape[0]}")
     cdf = kernels.empty(256, cupy.float64)
     fit = kernels.empty(4, cupy.float64)
-    _k("fit_tone")((1,), (256,), (planes.histogram, layers, gram, np.int32(layers.shape[0]), cdf, fit))
+    _k("fit_tone")((1,), (256,), (planes.histogram, brighten, layers, gram, np.int32(layers.shape[0]), cdf, fit))
     return cdf, fit
 
 

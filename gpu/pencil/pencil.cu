@@ -440,7 +440,7 @@ extern "C" __global__ void matching_lut(const u32* __restrict__ hist, const doub
 }
 
 // Stage 7 for tone="auto" (reference.fit_tone): the photo's values are counted brightened,
-// at round(255 sqrt(v / 255)); the CDF F of those is compared with each candidate layer set
+// value v at brighten[v] (reference.auto_brightening); the CDF F of those is compared with each candidate layer set
 // (layers: n_sets x 3 x 256 CDFs, gram: n_sets x 3 x 3, both from the reference's tables),
 // and the weights on the simplex minimising sum_v (F(v) - sum_i w_i G_i(v))^2 are found by
 // solving every support's KKT system. Writes the chosen mixture's CDF to target_cdf and
@@ -470,7 +470,8 @@ __device__ bool solve_small(double a[4][5], int n) {  // Gaussian elimination, p
     return true;
 }
 
-extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const double* __restrict__ layers,
+extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __restrict__ brighten,
+                                    const double* __restrict__ layers,
                                     const double* __restrict__ gram, int n_sets, double* __restrict__ target_cdf,
                                     double* __restrict__ fit) {
     __shared__ unsigned long long counts[256];
@@ -480,8 +481,7 @@ extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const double* 
     const int v = threadIdx.x;
     counts[v] = 0ull;
     __syncthreads();
-    const int to = (int)rint(255.0 * sqrt((double)v / 255.0));
-    atomicAdd(&counts[to], (unsigned long long)hist[v]);
+    atomicAdd(&counts[brighten[v]], (unsigned long long)hist[v]);
     __syncthreads();
     for (int step = 1; step < 256; step <<= 1) {  // inclusive scan (Hillis-Steele)
         unsigned long long add = v >= step ? counts[v - step] : 0ull;
