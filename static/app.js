@@ -33,7 +33,23 @@
     backend: $("backend"),
     form: $("options"),
     quality: $("quality"),
+    compare: $("compare"),
+    comparePhoto: $("compare-photo"),
+    compareRange: $("compare-range"),
+    compareHint: $("compare-hint"),
+    fullOpen: $("fullsize-open"),
+    full: $("fullsize"),
+    fullImg: $("fullsize-img"),
+    fullSize: $("fullsize-size"),
+    fullScroll: $("fullsize-scroll"),
+    fullClose: $("fullsize-close"),
   };
+
+  // Where the before/after divider starts, in % of the width from the left (the photo shows
+  // left of it): 0 shows the drawing alone, with the divider's handle at the left edge.
+  const SPLIT_DEFAULT = 0;
+  const SPLIT_KEY_STEP = 5; // % per arrow key; PageUp/PageDown move 25, Home/End to either end
+  const DRAG_PX = 5; // a press that moves less than this is a click: it opens the full-size view
 
   const state = {
     file: null,          // the current, validated photo
@@ -42,6 +58,9 @@
     timer: 0,
     controller: null,    // AbortController of the in-flight request
     seq: 0,              // id of the latest request; older answers are ignored
+    split: SPLIT_DEFAULT,
+    drag: null,          // the pointer pressed on the drawing: {id, x, moving, onKnob}
+    opener: null,        // what had the focus before the full-size view opened
   };
 
   /* ---------- messages ---------- */
@@ -113,7 +132,10 @@
 
   // A new photo: the previous sketch (of another photo) goes away.
   function clearSketch() {
+    closeFullSize();
     els.sketch.hidden = true;
+    els.compare.hidden = true;
+    els.compareHint.hidden = true;
     els.sketch.removeAttribute("src");
     els.sketch.alt = "";
     delete els.sketch.dataset.imageSize;
@@ -143,6 +165,8 @@
     els.original.alt = `Original photo: ${file.name}`;
     els.original.hidden = false;
     els.originalPlaceholder.hidden = true;
+    els.comparePhoto.src = state.originalUrl;
+    setSplit(SPLIT_DEFAULT);
     els.fileLabel.textContent = "Choose another photo";
     clearSketch();
 
@@ -319,7 +343,8 @@
       const queueMs = parseFloat(res.headers.get("X-Queue-Ms") || "");
 
       const url = URL.createObjectURL(blob);
-      await loadImage(new Image(), url); // decode off-screen first
+      const decoded = new Image();
+      await loadImage(decoded, url); // decode off-screen first
       if (seq !== state.seq) {
         URL.revokeObjectURL(url);
         return;
@@ -327,10 +352,14 @@
       if (state.sketchUrl) URL.revokeObjectURL(state.sketchUrl);
       state.sketchUrl = url;
       els.sketch.src = url;
+      if (els.full.open) els.fullImg.src = url;
+      sizeCompare(decoded.naturalWidth, decoded.naturalHeight);
 
       els.sketch.alt = `Pencil sketch of ${fileName}`;
       els.sketch.dataset.imageSize = size;
       els.sketch.hidden = false;
+      els.compare.hidden = false;
+      els.compareHint.hidden = false;
       els.sketchPlaceholder.hidden = true;
       els.sketchFrame.classList.remove("stale");
       setDownload(blob, type);
@@ -364,6 +393,160 @@
     if (els.download.getAttribute("aria-disabled") === "true") e.preventDefault();
   });
 
+  /* ---------- before/after: the photo over the drawing, clipped at a divider ---------- */
+
+  // The box takes the drawing's aspect ratio and is never wider than the drawing; the photo
+  // is stretched to the same box, so a downscaled drawing still lines up with its photo.
+  function sizeCompare(width, height) {
+    if (!(width > 0 && height > 0)) return;
+    els.compare.style.setProperty("--w", `${width}px`);
+    els.compare.style.setProperty("--ar", String(width / height));
+  }
+
+  function splitText(v) {
+    if (v <= 0) return "Drawing only";
+    if (v >= 100) return "Photo only";
+    return `Photo ${Math.round(v)}% from the left, drawing ${100 - Math.round(v)}%`;
+  }
+
+  function setSplit(v) {
+    v = Math.min(100, Math.max(0, Number.isFinite(v) ? v : SPLIT_DEFAULT));
+    state.split = v;
+    els.compare.style.setProperty("--split", `${+v.toFixed(2)}%`);
+    els.compareRange.value = String(Math.round(v));
+    els.compareRange.setAttribute("aria-valuetext", splitText(v));
+  }
+
+  function splitAt(clientX) {
+    const box = els.compare.getBoundingClientRect();
+    return box.width > 0 ? ((clientX - box.left) / box.width) * 100 : state.split;
+  }
+
+  els.compareRange.addEventListener("input", () => setSplit(els.compareRange.valueAsNumber));
+  els.compareRange.addEventListener("keydown", (e) => {
+    const steps = { ArrowRight: SPLIT_KEY_STEP, ArrowUp: SPLIT_KEY_STEP, ArrowLeft: -SPLIT_KEY_STEP,
+      ArrowDown: -SPLIT_KEY_STEP, PageUp: 25, PageDown: -25 };
+    if (!(e.key in steps)) return; // Home and End work as they are
+    e.preventDefault();
+    setSplit(Math.round(state.split) + steps[e.key]);
+  });
+
+  // A press on the drawing that moves sideways drags the divider to the pointer; one that
+  // does not is a click and opens the full-size view. The knob drags from the first move
+  // and never opens the view.
+  function endDrag() {
+    state.drag = null;
+    els.compare.classList.remove("dragging");
+  }
+
+  els.compare.addEventListener("pointerdown", (e) => {
+    if (!e.isPrimary || e.button !== 0 || e.target.closest("#fullsize-open, #compare-range")) return;
+    const onKnob = Boolean(e.target.closest(".compare-knob"));
+    state.drag = { id: e.pointerId, x: e.clientX, moving: onKnob, onKnob };
+    if (onKnob) els.compare.classList.add("dragging");
+    try {
+      els.compare.setPointerCapture(e.pointerId);
+    } catch (_) { /* the pointer is already gone */ }
+  });
+  els.compare.addEventListener("pointermove", (e) => {
+    const drag = state.drag;
+    if (!drag || e.pointerId !== drag.id) return;
+    if (!drag.moving && Math.abs(e.clientX - drag.x) >= DRAG_PX) {
+      drag.moving = true;
+      els.compare.classList.add("dragging");
+    }
+    if (drag.moving) {
+      e.preventDefault();
+      setSplit(splitAt(e.clientX));
+    }
+  });
+  els.compare.addEventListener("pointerup", (e) => {
+    const drag = state.drag;
+    if (!drag || e.pointerId !== drag.id) return;
+    endDrag();
+    if (!drag.moving && !drag.onKnob) openFullSize();
+  });
+  els.compare.addEventListener("pointercancel", endDrag); // e.g. the browser took the gesture to scroll
+  els.compare.addEventListener("lostpointercapture", (e) => {
+    if (state.drag && e.pointerId === state.drag.id) endDrag();
+  });
+  els.compare.addEventListener("dragstart", (e) => e.preventDefault());
+
+  /* ---------- the drawing at full size ---------- */
+
+  function openFullSize() {
+    if (!state.sketchUrl || els.compare.hidden || els.full.open) return;
+    els.fullImg.src = state.sketchUrl;
+    els.fullImg.alt = els.sketch.alt;
+    const w = els.sketch.naturalWidth;
+    const h = els.sketch.naturalHeight;
+    els.fullSize.textContent = w && h ? `${w} × ${h} px` : "";
+    state.opener = document.activeElement;
+    document.documentElement.classList.add("lightbox-open");
+    els.full.showModal();
+    els.fullScroll.scrollTo(0, 0);
+  }
+
+  function closeFullSize() {
+    if (els.full.open) els.full.close();
+  }
+
+  els.fullOpen.addEventListener("click", openFullSize);
+  els.fullClose.addEventListener("click", closeFullSize);
+  // A click on the dark surround (not on the drawing, the bar or its button) closes the view;
+  // Escape closes it too (the dialog's own "cancel").
+  els.full.addEventListener("click", (e) => {
+    if (e.target === els.full || e.target === els.fullScroll) closeFullSize();
+  });
+  els.full.addEventListener("close", () => {
+    document.documentElement.classList.remove("lightbox-open");
+    const opener = state.opener;
+    state.opener = null;
+    if (opener && opener !== document.body && document.contains(opener) && !opener.closest("[hidden]")) {
+      opener.focus({ preventScroll: true });
+    }
+  });
+
+  /* ---------- server defaults ---------- */
+
+  // If /healthz names the options' defaults ({"tone": "auto", ...}), they become the form's:
+  // what "Reset" restores, and selected now unless the user has already changed that field.
+  // Values the page does not offer are ignored. True if a field's value changed.
+  function applyDefaults(defaults) {
+    if (!defaults || typeof defaults !== "object") return false;
+    let changed = false;
+    for (const [name, raw] of Object.entries(defaults)) {
+      const field = els.form.elements[name];
+      if (!field || raw === null || typeof raw === "object") continue;
+      const value = String(raw);
+      const radios = field instanceof RadioNodeList ? Array.from(field) : field.type === "radio" ? [field] : null;
+      const current = () => (radios ? (radios.find((r) => r.checked) || { value: null }).value : field.value);
+      const before = current();
+      // Setting a default also selects it in a field the user has not touched, and may in
+      // one they have: so read "untouched" first and put the user's choice back after.
+      if (radios) {
+        if (!radios.some((r) => r.value === value)) continue;
+        const untouched = radios.every((r) => r.checked === r.defaultChecked);
+        for (const r of radios) r.defaultChecked = r.value === value;
+        for (const r of radios) r.checked = r.value === (untouched ? value : before);
+      } else if (field.tagName === "SELECT") {
+        const options = Array.from(field.options);
+        if (!options.some((o) => o.value === value)) continue;
+        const untouched = options.every((o) => o.selected === o.defaultSelected);
+        for (const o of options) o.defaultSelected = o.value === value;
+        field.value = untouched ? value : before;
+      } else if (field.type === "range") {
+        const untouched = field.value === field.defaultValue;
+        field.defaultValue = value;
+        field.value = untouched ? value : before;
+      } else {
+        continue;
+      }
+      if (current() !== before) changed = true;
+    }
+    return changed;
+  }
+
   /* ---------- footer ---------- */
 
   async function loadHealth() {
@@ -380,6 +563,10 @@
         els.fileHint.textContent = `or drop it here · JPEG, PNG or WebP, up to ${formatBytes(maxBytes)}`;
       }
       els.backend.textContent = parts.join(" · ");
+      if (applyDefaults(h.defaults)) {
+        syncOutputs();
+        schedule(0);
+      }
       els.backend.dataset.backend = h.backend || "";
       if (!res.ok || h.status !== "ok") els.backend.textContent += ` (${h.status || res.status})`;
     } catch (_) {

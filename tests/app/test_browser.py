@@ -2,11 +2,13 @@
 
 Needs a system Chromium (Debian's ``chromium`` package) and the ``playwright``
 Python package; the browser bundled by ``playwright install`` is never used.
-Screenshots land in ``test-artifacts/`` at the repository root.
+Screenshots land in ``test-artifacts/`` at the repository root (those of the drawing's
+before/after view and its full-size view also in ``$PAGE_SHOTS_DIR`` when that is set).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -456,3 +458,348 @@ def test_redoc_renders_offline(server, web_page, page_errors):
     # only ReDoc's "API docs by Redocly" logo comes from elsewhere; it hides itself when it fails
     assert all(kind == "image" and "redoc.ly/" in url for kind, url in blocked), blocked
     assert not page_errors, page_errors
+
+
+# ------------------------------------------- tone auto, before/after, full size --
+
+
+def _shot_also(page, name: str, *, full_page: bool = True) -> Path:
+    """A screenshot in test-artifacts/, and a copy in $PAGE_SHOTS_DIR when that is set
+    (e.g. /tmp/page-shots), to look at by eye."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=full_page)
+    if os.environ.get("PAGE_SHOTS_DIR"):
+        shots = Path(os.environ["PAGE_SHOTS_DIR"])
+        shots.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, shots / name)
+    return path
+
+
+def _pixels(page, selector: str):
+    """The element as the page shows it, as a float array (H, W, 3)."""
+    import io
+
+    import numpy as np
+
+    return np.asarray(Image.open(io.BytesIO(page.locator(selector).screenshot())).convert("RGB"), dtype=np.float64)
+
+
+def _split(page) -> float:
+    """The divider's position, in % from the left, as the page draws it."""
+    return page.eval_on_selector("#compare", "el => parseFloat(getComputedStyle(el).getPropertyValue('--split'))")
+
+
+SKETCH_PIXELS = """img => {
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d');
+  g.drawImage(img, 0, 0);
+  return Array.from(g.getImageData(0, 0, c.width, c.height).data.filter((_, i) => i % 4 === 0));
+}"""
+
+
+def test_tone_auto_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, photo):
+    page = web_page
+    base, health = server
+    page.add_init_script(RECORD_FORMS)
+    page.goto(f"{base}/")
+    tones = page.eval_on_selector_all("input[name=tone]", "els => els.map(e => e.value)")
+    assert tones == ["light", "medium", "dark", "auto"]
+    assert page.is_checked("#tone-light")  # the page's default, the server's too
+    assert "dark photos stay dark" in page.get_attribute("label[for=tone-auto]", "title")
+    for name in ("Light", "Medium", "Dark", "Auto"):
+        assert page.get_by_role("radio", name=name, exact=True).count() == 1, name
+    described = page.eval_on_selector("#tone-auto", "e => document.getElementById(e.getAttribute('aria-describedby'))")
+    assert described is not None
+    # four choices in the narrow column: no label is cut off, whichever is checked (in bold)
+    for tone in tones:
+        page.click(f"label[for=tone-{tone}]")
+        cut = page.eval_on_selector_all(
+            ".segmented label", "els => els.filter(l => l.scrollWidth > l.clientWidth).map(l => l.textContent)"
+        )
+        assert cut == [], (tone, cut)
+    page.click("label[for=tone-light]")
+
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as light:
+        page.set_input_files("#file", str(photo))
+    assert light.value.ok
+    _wait_for_sketch(page, health["backend"])
+    light_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+
+    # arrow keys move through the radio group like any other; quick presses make one request
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as auto:
+        page.focus("#tone-light")
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+    assert page.is_checked("#tone-auto")
+    assert page.evaluate("document.activeElement.id") == "tone-auto"
+    assert auto.value.ok, auto.value.text()[:500]
+    _wait_for_sketch(page, health["backend"])
+    page.wait_for_timeout(400)
+    forms = page.evaluate("window.__sketchForms")
+    assert [f["tone"] for f in forms] == ["light", "auto"]
+    assert page.eval_on_selector("#sketch", "img => img.naturalWidth") == 512
+    auto_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+    assert len(auto_px) == len(light_px) == 512 * 512
+    assert auto_px != light_px, "tone=auto drew the same image as tone=light"
+    assert not page_errors, page_errors
+
+
+SERVER_DEFAULTS = {"tone": "auto", "stroke_width": 2, "max_side": 2048, "unknown_option": 1, "mode": "sepia"}
+
+
+def _healthz_with_defaults(route) -> None:
+    import json
+
+    body = route.fetch().json()
+    body["defaults"] = SERVER_DEFAULTS
+    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+
+def test_server_defaults_from_healthz_are_selected(server, web_page, page_errors):
+    """If /healthz names the options' defaults, the page selects them and Reset returns to them."""
+    page = web_page
+    base, _ = server
+    page.route("**/healthz", _healthz_with_defaults)
+    page.goto(f"{base}/")
+    page.wait_for_function("document.querySelector('#tone-auto').checked", timeout=10_000)
+    assert page.input_value("#stroke_width") == "2" and page.inner_text("#stroke_width-out") == "2"
+    assert page.input_value("#max_side") == "2048"
+    assert page.is_checked("#mode-gray")  # a value the page does not offer changes nothing
+    page.click("label[for=tone-dark]")
+    page.click("#reset")
+    page.wait_for_function("document.querySelector('#tone-auto').checked")
+    assert page.input_value("#stroke_width") == "2"
+    assert not page_errors, page_errors
+
+
+def test_server_defaults_keep_what_the_user_chose(server, web_page, page_errors):
+    """Defaults that arrive after the user changed a field leave that field as the user set it."""
+    page = web_page
+    base, health = server
+    held = []
+    page.route("**/healthz", lambda route: held.append(route))  # answered below, once the user has chosen
+    page.goto(f"{base}/")
+    page.click("label[for=tone-dark]")
+    page.select_option("#max_side", "")
+    page.focus("#stroke_width")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")  # 1 -> 3
+    page.wait_for_function("() => true")  # lets the held /healthz request come in
+    assert len(held) == 1
+    _healthz_with_defaults(held[0])
+    page.wait_for_function(
+        "(b) => document.querySelector('#backend').textContent.includes(b)", arg=f"Backend: {health['backend']}"
+    )
+    assert page.is_checked("#tone-dark")
+    assert page.input_value("#max_side") == ""
+    assert page.input_value("#stroke_width") == "3"
+    page.click("#reset")
+    page.wait_for_function("document.querySelector('#tone-auto').checked")
+    assert page.input_value("#max_side") == "2048" and page.input_value("#stroke_width") == "2"
+    assert not page_errors, page_errors
+
+
+@pytest.mark.parametrize("mode", ["gray", "color"])
+def test_before_after_slider(server, web_page, page_errors, photo, mode):
+    import numpy as np
+
+    page = web_page
+    base, health = server
+    page.goto(f"{base}/")
+    page.click(f"label[for=mode-{mode}]")
+    page.set_input_files("#file", str(photo))
+    _wait_for_sketch(page, health["backend"])
+    page.wait_for_function("document.querySelector('#compare-photo').complete")
+    assert page.is_visible("#compare") and page.is_visible("#compare-hint")
+
+    # the photo lies exactly over the drawing, in a box of the drawing's shape (512 x 512, scaled to the column)
+    sketch = page.locator("#sketch").bounding_box()
+    photo_box = page.locator("#compare-photo").bounding_box()
+    assert sketch == photo_box, (sketch, photo_box)
+    assert 200 < sketch["width"] <= 512 and abs(sketch["width"] - sketch["height"]) < 1, sketch
+
+    # it starts on the drawing alone
+    assert _split(page) == 0
+    assert page.input_value("#compare-range") == "0"
+    assert page.get_attribute("#compare-range", "aria-valuetext") == "Drawing only"
+    drawing = _pixels(page, "#compare")
+
+    # the keyboard: Tab-reachable range, End shows the photo alone
+    page.focus("#compare-range")
+    page.keyboard.press("End")
+    assert _split(page) == 100 and page.get_attribute("#compare-range", "aria-valuetext") == "Photo only"
+    photo_px = _pixels(page, "#compare")
+    assert np.abs(drawing - photo_px).mean() > 15, "the photo and the drawing look alike"
+    clip_end = page.eval_on_selector("#compare-before", "el => getComputedStyle(el).clipPath")
+
+    page.keyboard.press("Home")
+    assert _split(page) == 0
+    page.keyboard.press("ArrowRight")
+    assert _split(page) == 5 and page.input_value("#compare-range") == "5"
+    page.keyboard.press("PageUp")
+    page.keyboard.press("PageUp")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowRight")
+    assert _split(page) == 55
+    page.keyboard.press("ArrowLeft")
+    assert _split(page) == 50
+    assert page.eval_on_selector("#compare-before", "el => getComputedStyle(el).clipPath") != clip_end
+    half = _pixels(page, "#compare")
+    w = half.shape[1]
+    left, right = slice(0, int(w * 0.44)), slice(int(w * 0.56), w)
+
+    def diff(a, b, cols):
+        return float(np.abs(a[:, cols] - b[:, cols]).mean())
+
+    # left of the divider the photo's pixels, right of it the drawing's
+    assert diff(half, photo_px, left) < 2 < 10 < diff(half, drawing, left), (
+        diff(half, photo_px, left),
+        diff(half, drawing, left),
+    )
+    assert diff(half, drawing, right) < 2 < 10 < diff(half, photo_px, right), (
+        diff(half, drawing, right),
+        diff(half, photo_px, right),
+    )
+    _shot_also(page, f"browser-compare-{mode}.png")
+
+    # the mouse: a sideways drag from anywhere on the drawing moves the divider to the pointer,
+    # and does not open the full-size view
+    box = page.locator("#compare").bounding_box()
+    y = box["y"] + box["height"] * 0.3
+    page.mouse.move(box["x"] + box["width"] * 0.7, y)
+    page.mouse.down()
+    for frac in (0.6, 0.45, 0.3, 0.25):
+        page.mouse.move(box["x"] + box["width"] * frac, y)
+    page.mouse.up()
+    assert abs(_split(page) - 25) < 0.5, _split(page)
+    assert page.input_value("#compare-range") == "25"
+    assert not page.evaluate("document.querySelector('#fullsize').open"), "a drag opened the full-size view"
+    # the knob drags too, and a press on it without a move does not open the view either
+    knob = page.locator(".compare-knob").bounding_box()
+    kx, ky = knob["x"] + knob["width"] / 2, knob["y"] + knob["height"] / 2
+    page.mouse.click(kx, ky)
+    assert not page.evaluate("document.querySelector('#fullsize').open")
+    page.mouse.move(kx, ky)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, ky, steps=4)
+    page.mouse.move(box["x"] + box["width"] * 1.5, ky, steps=4)  # past the edge: stops at 100
+    page.mouse.up()
+    assert _split(page) == 100
+    assert not page.evaluate("document.querySelector('#fullsize').open")
+
+    # a new render (another option) keeps the divider where the user left it
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS):
+        page.click("label[for=tone-dark]")
+    _wait_for_sketch(page, health["backend"])
+    assert _split(page) == 100
+    assert page.get_attribute("#download", "href") == page.get_attribute("#sketch", "src")
+    assert not page_errors, page_errors
+
+
+def test_full_size_view(server, web_page, page_errors, tmp_path):
+    """A click on the drawing opens it one image pixel per CSS pixel in a scrolling overlay;
+    Escape, the close button and a click outside close it."""
+    from pencil_testkit import photo as test_photo
+
+    page = web_page
+    base, health = server
+    big = tmp_path / "coffee.jpg"
+    Image.fromarray(test_photo("coffee", width=1600)).save(big, "JPEG", quality=90)  # 1600 x 1066
+    page.goto(f"{base}/")
+    page.select_option("#max_side", "2048")
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as info:
+        page.set_input_files("#file", str(big))
+    assert info.value.ok, info.value.text()[:500]
+    _wait_for_sketch(page, health["backend"])
+    width, height = (int(v) for v in info.value.header_value("x-image-size").split("x"))
+    assert width == 1600
+    shown = page.locator("#sketch").bounding_box()
+    assert shown["width"] < width  # on the page it is scaled down to the column
+
+    # a click (no drag) on the drawing, away from the divider's knob
+    page.click("#sketch", position={"x": shown["width"] * 0.75, "y": shown["height"] * 0.75})
+    page.wait_for_selector("#fullsize[open]")
+    full = page.eval_on_selector(
+        "#fullsize-img",
+        "img => { const r = img.getBoundingClientRect(); return [img.naturalWidth, img.naturalHeight, r.width, "
+        "r.height, img.src === document.querySelector('#sketch').src]; }",
+    )
+    assert full == [width, height, width, height, True], full
+    scroll = page.eval_on_selector("#fullsize-scroll", "el => [el.scrollWidth, el.clientWidth]")
+    assert scroll[0] > scroll[1], f"a {width} px drawing in a 1280 px window should scroll: {scroll}"
+    assert page.inner_text("#fullsize-size") == f"{width} × {height} px"
+    assert page.evaluate("document.activeElement.id") == "fullsize-close"
+    # the page behind does not scroll while the view is open
+    assert page.evaluate("getComputedStyle(document.documentElement).overflow") == "hidden"
+    _shot_also(page, "browser-fullsize.png", full_page=False)
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#fullsize", state="hidden")
+    assert not page.evaluate("document.documentElement.classList.contains('lightbox-open')")
+
+    # the keyboard way in: the full-size button; focus comes back to it afterwards
+    page.focus("#fullsize-open")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#fullsize[open]")
+    page.click("#fullsize-close")
+    page.wait_for_selector("#fullsize", state="hidden")
+    assert page.evaluate("document.activeElement.id") == "fullsize-open"
+
+    # a click on the dark surround closes it; one on the drawing does not
+    page.click("#fullsize-open")
+    page.wait_for_selector("#fullsize[open]")
+    page.click("#fullsize-img", position={"x": 50, "y": 50})
+    assert page.evaluate("document.querySelector('#fullsize').open")
+    page.click("#fullsize-scroll", position={"x": 6, "y": 6})
+    page.wait_for_selector("#fullsize", state="hidden")
+
+    # the download link is untouched by all this
+    assert page.get_attribute("#download", "download") == "coffee-sketch.png"
+    assert page.get_attribute("#download", "href") == page.get_attribute("#sketch", "src")
+    assert not page_errors, page_errors
+
+
+def test_before_after_by_touch(server, chromium_browser, photo):
+    """On a phone: a sideways swipe on the drawing moves the divider, a vertical one scrolls the
+    page and leaves the divider alone, and a tap opens the full-size view."""
+    base, health = server
+    context = chromium_browser.new_context(
+        viewport={"width": 375, "height": 800}, device_scale_factor=2, is_mobile=True, has_touch=True
+    )
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{base}/")
+        page.set_input_files("#file", str(photo))
+        _wait_for_sketch(page, health["backend"])
+        page.locator("#compare").scroll_into_view_if_needed()
+        box = page.locator("#compare").bounding_box()
+        cdp = context.new_cdp_session(page)
+
+        def swipe(points: list[tuple[float, float]]) -> None:
+            for i, (fx, fy) in enumerate(points):
+                point = {"x": box["x"] + box["width"] * fx, "y": box["y"] + box["height"] * fy}
+                kind = "touchStart" if i == 0 else "touchMove"
+                cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [point]})
+            cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+        swipe([(0.8, 0.3), (0.75, 0.3), (0.7, 0.3), (0.6, 0.3), (0.5, 0.3), (0.4, 0.3)])
+        assert abs(_split(page) - 40) < 0.5, _split(page)
+        assert not page.evaluate("document.querySelector('#fullsize').open")
+
+        scrolled = page.evaluate("scrollY")
+        swipe([(0.3, 0.8), (0.3, 0.7), (0.3, 0.6), (0.3, 0.5), (0.3, 0.4), (0.3, 0.3)])
+        page.wait_for_function("(y) => scrollY > y", arg=scrolled)
+        assert abs(_split(page) - 40) < 0.5, _split(page)
+        assert not page.evaluate("document.querySelector('#fullsize').open")
+
+        box = page.locator("#compare").bounding_box()
+        page.touchscreen.tap(box["x"] + box["width"] * 0.8, box["y"] + box["height"] * 0.8)
+        page.wait_for_selector("#fullsize[open]")
+        page.tap("#fullsize-close")
+        page.wait_for_selector("#fullsize", state="hidden")
+        assert not errors, errors
+    finally:
+        context.close()
