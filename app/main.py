@@ -41,6 +41,7 @@ from app.storage import StartupError, prepare_directory, probe_directory
 from app.uploads import UploadGuard
 from gpu import pencil
 from gpu.backend import Backend, BackendUnavailable, select_backend
+from gpu.pencil.params import PENCIL_OPTIONS
 from gpu.pool import DevicePool, parse_devices
 
 log = logging.getLogger("pencil")
@@ -342,6 +343,8 @@ def _add_service_routes(app: FastAPI) -> None:
             "job_database": state.jobs.database if hasattr(state, "jobs") else None,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
             "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
+            # the drawing options' defaults, which the page selects (gpu/pencil/params.py)
+            "defaults": {option.name: option.default for option in PENCIL_OPTIONS if option.default is not None},
             "queue": {
                 "waiting": state.render_queue.waiting,
                 "running": state.render_queue.running,

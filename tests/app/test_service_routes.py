@@ -3,6 +3,8 @@ static files, /docs and /openapi.json (which must document every option of /sket
 
 from __future__ import annotations
 
+import dataclasses
+
 import shutil
 
 import pytest
@@ -10,7 +12,7 @@ from pencil_testkit import metric_value, photo_bytes, sketch_files
 
 from app.main import VERSION
 from gpu.codec.encode import ENCODE_OPTIONS
-from gpu.pencil.params import PENCIL_OPTIONS
+from gpu.pencil.params import PENCIL_OPTIONS, PencilParams
 
 ALL_OPTIONS = PENCIL_OPTIONS + ENCODE_OPTIONS
 
@@ -26,6 +28,8 @@ def test_healthz(make_client):
     assert isinstance(body["version"], str) and body["version"] == VERSION
     assert body["workers"] == 3
     assert body["queue"] == {"waiting": 0, "running": 0, "limit": 5}
+    # the page selects these: the drawing options' defaults, as PencilParams() has them
+    assert body["defaults"] == {k: v for k, v in dataclasses.asdict(PencilParams()).items() if v is not None}
 
 
 def test_readyz(client):
