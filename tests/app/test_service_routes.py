@@ -4,7 +4,6 @@ static files, /docs and /openapi.json (which must document every option of /sket
 from __future__ import annotations
 
 import dataclasses
-
 import shutil
 
 import pytest
