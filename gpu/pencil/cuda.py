@@ -29,8 +29,16 @@ import numpy as np
 
 from gpu import kernels
 from gpu.pencil import reference
-from gpu.pencil.params import CG_MAX_ITERATIONS, CG_TOLERANCE, DIRECTIONS, LU_LAMBDA, PencilParams
-from gpu.pencil.texture import pencil_texture
+from gpu.pencil.params import (
+    CG_MAX_ITERATIONS,
+    CG_TOLERANCE,
+    DIRECTIONS,
+    HATCH_BIAS,
+    HATCH_BIAS_FLOOR,
+    LU_LAMBDA,
+    PencilParams,
+)
+from gpu.pencil.texture import HATCH_ANGLE_DEG, pencil_texture
 
 log = logging.getLogger("pencil.cuda")
 
@@ -44,6 +52,7 @@ TABLE_HEADER = 20
 CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8  # blocks stride down the image: few partial sums
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 FIT_MAX_SETS = 64  # the shared rhs table of pencil.cu fit_tone
+BOX_RUN = 32  # pixels a thread of box_rows / box_columns slides over
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
 ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
@@ -232,10 +241,15 @@ class DeviceAssets:
                 "matching_lut",
                 "fit_tone",
                 "merge",
+                "structure_products",
+                "box_rows",
+                "box_columns",
+                "hatch_texture",
             ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
         self._auto: tuple[cupy.ndarray, ...] | None = None
+        self._hatch: tuple[cupy.ndarray, ...] | None = None
         self._lines: OrderedDict[tuple[int, int], LinePlan] = OrderedDict()
 
     def target_cdf(self, weights: tuple[float, float, float]) -> cupy.ndarray:
@@ -260,6 +274,16 @@ class DeviceAssets:
                 with cupy.cuda.Device(self.device):
                     self._auto = tuple(_upload_shared(np.ascontiguousarray(a)) for a in (brighten, layers, gram))
             return self._auto
+
+    def hatch_tables(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+        """hatching="follow": float32 cosines and sines of the turns (reference.hatch_turns)
+        and the texture tile H."""
+        with self._lock:
+            if self._hatch is None:
+                cosines, sines = reference.hatch_turns()
+                with cupy.cuda.Device(self.device):
+                    self._hatch = (_upload_shared(cosines), _upload_shared(sines), self.texture)
+            return self._hatch
 
     def line_plan(self, length: int, width: int) -> LinePlan:
         key = (length, width)
@@ -386,6 +410,66 @@ def strokes(packed: cupy.ndarray, plan: LinePlan, height: int, width: int) -> tu
     return out, extrema
 
 
+@dataclass
+class TexturePlanes:
+    """The texture as the CG and merge kernels read it, like DeviceAssets' tile: here a
+    plane over the image (texture_size 0: read as it is, not wrapped)."""
+
+    texture: cupy.ndarray
+    log_texture: cupy.ndarray | None
+    texture_size: int = 0
+
+
+def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: DeviceAssets, with_log: bool):
+    """hatching="follow", as reference.oriented_texture: the texture turned along the
+    photo's structure, float32 (H, W), and its log when with_log (texture "lu")."""
+    height, width = luma.shape
+    products = kernels.empty((3, height, width), cupy.float32)
+    block = (32, 8)
+    grid = (kernels.div_up(width, 32), kernels.div_up(height, 8))
+    _k("structure_products")(grid, block, (luma, np.int32(height), np.int32(width), products))
+    size = np.int32(params.structure_size(height, width))
+    rows = kernels.empty((3, height, width), cupy.float32)
+    _k("box_rows")(
+        (kernels.div_up(kernels.div_up(width, BOX_RUN), 32), kernels.div_up(3 * height, 8)),
+        block,
+        (products, np.int32(height), np.int32(width), size, np.int32(3), rows),
+    )
+    tensor = products  # the products are read no more: the box means go over them
+    _k("box_columns")(
+        (kernels.div_up(width, 32), kernels.div_up(3 * kernels.div_up(height, BOX_RUN), 8)),
+        block,
+        (rows, np.int32(height), np.int32(width), size, np.int32(3), tensor),
+    )
+    del rows
+    cosines, sines, tile = device_assets.hatch_tables()
+    own = -np.deg2rad(HATCH_ANGLE_DEG)
+    texture = kernels.empty((height, width), cupy.float32)
+    log_texture = kernels.empty((height, width), cupy.float32) if with_log else None
+    _k("hatch_texture")(
+        grid,
+        block,
+        (
+            tensor,
+            np.int32(height),
+            np.int32(width),
+            tile,
+            np.int32(tile.shape[0]),
+            cosines,
+            sines,
+            np.float32(HATCH_BIAS),
+            np.float32(HATCH_BIAS_FLOOR),
+            np.float32(own),
+            np.float32(np.cos(2 * own)),
+            np.float32(np.sin(2 * own)),
+            np.int32(height + width > reference.WRAP_IN_FLOAT_ABOVE),
+            texture,
+            log_texture if with_log else np.uint64(0),
+        ),
+    )
+    return TexturePlanes(texture, log_texture)
+
+
 def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray, cupy.ndarray]:
     """Stage 7 for tone="auto", as reference.fit_tone: the float64 (256,) target CDF of the
     mixture fitted to the photo's histogram, and (4,) float64 (dark layer index, weights)."""
@@ -431,7 +515,7 @@ def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: b
 
 def solve_beta(
     log_tone: cupy.ndarray,
-    texture: DeviceAssets,
+    texture: DeviceAssets | TexturePlanes,
     staging: np.ndarray | None = None,
     lam: float = LU_LAMBDA,
     tolerance: float = CG_TOLERANCE,
@@ -488,7 +572,7 @@ def merge(
     stroke_gamma: float,
     j,
     beta,
-    texture: DeviceAssets,
+    texture: DeviceAssets | TexturePlanes,
     image: cupy.ndarray,
     color: bool,
 ) -> cupy.ndarray:
@@ -618,17 +702,20 @@ def render_device(
                 planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu"
             )
             mark("tone", side)
+            texture: DeviceAssets | TexturePlanes = device_assets
+            if params.hatching == "follow":
+                texture = oriented_texture(planes.luma, params, device_assets, params.texture == "lu")
+                mark("texture turned (follow)", side)
             beta = None
             if params.texture == "lu":
-                beta, _ = solve_beta(log_j, device_assets, lease.staging("cg", 8))
+                beta, _ = solve_beta(log_j, texture, lease.staging("cg", 8))
                 mark("texture lu (CG)", side)
             tone_ready = side.record()
 
         main.wait_event(tone_ready)
         floor = stroke_floor(length, params.stroke_width)
-        out = merge(
-            stroke_plane, extrema, floor, params.stroke_gamma, j, beta, device_assets, d_image, params.mode == "color"
-        )
+        color = params.mode == "color"
+        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, j, beta, texture, d_image, color)
         mark("merge")
         return out
 

@@ -30,6 +30,10 @@ TONE_WEIGHTS: dict[str, tuple[float, float, float]] = {
 }
 
 # --- Texture rendering ----------------------------------------------------------------
+HATCH_TURNS = 8  # hatching="follow": the texture turned by k * pi / 8, two neighbours blended
+# Where the photo has no direction (flat, or as strong every way), the hatching keeps the
+# tile's own: a bias toward it of this share of the tensor's isotropic part, plus a floor.
+HATCH_BIAS, HATCH_BIAS_FLOOR = 0.3, 1e-4
 LU_LAMBDA = 0.2  # smoothness weight of beta in Lu's energy
 # Lu's reference asks PCG for a relative residual of 1e-6 in double precision, at most 60
 # iterations. In float32 that is below rounding noise; 1e-3 leaves a 1080p drawing within
@@ -145,6 +149,13 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         choices=("lu", "fast"),
     ),
     Option(
+        "hatching",
+        str,
+        "flat",
+        "flat: the pencil texture hatches one way everywhere; follow: its hatching turns along the photo's forms",
+        choices=("flat", "follow"),
+    ),
+    Option(
         "line_frac",
         float,
         1 / 30,
@@ -191,6 +202,7 @@ class PencilParams:
     mode: str = "gray"
     tone: str = "light"
     texture: str = "lu"
+    hatching: str = "flat"
     line_frac: float = 1 / 30
     stroke_width: int = 1
     stroke_gamma: float = 1.0
@@ -225,6 +237,12 @@ class PencilParams:
         length = int(round(min(height, width) * self.line_frac))
         length = max(3, length)
         return length if length % 2 == 1 else length + 1
+
+    def structure_size(self, height: int, width: int) -> int:
+        """Side in px (odd) of the box filter that smooths the structure tensor for
+        hatching="follow": the scale of the forms the hatching follows (1/40 of the
+        shorter side)."""
+        return max(3, int(round(min(height, width) / 80)) * 2 + 1)
 
     def tone_blur_size(self, height: int, width: int) -> int:
         """Side in px of the box filter smoothing the tone map: Lu's 10 px at ~600 px,

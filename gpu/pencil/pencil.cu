@@ -603,6 +603,117 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // fixed order and takes the scalar step, so results are deterministic.
 // scalars (float64, CG_*); every kernel returns at once when DONE is set, so the host
 // may queue iterations past convergence.
+// ------------------------------------ hatching="follow": the texture turned per pixel --
+// reference.structure_tensor, step 1: products of the central differences of luma / 255
+// (edges replicated): planes (3, H, W) Jxx, Jxy, Jyy before the box filter.
+extern "C" __global__ void structure_products(const u8* __restrict__ luma, int height, int width, float* __restrict__ out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    const long long p = (long long)y * width + x, plane = (long long)height * width;
+    const float left = __fdiv_rn((float)luma[p - (x > 0)], 255.0f), right = __fdiv_rn((float)luma[p + (x + 1 < width)], 255.0f);
+    const float up = __fdiv_rn((float)luma[p - (y > 0 ? width : 0)], 255.0f);
+    const float down = __fdiv_rn((float)luma[p + (y + 1 < height ? width : 0)], 255.0f);
+    const float gx = __fmul_rn(__fsub_rn(right, left), 0.5f), gy = __fmul_rn(__fsub_rn(down, up), 0.5f);
+    out[p] = __fmul_rn(gx, gx);
+    out[plane + p] = __fmul_rn(gx, gy);
+    out[2 * plane + p] = __fmul_rn(gy, gy);
+}
+
+// reference.structure_tensor, step 2: the k x k box mean (edges replicated) of `planes`
+// planes, as two sliding sums in float64 (OpenCV's boxFilter sums in float64 too): rows
+// into `rows` (float32 sums), then columns into `out` scaled by 1 / k^2. One thread per
+// run of BOX_RUN pixels.
+#define BOX_RUN 32
+extern "C" __global__ void box_rows(const float* __restrict__ src, int height, int width, int k, int planes,
+                                    float* __restrict__ rows) {
+    const int y = blockIdx.y * blockDim.y + threadIdx.y, x0 = (blockIdx.x * blockDim.x + threadIdx.x) * BOX_RUN;
+    if (y >= height * planes || x0 >= width) return;
+    const float* row = src + (long long)y * width;
+    float* dst = rows + (long long)y * width;
+    const int half = k / 2;
+    double sum = 0.0;
+    for (int i = -half; i <= half; ++i) sum += row[min(max(x0 + i, 0), width - 1)];
+    const int end = min(x0 + BOX_RUN, width);
+    for (int x = x0; x < end; ++x) {
+        dst[x] = (float)sum;
+        sum += row[min(x + half + 1, width - 1)] - row[max(x - half, 0)];
+    }
+}
+extern "C" __global__ void box_columns(const float* __restrict__ rows, int height, int width, int k, int planes,
+                                       float* __restrict__ out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, run = blockIdx.y * blockDim.y + threadIdx.y;
+    const int runs = (height + BOX_RUN - 1) / BOX_RUN;
+    if (x >= width || run >= runs * planes) return;
+    const int plane = run / runs, y0 = (run % runs) * BOX_RUN;
+    const float* src = rows + (long long)plane * height * width;
+    float* dst = out + (long long)plane * height * width;
+    const int half = k / 2;
+    const double scale = 1.0 / ((double)k * k);
+    double sum = 0.0;
+    for (int i = -half; i <= half; ++i) sum += src[(long long)min(max(y0 + i, 0), height - 1) * width + x];
+    const int end = min(y0 + BOX_RUN, height);
+    for (int y = y0; y < end; ++y) {
+        dst[(long long)y * width + x] = (float)(sum * scale);
+        sum += src[(long long)min(y + half + 1, height - 1) * width + x] - src[(long long)max(y - half, 0) * width + x];
+    }
+}
+
+// One bilinear sample of the tile at (u, v), as OpenCV's remap (INTER_LINEAR, float
+// image, float maps, BORDER_WRAP): coordinates rounded to 1/32 px, weights from its
+// float table, summed in its order.
+__device__ __forceinline__ float remap_sample(const float* __restrict__ tile, int side, float u, float v) {
+    const int X = __float2int_rn(__fmul_rn(u, 32.0f)), Y = __float2int_rn(__fmul_rn(v, 32.0f));
+    const int x0 = (X >> 5) & (side - 1), y0 = (Y >> 5) & (side - 1);
+    const int x1 = (x0 + 1) & (side - 1), y1 = (y0 + 1) & (side - 1);
+    const float fx = (float)(X & 31) * (1.0f / 32.0f), fy = (float)(Y & 31) * (1.0f / 32.0f);
+    const float vx0 = __fsub_rn(1.0f, fx), vy0 = __fsub_rn(1.0f, fy);
+    const float w0 = __fmul_rn(vy0, vx0), w1 = __fmul_rn(vy0, fx), w2 = __fmul_rn(fy, vx0), w3 = __fmul_rn(fy, fx);
+    float sum = __fmul_rn(tile[y0 * side + x0], w0);
+    sum = __fadd_rn(sum, __fmul_rn(tile[y0 * side + x1], w1));
+    sum = __fadd_rn(sum, __fmul_rn(tile[y1 * side + x0], w2));
+    return __fadd_rn(sum, __fmul_rn(tile[y1 * side + x1], w3));
+}
+
+// reference.hatch_turn and oriented_texture: the turn of the hatching at each pixel from
+// the smoothed tensor (3, H, W), and the tile turned by the two nearest of HATCH_TURNS
+// turns (cosines/sines), blended: H into `texture`, ln H into `log_h` (when not null).
+#define HATCH_TURNS 8
+extern "C" __global__ void hatch_texture(const float* __restrict__ tensor, int height, int width,
+                                         const float* __restrict__ tile, int side, const float* __restrict__ cosines,
+                                         const float* __restrict__ sines, float bias_share, float bias_floor, float own,
+                                         float bias_x, float bias_y, int wrap_in_float, float* __restrict__ texture,
+                                         float* __restrict__ log_h) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    const long long p = (long long)y * width + x, plane = (long long)height * width;
+    const float jxx = tensor[p], jxy = tensor[plane + p], jyy = tensor[2 * plane + p];
+    const float dx = __fsub_rn(jyy, jxx), dy = __fmul_rn(-2.0f, jxy);
+    const float isotropic = __fsub_rn(__fadd_rn(jxx, jyy), __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy))));
+    const float bias = __fadd_rn(__fmul_rn(bias_share, isotropic), bias_floor);
+    const float ux = __fadd_rn(dx, __fmul_rn(bias, bias_x));
+    const float uy = __fadd_rn(dy, __fmul_rn(bias, bias_y));
+    float turn = __fmul_rn(__fsub_rn(__fmul_rn(0.5f, atan2f(uy, ux)), own), (float)(HATCH_TURNS / 3.14159265358979323846));
+    if (turn < 0.0f) turn = __fadd_rn(turn, (float)HATCH_TURNS);
+    const float low = floorf(turn), fraction = __fsub_rn(turn, low);
+    const int k0 = (int)low % HATCH_TURNS, k1 = (k0 + 1) % HATCH_TURNS;  // turn may round up to HATCH_TURNS
+    const float fx = (float)x, fy = (float)y, s = (float)side;
+    float sample[2];
+    const int ks[2] = {k0, k1};
+    for (int i = 0; i < 2; ++i) {
+        const float c = cosines[ks[i]], sn = sines[ks[i]];
+        float u = __fadd_rn(__fmul_rn(fx, c), __fmul_rn(fy, sn));
+        float v = __fsub_rn(__fmul_rn(fy, c), __fmul_rn(fx, sn));
+        if (wrap_in_float) {
+            u = __fsub_rn(u, __fmul_rn(floorf(__fdiv_rn(u, s)), s));
+            v = __fsub_rn(v, __fmul_rn(floorf(__fdiv_rn(v, s)), s));
+        }
+        sample[i] = remap_sample(tile, side, u, v);
+    }
+    const float h = __fadd_rn(sample[0], __fmul_rn(__fsub_rn(sample[1], sample[0]), fraction));
+    texture[p] = h;
+    if (log_h) log_h[p] = logf(h);
+}
+
 #define CG_RR0 0
 #define CG_THRESHOLD 1
 #define CG_RZ 2
@@ -617,11 +728,16 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 #define CG_THREADS (CG_BX * CG_BY)
 
 struct Texture {
-    const float* log_h;   // ln H, (size, size)
+    const float* log_h;   // ln H: the tile (size, size), or with size 0 a plane over the image (height, width)
     int size;
+    int width;
 };
 // The tile side is a power of two (gpu/pencil/cuda.py checks), so wrapping is a mask.
-__device__ __forceinline__ float log_texture(Texture t, int y, int x) { return t.log_h[(y & (t.size - 1)) * t.size + (x & (t.size - 1))]; }
+// A plane (hatching="follow": the texture turned at each pixel) is read as it is.
+__device__ __forceinline__ int texture_index(int size, int width, int y, int x) {
+    return size ? (y & (size - 1)) * size + (x & (size - 1)) : y * width + x;
+}
+__device__ __forceinline__ float log_texture(Texture t, int y, int x) { return t.log_h[texture_index(t.size, t.width, y, x)]; }
 
 __device__ __forceinline__ int degree(int y, int x, int height, int width) {
     return (x > 0) + (x + 1 < width) + (y > 0) + (y + 1 < height);
@@ -694,7 +810,7 @@ extern "C" __global__ void __launch_bounds__(CG_THREADS)
 cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, int tex_size, int height, int width, float lambda,
          float* __restrict__ beta, float* __restrict__ residual, float* __restrict__ jacobi, double* __restrict__ partials,
          unsigned int* arrivals, double* __restrict__ scalars) {
-    const Texture tex{log_h, tex_size};
+    const Texture tex{log_h, tex_size, width};
     double v[3] = {0.0, 0.0, 0.0};
     const int x = blockIdx.x * CG_BX + threadIdx.x;
     for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
@@ -737,7 +853,7 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
              const float* __restrict__ log_h, int tex_size, int height, int width, float lambda, double* __restrict__ scalars,
              float* __restrict__ direction, double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
-    const Texture tex{log_h, tex_size};
+    const Texture tex{log_h, tex_size, width};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
     const float gamma = (float)scalars[CG_GAMMA];
     double v[3] = {0.0, 0.0, 0.0};
@@ -773,7 +889,7 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi,
           int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
           double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
-    const Texture tex{log_h, tex_size};
+    const Texture tex{log_h, tex_size, width};
     const float alpha = (float)scalars[CG_ALPHA];
     double v[3] = {0.0, 0.0, 0.0};
     const int x = blockIdx.x * CG_BX + threadIdx.x;
@@ -809,15 +925,15 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
                                  float stroke_gamma, const float* __restrict__ tone, const float* __restrict__ beta,
                                  const float* __restrict__ texture, const float* __restrict__ log_h, int tex_size, int height, int width,
                                  const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
-    const Texture tex{log_h, tex_size};
+    const Texture tex{log_h, tex_size, width};
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= width || y >= height) return;
     const long long p = (long long)y * width + x;
     const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
     float s = 1.0f - (strokes[p] - low) / fmaxf(high - low, floor_range);
     if (stroke_gamma != 1.0f) s = powf(s, stroke_gamma);
-    const int ty = y % tex.size, tx = x % tex.size;
-    const float t = beta ? expf(beta[p] * tex.log_h[ty * tex.size + tx]) : powf(texture[ty * tex.size + tx], 1.0f - tone[p]);
+    const int at = texture_index(tex.size, width, y, x);
+    const float t = beta ? expf(beta[p] * tex.log_h[at]) : powf(texture[at], 1.0f - tone[p]);
     const float v = s * t;
     const int drawn = (int)fminf(fmaxf(v * 255.0f + 0.5f, 0.0f), 255.0f);
     if (channels_out == 1) { out[p] = (u8)drawn; return; }

@@ -23,6 +23,9 @@ from gpu.pencil.params import (
     CG_MAX_ITERATIONS,
     CG_TOLERANCE,
     DIRECTIONS,
+    HATCH_BIAS,
+    HATCH_BIAS_FLOOR,
+    HATCH_TURNS,
     LU_LAMBDA,
     MU_D,
     SIGMA_B,
@@ -33,7 +36,7 @@ from gpu.pencil.params import (
     PencilParams,
     fitted_size,
 )
-from gpu.pencil.texture import pencil_texture, tile_texture
+from gpu.pencil.texture import HATCH_ANGLE_DEG, pencil_texture, tile_texture
 
 # ---------------------------------------------------------------- input and output --
 
@@ -368,6 +371,75 @@ def texture_for(height: int, width: int) -> np.ndarray:
     return tile_texture(pencil_texture(), height, width)
 
 
+def structure_tensor(luma_u8: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """hatching="follow", step 1: the structure tensor (Jxx, Jxy, Jyy), float32 (H, W) each:
+    products of the central differences of L (edges replicated), averaged over a size x size
+    box (edges replicated)."""
+    padded = np.pad(luma_u8.astype(np.float32) / np.float32(255.0), 1, mode="edge")
+    gx = (padded[1:-1, 2:] - padded[1:-1, :-2]) * np.float32(0.5)
+    gy = (padded[2:, 1:-1] - padded[:-2, 1:-1]) * np.float32(0.5)
+    return tuple(
+        cv2.boxFilter(product, -1, (size, size), borderType=cv2.BORDER_REPLICATE)
+        for product in (gx * gx, gx * gy, gy * gy)
+    )
+
+
+@lru_cache(maxsize=1)
+def hatch_turns() -> tuple[np.ndarray, np.ndarray]:
+    """(HATCH_TURNS,) float32 cos and sin of the turns k pi / HATCH_TURNS of the texture."""
+    angles = np.arange(HATCH_TURNS) * (np.pi / HATCH_TURNS)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def hatch_turn(tensor: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """hatching="follow", step 2: float32 (H, W) turn t in [0, HATCH_TURNS) that brings the
+    tile's hatching (HATCH_ANGLE_DEG) along the local structure, in units of pi /
+    HATCH_TURNS. The hatching runs across the gradient (along edges and contours): the
+    tensor's minor direction, as a doubled angle (Jyy - Jxx, -2 Jxy); a bias toward the
+    tile's own direction (HATCH_BIAS of the tensor's isotropic part, plus a floor) keeps it
+    where the photo has no single direction, and leaves a clear one as it is."""
+    jxx, jxy, jyy = tensor
+    ux, uy = jyy - jxx, np.float32(-2.0) * jxy
+    isotropic = (jxx + jyy) - np.sqrt(ux * ux + uy * uy)  # 2 x the tensor's smaller eigenvalue
+    bias = np.float32(HATCH_BIAS) * isotropic + np.float32(HATCH_BIAS_FLOOR)
+    own = -np.deg2rad(HATCH_ANGLE_DEG)  # the tile's direction in image coordinates (y down)
+    ux = ux + bias * np.float32(np.cos(2 * own))
+    uy = uy + bias * np.float32(np.sin(2 * own))
+    turn = (np.float32(0.5) * np.arctan2(uy, ux) - np.float32(own)) * np.float32(HATCH_TURNS / np.pi)
+    np.add(turn, np.float32(HATCH_TURNS), out=turn, where=turn < 0)  # into [0, HATCH_TURNS)
+    return turn
+
+
+def oriented_texture(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
+    """hatching="follow": the pencil texture H over the photo, float32 (H, W), turned at
+    each pixel by hatch_turn: the tile turned by the two nearest multiples of
+    pi / HATCH_TURNS (each a rigid turn about the origin of the tiled plane, so no seams),
+    sampled bilinearly (OpenCV's remap, edges wrapped) and blended by the fraction."""
+    height, width = luma_u8.shape
+    turn = hatch_turn(structure_tensor(luma_u8, params.structure_size(height, width)))
+    low = np.floor(turn)
+    fraction = turn - low
+    low = low.astype(np.uint8)
+    cosines, sines = (np.resize(table, 256).reshape(1, 256) for table in hatch_turns())  # cv2.LUT tables
+    tile = pencil_texture()
+    side = np.float32(tile.shape[0])
+    ys, xs = np.indices((height, width), dtype=np.float32)
+    samples = []
+    for k in (low, cv2.LUT(low, NEXT_TURN)):
+        c, s = cv2.LUT(k, cosines), cv2.LUT(k, sines)
+        u = xs * c + ys * s  # the point R(-angle) (x, y) of the tile's plane
+        v = ys * c - xs * s
+        if height + width > WRAP_IN_FLOAT_ABOVE:  # remap's fixed point holds |coordinate| < 32768
+            u -= np.floor(u / side) * side
+            v -= np.floor(v / side) * side
+        samples.append(cv2.remap(tile, u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP))
+    return samples[0] + (samples[1] - samples[0]) * fraction
+
+
+NEXT_TURN = ((np.arange(256) + 1) % HATCH_TURNS).astype(np.uint8)
+WRAP_IN_FLOAT_ABOVE = 32000  # px, height + width: larger planes wrap their coordinates before remap
+
+
 def lu_energy(beta: np.ndarray, log_texture: np.ndarray, log_tone: np.ndarray, lam: float = LU_LAMBDA) -> float:
     """Lu's energy ||beta ln H - ln J||^2 + lam ||grad beta||^2 (forward differences)."""
     data = float(np.sum((beta.astype(np.float64) * log_texture - log_tone) ** 2))
@@ -447,9 +519,10 @@ def beta_fast(tone: np.ndarray) -> np.ndarray:
     return 1.0 - tone
 
 
-def texture_rendering(tone: np.ndarray, method: str) -> np.ndarray:
-    """Stage 9: T = H ** beta, float32 in [0, 1]."""
-    texture = texture_for(*tone.shape)
+def texture_rendering(tone: np.ndarray, method: str, texture: np.ndarray | None = None) -> np.ndarray:
+    """Stage 9: T = H ** beta, float32 in [0, 1]; H the tiled texture unless given (it is
+    then overwritten)."""
+    texture = texture_for(*tone.shape) if texture is None else texture
     if method == "lu":
         log_texture = np.log(texture, out=texture)
         log_tone = np.log(np.maximum(tone, np.float32(TONE_FLOOR)))
@@ -479,7 +552,8 @@ def render(image: np.ndarray, params: PencilParams) -> np.ndarray:
     sketch = stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
     del magnitude, label  # large images: hold as few full planes as possible at once
 
-    texture = texture_rendering(tone_map(luma_u8, params), params.texture)
+    hatched = oriented_texture(luma_u8, params) if params.hatching == "follow" else None
+    texture = texture_rendering(tone_map(luma_u8, params), params.texture, hatched)
     drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))
     del sketch, texture
 

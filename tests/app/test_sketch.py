@@ -391,6 +391,7 @@ BAD_OPTIONS = [
     ("mode", "sepia"),
     ("tone", "pitch-black"),
     ("texture", "charcoal"),
+    ("hatching", "crosshatch"),
     ("format", "gif"),
     ("line_frac", "0.5"),
     ("line_frac", "0.001"),

@@ -197,6 +197,21 @@ def test_auto_tone_fit_matches_the_reference(cuda, lease, rng, name):
     np.testing.assert_array_equal(lut.get(), ref.matching_lut(counts, ref.tone_target(counts, "auto")))
 
 
+@pytest.mark.parametrize(("height", "width"), [(97, 131), (480, 640), (1, 333), (211, 1), (1080, 1920)])
+def test_turned_texture_matches_the_reference(cuda, lease, rng, height, width):
+    """hatching="follow": the structure tensor, the turn and the two bilinear samples (as
+    OpenCV's remap) of the reference, on the device."""
+    luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
+    params = PencilParams(hatching="follow")
+    planes = cuda.oriented_texture(upload(luma), params, cuda.assets(lease.device), with_log=True)
+    expected = ref.oriented_texture(luma, params)
+    got = planes.texture.get()
+    difference = np.abs(got - expected)
+    print(f"turned texture: max |diff| {difference.max():.2e}, mean {difference.mean():.2e}")
+    assert difference.mean() < 1e-5 and np.mean(difference > 1e-3) < 1e-4
+    np.testing.assert_allclose(planes.log_texture.get(), np.log(got), rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(("height", "width"), [(97, 131), (480, 640), (1, 333)])
 def test_conjugate_gradient_reaches_the_reference_solution(cuda, lease, rng, height, width):
     luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
@@ -229,6 +244,7 @@ def random_params(rng) -> PencilParams:
         mode=str(rng.choice(["gray", "color"])),
         tone=str(rng.choice(["auto", "light", "medium", "dark"])),
         texture=str(rng.choice(["lu", "fast"])),
+        hatching=str(rng.choice(["flat", "follow"])),
         line_frac=float(rng.uniform(0.01, 0.08)),
         stroke_width=int(rng.integers(0, 4)),
         stroke_gamma=float(rng.uniform(0.5, 2.5)),

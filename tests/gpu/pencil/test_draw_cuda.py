@@ -69,6 +69,7 @@ def test_gpu_codec_path_draws_what_the_cpu_path_draws(pool, rng, variant, textur
         texture=texture,
         mode=str(rng.choice(["gray", "color"])),
         tone=str(rng.choice(["auto", "light", "medium", "dark"])),
+        hatching=str(rng.choice(["flat", "follow"])),
     )
     gpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cuda", pool)
     cpu = draw_bytes(data, open_image(data, MAX_PIXELS), params, "png", 90, "cpu")

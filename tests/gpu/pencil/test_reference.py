@@ -226,6 +226,40 @@ def test_auto_renders_dark_photos_dark_and_keeps_their_tone_order():
     assert spearmanr(*averages)[0] > 0.9
 
 
+# ---------------------------------------------------------- hatching="follow" --
+
+
+def _stripes(vertical: bool, size: int = 160, period: int = 16) -> np.ndarray:
+    ramp = (np.sin(np.arange(size) * 2 * np.pi / period) * 100 + 128).astype(np.uint8)
+    return np.tile(ramp, (size, 1)) if vertical else np.tile(ramp[:, None], (1, size))
+
+
+@pytest.mark.parametrize(("vertical", "turn"), [(True, 6.0), (False, 2.0)])
+def test_the_hatching_turns_along_the_edges(vertical, turn):
+    """Vertical stripes (edges along y) turn the tile's 45-degree hatching by 3 pi / 4 to
+    run vertically (6 turns of pi / 8); horizontal ones by pi / 4 (2 turns)."""
+    luma = _stripes(vertical)
+    turns = ref.hatch_turn(ref.structure_tensor(luma, PencilParams().structure_size(*luma.shape)))
+    inner = turns[20:-20, 20:-20]
+    np.testing.assert_allclose(inner, turn, atol=0.05)
+
+
+def test_a_photo_without_direction_keeps_the_flat_texture():
+    luma = np.full((90, 130), 117, np.uint8)
+    turned = ref.oriented_texture(luma, PencilParams(hatching="follow"))
+    np.testing.assert_allclose(turned, ref.texture_for(90, 130), rtol=0, atol=1e-5)
+
+
+def test_follow_hatching_changes_the_drawing_only_through_the_texture(rng):
+    photo = _photo(200)
+    flat = ref.render(photo, PencilParams(texture="fast"))
+    follow = ref.render(photo, PencilParams(texture="fast", hatching="follow"))
+    assert flat.shape == follow.shape and np.mean(flat != follow) > 0.3
+    assert abs(float(flat.mean()) - float(follow.mean())) < 6  # the same tone, hatched another way
+    turned = ref.oriented_texture(ref.split_luma(photo)[0], PencilParams(hatching="follow"))
+    assert 0.05 <= turned.min() and turned.max() <= 0.95  # blends of the tile's own values
+
+
 def test_matching_lut_is_monotone(rng):
     counts = rng.integers(1, 1000, 256)
     lut = ref.matching_lut(counts, ref.target_histogram((52, 37, 11)))
