@@ -79,7 +79,9 @@ MODES: tuple[Mode, ...] = (
     Mode("auto/lu", PencilParams(tone="auto", texture="lu")),
     Mode("light/fast", PencilParams(tone="light", texture="fast"), sheet=False),
     Mode("auto/fast", PencilParams(tone="auto", texture="fast"), sheet=False),
-    # Mode("auto+follow/lu", PencilParams(tone="auto", texture="lu", hatching="follow")),  # once it exists
+    Mode("auto+follow/lu", PencilParams(tone="auto", texture="lu", hatching="follow")),
+    Mode("light+follow/lu", PencilParams(tone="light", texture="lu", hatching="follow"), sheet=False),
+    Mode("light+follow/fast", PencilParams(tone="light", texture="fast", hatching="follow"), sheet=False),
 )
 
 
@@ -403,6 +405,34 @@ def save_png(image: np.ndarray, path: Path, max_bytes: int) -> int:
 # -------------------------------------------------------------------------- main --
 
 
+def resize_to(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    return cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def device_costs(image: np.ndarray, modes: tuple[Mode, ...], repeats: int = 20) -> str:
+    """A table of each mode's GPU time for one render of `image` (device arrays in and
+    out, decode and encode excluded): CUDA events around gpu.pencil.cuda.render_device on a
+    lease of the default pool, median of `repeats`."""
+    import cupy
+    from timing import device_median_ms
+
+    from gpu.pencil import cuda
+    from gpu.pool import default_pool
+
+    def measure(lease) -> list[str]:
+        rows = []
+        with cupy.cuda.Device(lease.device), lease.stream:
+            d_image = cupy.asarray(image)
+            for mode in modes:
+                ms = device_median_ms(lambda mode=mode: cuda.render_device(lease, d_image, mode.params), repeats)
+                rows.append(f"| {mode.name} | {ms:.3f} |")
+        return rows
+
+    height, width = image.shape[:2]
+    rows = default_pool().run(measure)
+    return "\n".join([f"GPU time of one {width}x{height} render (ms):", "| mode | ms |", "|---|---|", *rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
@@ -416,6 +446,12 @@ def main() -> None:
     parser.add_argument("--before-after-photo", default="rocket")
     parser.add_argument("--before-after-width", type=int, default=900, help="total width of before-after.png, px")
     parser.add_argument("--no-images", action="store_true", help="numbers only: write neither PNG")
+    parser.add_argument(
+        "--device-cost",
+        default=None,
+        metavar="WxH",
+        help="cuda: also the GPU time of one render per mode at this size (CUDA events, median of 20)",
+    )
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -452,6 +488,10 @@ def main() -> None:
 
     print(table(results, MODES))
     print()
+    if args.device_cost and args.backend == "cuda":
+        width, height = (int(v) for v in args.device_cost.lower().split("x"))
+        print(device_costs(resize_to(PHOTOS[1].load(), width, height), MODES))
+        print()
     checks = targets(results, MODES)
     for line, met, offenders in checks:
         print(f"- {line}: {'met' if met else 'NOT met: ' + ', '.join(offenders)}")
@@ -478,7 +518,15 @@ def main() -> None:
             "machine": machine,
             "side": args.side,
             "repeats": args.repeats,
-            "modes": {m.name: {"tone": m.params.tone, "texture": m.params.texture, "sheet": m.sheet} for m in MODES},
+            "modes": {
+                m.name: {
+                    "tone": m.params.tone,
+                    "texture": m.params.texture,
+                    "hatching": m.params.hatching,
+                    "sheet": m.sheet,
+                }
+                for m in MODES
+            },
             "photos": [
                 {
                     "name": r.name,
