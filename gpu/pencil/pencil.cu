@@ -500,7 +500,7 @@ extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __r
     __syncthreads();
     if (v == 0) {
         const int supports[7] = {1, 2, 4, 3, 5, 6, 7};  // bit masks, as reference.TONE_SUPPORTS
-        double best_cost = INFINITY, best[3] = {1.0, 0.0, 0.0};
+        double best_cost = 1.0e300, best[3] = {1.0, 0.0, 0.0};  // NVRTC has no INFINITY; costs are O(256)
         int best_set = 0;
         for (int set = 0; set < n_sets; ++set) {
             const double* g = gram + set * 9;
@@ -658,20 +658,17 @@ extern "C" __global__ void box_columns(const float* __restrict__ rows, int heigh
     }
 }
 
-// One bilinear sample of the tile at (u, v), as OpenCV's remap (INTER_LINEAR, float
-// image, float maps, BORDER_WRAP): coordinates rounded to 1/32 px, weights from its
-// float table, summed in its order.
+// One bilinear sample of the tile at (u, v), edges wrapped, as OpenCV's remap
+// (INTER_LINEAR, float image and maps, BORDER_WRAP) of OpenCV 5, which interpolates the
+// float coordinates exactly (OpenCV 4 rounded them to 1/32 px): equal up to float rounding.
 __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, int side, float u, float v) {
-    const int X = __float2int_rn(__fmul_rn(u, 32.0f)), Y = __float2int_rn(__fmul_rn(v, 32.0f));
-    const int x0 = (X >> 5) & (side - 1), y0 = (Y >> 5) & (side - 1);
+    const float fu = floorf(u), fv = floorf(v);
+    const float ax = u - fu, ay = v - fv;
+    const int x0 = (int)fu & (side - 1), y0 = (int)fv & (side - 1);
     const int x1 = (x0 + 1) & (side - 1), y1 = (y0 + 1) & (side - 1);
-    const float fx = (float)(X & 31) * (1.0f / 32.0f), fy = (float)(Y & 31) * (1.0f / 32.0f);
-    const float vx0 = __fsub_rn(1.0f, fx), vy0 = __fsub_rn(1.0f, fy);
-    const float w0 = __fmul_rn(vy0, vx0), w1 = __fmul_rn(vy0, fx), w2 = __fmul_rn(fy, vx0), w3 = __fmul_rn(fy, fx);
-    float sum = __fmul_rn(tile[y0 * side + x0], w0);
-    sum = __fadd_rn(sum, __fmul_rn(tile[y0 * side + x1], w1));
-    sum = __fadd_rn(sum, __fmul_rn(tile[y1 * side + x0], w2));
-    return __fadd_rn(sum, __fmul_rn(tile[y1 * side + x1], w3));
+    const float top = tile[y0 * side + x0] + (tile[y0 * side + x1] - tile[y0 * side + x0]) * ax;
+    const float bottom = tile[y1 * side + x0] + (tile[y1 * side + x1] - tile[y1 * side + x0]) * ax;
+    return top + (bottom - top) * ay;
 }
 
 // reference.hatch_turn and oriented_texture: the turn of the hatching at each pixel from

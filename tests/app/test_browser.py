@@ -463,12 +463,15 @@ def test_redoc_renders_offline(server, web_page, page_errors):
 # ------------------------------------------- tone auto, before/after, full size --
 
 
-def _shot_also(page, name: str, *, full_page: bool = True) -> Path:
-    """A screenshot in test-artifacts/, and a copy in $PAGE_SHOTS_DIR when that is set
-    (e.g. /tmp/page-shots), to look at by eye."""
+def _shot_also(page, name: str, *, full_page: bool = True, selector: str | None = None) -> Path:
+    """A screenshot in test-artifacts/ (of the element `selector` when given, else of the
+    page), and a copy in $PAGE_SHOTS_DIR when that is set (e.g. /tmp/page-shots), to look at by eye."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=full_page)
+    if selector:
+        page.locator(selector).screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
     if os.environ.get("PAGE_SHOTS_DIR"):
         shots = Path(os.environ["PAGE_SHOTS_DIR"])
         shots.mkdir(parents=True, exist_ok=True)
@@ -546,7 +549,92 @@ def test_tone_auto_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, 
     assert not page_errors, page_errors
 
 
-SERVER_DEFAULTS = {"tone": "auto", "stroke_width": 2, "max_side": 2048, "unknown_option": 1, "mode": "sepia"}
+def test_hatching_follow_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, photo):
+    """The Hatching group (Flat | Follow forms) is a radio group like Tone: reached by Tab from
+    the group before it, Follow chosen by an arrow key is sent as hatching=follow and draws
+    another image than Flat; Reset returns to Flat and draws again."""
+    import numpy as np
+
+    page = web_page
+    base, health = server
+    assert health["defaults"]["hatching"] == "flat"
+    page.add_init_script(RECORD_FORMS)
+    page.goto(f"{base}/")
+    page.wait_for_function(  # /healthz has answered: its defaults are applied
+        "(b) => document.querySelector('#backend').textContent.includes(b)", arg=f"Backend: {health['backend']}"
+    )
+    values = page.eval_on_selector_all("input[name=hatching]", "els => els.map(e => e.value)")
+    assert values == ["flat", "follow"]
+    assert page.is_checked("#hatching-flat")  # the page's default, the server's too
+    assert page.get_by_role("group", name="Hatching").count() == 1
+    for name in ("Flat", "Follow forms"):
+        assert page.get_by_role("radio", name=name, exact=True).count() == 1, name
+    assert "edges and contours" in page.get_attribute("label[for=hatching-follow]", "title")
+    hint = page.eval_on_selector(
+        "#hatching-follow", "e => document.getElementById(e.getAttribute('aria-describedby')).textContent"
+    )
+    assert hint == "Follow: the hatching turns along edges and contours."
+    # two choices in the narrow column: no label is cut off, whichever is checked (in bold), and
+    # the group lines up with Tone's above it
+    tone_box = page.locator("#tone-light + label").evaluate("l => l.parentElement.getBoundingClientRect().toJSON()")
+    for value in values:
+        page.click(f"label[for=hatching-{value}]")
+        cut = page.eval_on_selector_all(
+            ".segmented label", "els => els.filter(l => l.scrollWidth > l.clientWidth).map(l => l.textContent)"
+        )
+        assert cut == [], (value, cut)
+        box = page.locator("#hatching-flat + label").evaluate("l => l.parentElement.getBoundingClientRect().toJSON()")
+        assert (box["x"], box["width"]) == (tone_box["x"], tone_box["width"]), (box, tone_box)
+    page.click("label[for=hatching-flat]")
+    _shot_also(page, "browser-options.png", selector=".controls")
+
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as flat:
+        page.set_input_files("#file", str(photo))
+    assert flat.value.ok
+    _wait_for_sketch(page, health["backend"])
+    flat_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+
+    # Tab from the Texture group lands on the checked Hatching radio, with a visible focus ring;
+    # an arrow key chooses Follow
+    page.focus("#texture-lu")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "hatching-flat"
+    ring = page.eval_on_selector("label[for=hatching-flat]", "l => getComputedStyle(l).outlineStyle")
+    assert ring != "none", "no focus ring on the keyboard-focused Hatching choice"
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as follow:
+        page.keyboard.press("ArrowRight")
+    assert page.is_checked("#hatching-follow")
+    assert page.evaluate("document.activeElement.id") == "hatching-follow"
+    assert follow.value.ok, follow.value.text()[:500]
+    _wait_for_sketch(page, health["backend"])
+    page.wait_for_timeout(400)
+    forms = page.evaluate("window.__sketchForms")
+    assert [f["hatching"] for f in forms] == ["flat", "follow"]
+    assert page.eval_on_selector("#sketch", "img => img.naturalWidth") == 512
+    follow_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+    assert len(follow_px) == len(flat_px) == 512 * 512
+    changed = float(np.mean(np.asarray(follow_px) != np.asarray(flat_px)))
+    assert changed > 0.1, f"hatching=follow changed only {changed:.1%} of the pixels of hatching=flat"
+    _shot_also(page, "browser-hatching-follow.png", selector=".workspace")
+
+    # Reset returns to Flat and draws again
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as reset:
+        page.click("#reset")
+    assert reset.value.ok
+    assert page.is_checked("#hatching-flat")
+    _wait_for_sketch(page, health["backend"])
+    assert page.evaluate("window.__sketchForms.at(-1).hatching") == "flat"
+    assert not page_errors, page_errors
+
+
+SERVER_DEFAULTS = {
+    "tone": "auto",
+    "hatching": "follow",
+    "stroke_width": 2,
+    "max_side": 2048,
+    "unknown_option": 1,
+    "mode": "sepia",
+}
 
 
 def _healthz_with_defaults(route) -> None:
@@ -566,11 +654,14 @@ def test_server_defaults_from_healthz_are_selected(server, web_page, page_errors
     page.wait_for_function("document.querySelector('#tone-auto').checked", timeout=10_000)
     assert page.input_value("#stroke_width") == "2" and page.inner_text("#stroke_width-out") == "2"
     assert page.input_value("#max_side") == "2048"
+    assert page.is_checked("#hatching-follow")
     assert page.is_checked("#mode-gray")  # a value the page does not offer changes nothing
     page.click("label[for=tone-dark]")
+    page.click("label[for=hatching-flat]")
     page.click("#reset")
     page.wait_for_function("document.querySelector('#tone-auto').checked")
     assert page.input_value("#stroke_width") == "2"
+    assert page.is_checked("#hatching-follow")
     assert not page_errors, page_errors
 
 
@@ -593,6 +684,7 @@ def test_server_defaults_keep_what_the_user_chose(server, web_page, page_errors)
         "(b) => document.querySelector('#backend').textContent.includes(b)", arg=f"Backend: {health['backend']}"
     )
     assert page.is_checked("#tone-dark")
+    assert page.is_checked("#hatching-follow")  # untouched: the server's default
     assert page.input_value("#max_side") == ""
     assert page.input_value("#stroke_width") == "3"
     page.click("#reset")
