@@ -52,7 +52,7 @@ TABLE_HEADER = 20
 CG_BLOCK, CG_BLOCKS_PER_SM = (32, 8), 8  # blocks stride down the image: few partial sums
 TONE_RUN, TONE_ROW_BLOCK = 32, 256
 FIT_MAX_SETS = 64  # the shared rhs table of pencil.cu fit_tone
-BOX_RUN = 32  # pixels a thread of box_rows / box_columns slides over
+BOX_RUN, HATCH_RUN = 32, 8  # pixels a thread of structure_rows / hatch_texture slides over
 CG_CHUNK = 8  # CG iterations queued between looks at the "done" flag
 # Directions whose line is nearer vertical than horizontal: their runs go along y.
 ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECTIONS // 4)
@@ -241,9 +241,7 @@ class DeviceAssets:
                 "matching_lut",
                 "fit_tone",
                 "merge",
-                "structure_products",
-                "box_rows",
-                "box_columns",
+                "structure_rows",
                 "hatch_texture",
             ):
                 _k(name)  # compile now, not inside the first request
@@ -422,37 +420,30 @@ class TexturePlanes:
 
 def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: DeviceAssets, with_log: bool):
     """hatching="follow", as reference.oriented_texture: the texture turned along the
-    photo's structure, float32 (H, W), and its log when with_log (texture "lu")."""
+    photo's structure, float32 (H, W), and its log when with_log (texture "lu"). Two
+    launches: the tensor's row sums, then its column sums fused with the turn and the
+    samples (the tensor itself is never stored)."""
     height, width = luma.shape
-    products = kernels.empty((3, height, width), cupy.float32)
-    block = (32, 8)
-    grid = (kernels.div_up(width, 32), kernels.div_up(height, 8))
-    _k("structure_products")(grid, block, (luma, np.int32(height), np.int32(width), products))
     size = np.int32(params.structure_size(height, width))
+    block = (32, 8)
     rows = kernels.empty((3, height, width), cupy.float32)
-    _k("box_rows")(
-        (kernels.div_up(kernels.div_up(width, BOX_RUN), 32), kernels.div_up(3 * height, 8)),
+    _k("structure_rows")(
+        (kernels.div_up(kernels.div_up(width, BOX_RUN), 32), kernels.div_up(height, 8)),
         block,
-        (products, np.int32(height), np.int32(width), size, np.int32(3), rows),
+        (luma, np.int32(height), np.int32(width), size, rows),
     )
-    tensor = products  # the products are read no more: the box means go over them
-    _k("box_columns")(
-        (kernels.div_up(width, 32), kernels.div_up(3 * kernels.div_up(height, BOX_RUN), 8)),
-        block,
-        (rows, np.int32(height), np.int32(width), size, np.int32(3), tensor),
-    )
-    del rows
     cosines, sines, tile = device_assets.hatch_tables()
     own = -np.deg2rad(HATCH_ANGLE_DEG)
     texture = kernels.empty((height, width), cupy.float32)
     log_texture = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("hatch_texture")(
-        grid,
+        (kernels.div_up(width, 32), kernels.div_up(kernels.div_up(height, HATCH_RUN), 8)),
         block,
         (
-            tensor,
+            rows,
             np.int32(height),
             np.int32(width),
+            size,
             tile,
             np.int32(tile.shape[0]),
             cosines,

@@ -604,57 +604,42 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // scalars (float64, CG_*); every kernel returns at once when DONE is set, so the host
 // may queue iterations past convergence.
 // ------------------------------------ hatching="follow": the texture turned per pixel --
-// reference.structure_tensor, step 1: products of the central differences of luma / 255
-// (edges replicated): planes (3, H, W) Jxx, Jxy, Jyy before the box filter.
-extern "C" __global__ void structure_products(const u8* __restrict__ luma, int height, int width, float* __restrict__ out) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= width || y >= height) return;
-    const long long p = (long long)y * width + x, plane = (long long)height * width;
+// reference.structure_tensor: the products of the central differences of luma / 255
+// (edges replicated), Jxx, Jxy, Jyy, averaged over a k x k box (edges replicated) by
+// sliding sums in float64 (as OpenCV's boxFilter): rows here (3 planes of row sums, one
+// thread per run of BOX_RUN pixels of a row), columns in hatch_texture.
+#define BOX_RUN 32
+struct Products { float xx, xy, yy; };
+__device__ __forceinline__ Products products(const u8* __restrict__ luma, int height, int width, int y, int x) {
+    const long long p = (long long)y * width + x;
     const float left = __fdiv_rn((float)luma[p - (x > 0)], 255.0f), right = __fdiv_rn((float)luma[p + (x + 1 < width)], 255.0f);
     const float up = __fdiv_rn((float)luma[p - (y > 0 ? width : 0)], 255.0f);
     const float down = __fdiv_rn((float)luma[p + (y + 1 < height ? width : 0)], 255.0f);
     const float gx = __fmul_rn(__fsub_rn(right, left), 0.5f), gy = __fmul_rn(__fsub_rn(down, up), 0.5f);
-    out[p] = __fmul_rn(gx, gx);
-    out[plane + p] = __fmul_rn(gx, gy);
-    out[2 * plane + p] = __fmul_rn(gy, gy);
+    return {__fmul_rn(gx, gx), __fmul_rn(gx, gy), __fmul_rn(gy, gy)};
 }
-
-// reference.structure_tensor, step 2: the k x k box mean (edges replicated) of `planes`
-// planes, as two sliding sums in float64 (OpenCV's boxFilter sums in float64 too): rows
-// into `rows` (float32 sums), then columns into `out` scaled by 1 / k^2. One thread per
-// run of BOX_RUN pixels.
-#define BOX_RUN 32
-extern "C" __global__ void box_rows(const float* __restrict__ src, int height, int width, int k, int planes,
-                                    float* __restrict__ rows) {
+extern "C" __global__ void structure_rows(const u8* __restrict__ luma, int height, int width, int k, float* __restrict__ rows) {
     const int y = blockIdx.y * blockDim.y + threadIdx.y, x0 = (blockIdx.x * blockDim.x + threadIdx.x) * BOX_RUN;
-    if (y >= height * planes || x0 >= width) return;
-    const float* row = src + (long long)y * width;
-    float* dst = rows + (long long)y * width;
+    if (y >= height || x0 >= width) return;
+    const long long plane = (long long)height * width, row = (long long)y * width;
     const int half = k / 2;
-    double sum = 0.0;
-    for (int i = -half; i <= half; ++i) sum += row[min(max(x0 + i, 0), width - 1)];
+    double xx = 0.0, xy = 0.0, yy = 0.0;
+    for (int i = -half; i <= half; ++i) {
+        const Products q = products(luma, height, width, y, min(max(x0 + i, 0), width - 1));
+        xx += q.xx;
+        xy += q.xy;
+        yy += q.yy;
+    }
     const int end = min(x0 + BOX_RUN, width);
     for (int x = x0; x < end; ++x) {
-        dst[x] = (float)sum;
-        sum += row[min(x + half + 1, width - 1)] - row[max(x - half, 0)];
-    }
-}
-extern "C" __global__ void box_columns(const float* __restrict__ rows, int height, int width, int k, int planes,
-                                       float* __restrict__ out) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x, run = blockIdx.y * blockDim.y + threadIdx.y;
-    const int runs = (height + BOX_RUN - 1) / BOX_RUN;
-    if (x >= width || run >= runs * planes) return;
-    const int plane = run / runs, y0 = (run % runs) * BOX_RUN;
-    const float* src = rows + (long long)plane * height * width;
-    float* dst = out + (long long)plane * height * width;
-    const int half = k / 2;
-    const double scale = 1.0 / ((double)k * k);
-    double sum = 0.0;
-    for (int i = -half; i <= half; ++i) sum += src[(long long)min(max(y0 + i, 0), height - 1) * width + x];
-    const int end = min(y0 + BOX_RUN, height);
-    for (int y = y0; y < end; ++y) {
-        dst[(long long)y * width + x] = (float)(sum * scale);
-        sum += src[(long long)min(y + half + 1, height - 1) * width + x] - src[(long long)max(y - half, 0) * width + x];
+        rows[row + x] = (float)xx;
+        rows[plane + row + x] = (float)xy;
+        rows[2 * plane + row + x] = (float)yy;
+        const Products in = products(luma, height, width, y, min(x + half + 1, width - 1));
+        const Products out = products(luma, height, width, y, max(x - half, 0));
+        xx += (double)in.xx - out.xx;
+        xy += (double)in.xy - out.xy;
+        yy += (double)in.yy - out.yy;
     }
 }
 
@@ -671,19 +656,17 @@ __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, in
     return top + (bottom - top) * ay;
 }
 
-// reference.hatch_turn and oriented_texture: the turn of the hatching at each pixel from
-// the smoothed tensor (3, H, W), and the tile turned by the two nearest of HATCH_TURNS
-// turns (cosines/sines), blended: H into `texture`, ln H into `log_h` (when not null).
+// reference.hatch_turn and oriented_texture: the column half of the box mean (rows from
+// structure_rows, k x k, scaled by 1 / k^2), the turn of the hatching at each pixel, and
+// the tile turned by the two nearest of HATCH_TURNS turns (cosines/sines), blended: H into
+// `texture`, ln H into `log_h` (when not null). One thread per run of HATCH_RUN rows of a
+// column: shorter runs than the row sums', for enough threads to hide the per-pixel math.
 #define HATCH_TURNS 8
-extern "C" __global__ void hatch_texture(const float* __restrict__ tensor, int height, int width,
-                                         const float* __restrict__ tile, int side, const float* __restrict__ cosines,
-                                         const float* __restrict__ sines, float bias_share, float bias_floor, float own,
-                                         float bias_x, float bias_y, int wrap_in_float, float* __restrict__ texture,
-                                         float* __restrict__ log_h) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= width || y >= height) return;
-    const long long p = (long long)y * width + x, plane = (long long)height * width;
-    const float jxx = tensor[p], jxy = tensor[plane + p], jyy = tensor[2 * plane + p];
+#define HATCH_RUN 8
+__device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x, int y, const float* __restrict__ tile,
+                                          int side, const float* __restrict__ cosines, const float* __restrict__ sines,
+                                          float bias_share, float bias_floor, float own, float bias_x, float bias_y,
+                                          int wrap_in_float) {
     const float dx = __fsub_rn(jyy, jxx), dy = __fmul_rn(-2.0f, jxy);
     const float isotropic = __fsub_rn(__fadd_rn(jxx, jyy), __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy))));
     const float bias = __fadd_rn(__fmul_rn(bias_share, isotropic), bias_floor);
@@ -706,9 +689,38 @@ extern "C" __global__ void hatch_texture(const float* __restrict__ tensor, int h
         }
         sample[i] = remap_sample(tile, side, u, v);
     }
-    const float h = __fadd_rn(sample[0], __fmul_rn(__fsub_rn(sample[1], sample[0]), fraction));
-    texture[p] = h;
-    if (log_h) log_h[p] = logf(h);
+    return __fadd_rn(sample[0], __fmul_rn(__fsub_rn(sample[1], sample[0]), fraction));
+}
+
+extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int height, int width, int k,
+                                         const float* __restrict__ tile, int side, const float* __restrict__ cosines,
+                                         const float* __restrict__ sines, float bias_share, float bias_floor, float own,
+                                         float bias_x, float bias_y, int wrap_in_float, float* __restrict__ texture,
+                                         float* __restrict__ log_h) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = (blockIdx.y * blockDim.y + threadIdx.y) * HATCH_RUN;
+    if (x >= width || y0 >= height) return;
+    const long long plane = (long long)height * width;
+    const int half = k / 2;
+    const double scale = 1.0 / ((double)k * k);
+    double xx = 0.0, xy = 0.0, yy = 0.0;
+    for (int i = -half; i <= half; ++i) {
+        const long long q = (long long)min(max(y0 + i, 0), height - 1) * width + x;
+        xx += rows[q];
+        xy += rows[plane + q];
+        yy += rows[2 * plane + q];
+    }
+    const int end = min(y0 + HATCH_RUN, height);
+    for (int y = y0; y < end; ++y) {
+        const long long p = (long long)y * width + x;
+        const float h = hatch_at((float)(xx * scale), (float)(xy * scale), (float)(yy * scale), x, y, tile, side, cosines,
+                                 sines, bias_share, bias_floor, own, bias_x, bias_y, wrap_in_float);
+        texture[p] = h;
+        if (log_h) log_h[p] = logf(h);
+        const long long in = (long long)min(y + half + 1, height - 1) * width + x, out = (long long)max(y - half, 0) * width + x;
+        xx += (double)rows[in] - rows[out];
+        xy += (double)rows[plane + in] - rows[plane + out];
+        yy += (double)rows[2 * plane + in] - rows[2 * plane + out];
+    }
 }
 
 #define CG_RR0 0
