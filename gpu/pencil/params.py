@@ -134,7 +134,7 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
     Option(
         "tone",
         str,
-        "light",
+        "auto",
         (
             "the tone's target distribution, Lu et al.'s layers bright:mid:dark: auto fits their weights to the "
             "photo's own histogram (a dark photo stays dark); presets light 76:22:2, medium 52:37:11, dark 42:29:29"
@@ -200,7 +200,7 @@ class PencilParams:
     """Every parameter of one render; validated on construction (raises ParamError)."""
 
     mode: str = "gray"
-    tone: str = "light"
+    tone: str = "auto"
     texture: str = "lu"
     hatching: str = "flat"
     line_frac: float = 1 / 30

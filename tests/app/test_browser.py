@@ -509,7 +509,7 @@ def test_tone_auto_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, 
     page.goto(f"{base}/")
     tones = page.eval_on_selector_all("input[name=tone]", "els => els.map(e => e.value)")
     assert tones == ["light", "medium", "dark", "auto"]
-    assert page.is_checked("#tone-light")  # the page's default, the server's too
+    assert page.is_checked("#tone-auto")  # the page's default, the server's too
     assert "dark photos stay dark" in page.get_attribute("label[for=tone-auto]", "title")
     for name in ("Light", "Medium", "Dark", "Auto"):
         assert page.get_by_role("radio", name=name, exact=True).count() == 1, name

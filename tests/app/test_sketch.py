@@ -257,7 +257,7 @@ def test_invalid_query_option_is_rejected_even_with_valid_form_fields(client):
 def test_choices_are_case_insensitive_and_empty_means_default(client):
     data = photo_bytes("coffee", "jpeg", 96)
     default = post(client, data)
-    explicit = post(client, data, mode=" GRAY ", tone="Light", texture="LU", format="PNG", line_frac="", max_side="")
+    explicit = post(client, data, mode=" GRAY ", tone="Auto", texture="LU", format="PNG", line_frac="", max_side="")
     assert default.status_code == explicit.status_code == 200, explicit.text
     assert default.content == explicit.content
 

@@ -351,4 +351,6 @@ def test_darkness_options_darken():
     base = ref.render(photo, PencilParams()).mean()
     assert ref.render(photo, PencilParams(stroke_gamma=3)).mean() < base
     assert ref.render(photo, PencilParams(tone_gamma=2)).mean() < base
-    assert ref.render(photo, PencilParams(tone="dark")).mean() < base
+    light = ref.render(photo, PencilParams(tone="light")).mean()
+    assert ref.render(photo, PencilParams(tone="medium")).mean() < light
+    assert ref.render(photo, PencilParams(tone="dark")).mean() < light
