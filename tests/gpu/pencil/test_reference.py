@@ -200,7 +200,7 @@ def test_auto_tone_follows_the_photos_exposure(rng):
     sky = ref.histogram(_luma("hubble_deep_field"))
     _, weights = ref.fit_tone(sky)
     level = np.arange(256)
-    assert weights[2] > 0.8 and level @ ref.tone_target(sky, "auto") < 110 < 200 < level @ ref.tone_target(sky, "light")
+    assert weights[2] > 0.5 and level @ ref.tone_target(sky, "auto") < 120 < 200 < level @ ref.tone_target(sky, "light")
 
 
 def test_auto_tone_keeps_paper_white_where_the_photo_is_white():
