@@ -670,6 +670,15 @@ def render_device(
         planes = luma_and_histogram(d_image)
         luma_ready = main.record()
         mark("luma+histogram")
+        # hatching="follow" turns the texture from the luma alone. With "lu" it goes first on
+        # the main stream, beside the tone map on the side stream, since the CG solve waits
+        # for both; with "fast" it goes on the side stream, beside the stroke branch.
+        texture: DeviceAssets | TexturePlanes = device_assets
+        turned_ready = None
+        if params.hatching == "follow" and params.texture == "lu":
+            texture = oriented_texture(planes.luma, params, device_assets, with_log=True)
+            turned_ready = main.record()
+            mark("texture turned (follow)")
 
         # Stroke branch (stages 1-5). Both line tables span length x length: one halo.
         thin, wide = device_assets.line_plan(length, 0), device_assets.line_plan(length, params.stroke_width)
@@ -693,12 +702,13 @@ def render_device(
                 planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu"
             )
             mark("tone", side)
-            texture: DeviceAssets | TexturePlanes = device_assets
-            if params.hatching == "follow":
-                texture = oriented_texture(planes.luma, params, device_assets, params.texture == "lu")
+            if params.hatching == "follow" and params.texture == "fast":
+                texture = oriented_texture(planes.luma, params, device_assets, with_log=False)
                 mark("texture turned (follow)", side)
             beta = None
             if params.texture == "lu":
+                if turned_ready is not None:
+                    side.wait_event(turned_ready)
                 beta, _ = solve_beta(log_j, texture, lease.staging("cg", 8))
                 mark("texture lu (CG)", side)
             tone_ready = side.record()
