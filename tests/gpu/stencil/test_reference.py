@@ -343,3 +343,24 @@ def test_coefficients_by_slab_are_the_whole(rng):
     np.testing.assert_array_equal(whole[inner], ((velocity.astype(np.float64) * 1e-4) ** 2).astype(np.float32)[inner])
     whole[inner] = 0
     assert not whole.any()
+
+
+def test_initial_fields_are_checked_border_by_border(rng):
+    """A random interior with an exact zero border always passes (the check once compared
+    sums over the whole field and its inside, which rounding could tell apart); a value on
+    any border slab, or a NaN anywhere, does not."""
+    shape = (19, 27, 45)
+    r = ref.RADIUS
+    for _ in range(50):
+        p = np.zeros(shape, np.float32)
+        p[r:-r, r:-r, r:-r] = rng.standard_normal((shape[0] - 2 * r, shape[1] - 2 * r, shape[2] - 2 * r))
+        ref.check_initial(p, shape, "p")
+    for index in [(0, 10, 10), (18, 10, 10), (10, 1, 10), (10, 25, 10), (10, 10, 0), (10, 10, 44)]:
+        bad = np.zeros(shape, np.float32)
+        bad[index] = 1e-30
+        with pytest.raises(ValueError, match="Dirichlet border"):
+            ref.check_initial(bad, shape, "p")
+    nan = np.zeros(shape, np.float32)
+    nan[9, 9, 9] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        ref.check_initial(nan, shape, "p")
