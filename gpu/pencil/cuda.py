@@ -413,8 +413,8 @@ class TexturePlanes:
     """The texture as the CG and merge kernels read it, like DeviceAssets' tile: here a
     plane over the image (texture_size 0: read as it is, not wrapped)."""
 
-    texture: cupy.ndarray
-    log_texture: cupy.ndarray | None
+    texture: cupy.ndarray | None  # H, for "fast"
+    log_texture: cupy.ndarray | None  # ln H, for "lu"
     texture_size: int = 0
 
 
@@ -434,7 +434,7 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
     )
     cosines, sines, tile = device_assets.hatch_tables()
     own = -np.deg2rad(HATCH_ANGLE_DEG)
-    texture = kernels.empty((height, width), cupy.float32)
+    texture = None if with_log else kernels.empty((height, width), cupy.float32)  # "lu" reads ln H alone
     log_texture = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("hatch_texture")(
         (kernels.div_up(width, 32), kernels.div_up(kernels.div_up(height, HATCH_RUN), 8)),
@@ -454,8 +454,8 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
             np.float32(np.cos(2 * own)),
             np.float32(np.sin(2 * own)),
             np.int32(height + width > reference.WRAP_IN_FLOAT_ABOVE),
-            texture,
-            log_texture if with_log else np.uint64(0),
+            texture if texture is not None else np.uint64(0),
+            log_texture if log_texture is not None else np.uint64(0),
         ),
     )
     return TexturePlanes(texture, log_texture)
@@ -582,8 +582,8 @@ def merge(
             np.float32(stroke_gamma),
             j,
             beta if beta is not None else np.uint64(0),
-            texture.texture,
-            texture.log_texture,
+            texture.texture if texture.texture is not None else np.uint64(0),
+            texture.log_texture if texture.log_texture is not None else np.uint64(0),
             np.int32(texture.texture_size),
             np.int32(height),
             np.int32(width),

@@ -610,22 +610,26 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // thread per run of BOX_RUN pixels of a row), columns in hatch_texture.
 #define BOX_RUN 32
 struct Products { float xx, xy, yy; };
-__device__ __forceinline__ Products products(const u8* __restrict__ luma, int height, int width, int y, int x) {
+// unit[v] = v / 255 in float, as numpy's float32 division (a table: 8 divisions a pixel otherwise)
+__device__ __forceinline__ Products products(const float* unit, const u8* __restrict__ luma, int height, int width,
+                                             int y, int x) {
     const long long p = (long long)y * width + x;
-    const float left = __fdiv_rn((float)luma[p - (x > 0)], 255.0f), right = __fdiv_rn((float)luma[p + (x + 1 < width)], 255.0f);
-    const float up = __fdiv_rn((float)luma[p - (y > 0 ? width : 0)], 255.0f);
-    const float down = __fdiv_rn((float)luma[p + (y + 1 < height ? width : 0)], 255.0f);
+    const float left = unit[luma[p - (x > 0)]], right = unit[luma[p + (x + 1 < width)]];
+    const float up = unit[luma[p - (y > 0 ? width : 0)]], down = unit[luma[p + (y + 1 < height ? width : 0)]];
     const float gx = __fmul_rn(__fsub_rn(right, left), 0.5f), gy = __fmul_rn(__fsub_rn(down, up), 0.5f);
     return {__fmul_rn(gx, gx), __fmul_rn(gx, gy), __fmul_rn(gy, gy)};
 }
 extern "C" __global__ void structure_rows(const u8* __restrict__ luma, int height, int width, int k, float* __restrict__ rows) {
+    __shared__ float unit[256];
+    for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < 256; i += blockDim.x * blockDim.y) unit[i] = __fdiv_rn((float)i, 255.0f);
+    __syncthreads();
     const int y = blockIdx.y * blockDim.y + threadIdx.y, x0 = (blockIdx.x * blockDim.x + threadIdx.x) * BOX_RUN;
     if (y >= height || x0 >= width) return;
     const long long plane = (long long)height * width, row = (long long)y * width;
     const int half = k / 2;
     double xx = 0.0, xy = 0.0, yy = 0.0;
     for (int i = -half; i <= half; ++i) {
-        const Products q = products(luma, height, width, y, min(max(x0 + i, 0), width - 1));
+        const Products q = products(unit, luma, height, width, y, min(max(x0 + i, 0), width - 1));
         xx += q.xx;
         xy += q.xy;
         yy += q.yy;
@@ -635,8 +639,8 @@ extern "C" __global__ void structure_rows(const u8* __restrict__ luma, int heigh
         rows[row + x] = (float)xx;
         rows[plane + row + x] = (float)xy;
         rows[2 * plane + row + x] = (float)yy;
-        const Products in = products(luma, height, width, y, min(x + half + 1, width - 1));
-        const Products out = products(luma, height, width, y, max(x - half, 0));
+        const Products in = products(unit, luma, height, width, y, min(x + half + 1, width - 1));
+        const Products out = products(unit, luma, height, width, y, max(x - half, 0));
         xx += (double)in.xx - out.xx;
         xy += (double)in.xy - out.xy;
         yy += (double)in.yy - out.yy;
@@ -659,7 +663,7 @@ __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, in
 // reference.hatch_turn and oriented_texture: the column half of the box mean (rows from
 // structure_rows, k x k, scaled by 1 / k^2), the turn of the hatching at each pixel, and
 // the tile turned by the two nearest of HATCH_TURNS turns (cosines/sines), blended: H into
-// `texture`, ln H into `log_h` (when not null). One thread per run of HATCH_RUN rows of a
+// `texture` and ln H into `log_h`, each when not null. One thread per run of HATCH_RUN rows of a
 // column: shorter runs than the row sums', for enough threads to hide the per-pixel math.
 #define HATCH_TURNS 8
 #define HATCH_RUN 8
@@ -714,8 +718,8 @@ extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int hei
         const long long p = (long long)y * width + x;
         const float h = hatch_at((float)(xx * scale), (float)(xy * scale), (float)(yy * scale), x, y, tile, side, cosines,
                                  sines, bias_share, bias_floor, own, bias_x, bias_y, wrap_in_float);
-        texture[p] = h;
-        if (log_h) log_h[p] = logf(h);
+        if (texture) texture[p] = h;  // "fast" reads H
+        if (log_h) log_h[p] = logf(h);  // "lu" reads ln H alone
         const long long in = (long long)min(y + half + 1, height - 1) * width + x, out = (long long)max(y - half, 0) * width + x;
         xx += (double)rows[in] - rows[out];
         xy += (double)rows[plane + in] - rows[plane + out];
