@@ -491,7 +491,7 @@ def install(app: FastAPI) -> None:
     )
     async def delete_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
         corpus = _found(request, corpus_id)
-        using = _jobs_using(request, corpus_id)
+        using = await asyncio.to_thread(_jobs_using, request, corpus_id)
         if using:
             raise ApiError(
                 409,
@@ -502,8 +502,8 @@ def install(app: FastAPI) -> None:
                 ),
             )
         body = corpus.body()
-        # No await between the check above and the unlisting: a search submitted meanwhile
-        # either came first (409 above) or finds no corpus (404), never one being deleted.
+        # A search submitted between the check above and the unlisting (here or on another
+        # replica) is accepted and then fails when it runs: "corpus not found".
         if not _store(request).unlist(corpus_id):
             raise ApiError(404, "corpus_not_found", f"there is no corpus {corpus_id!r}; GET /corpora lists them")
         await asyncio.to_thread(_store(request).remove_text, corpus_id)

@@ -82,7 +82,7 @@ class JobRunner:
         self._standby: threading.Thread | None = None
         self._heartbeat = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
         self._running: dict[str, Job] = {}  # the claims this process runs now, by job id
-        self._lost: set[str] = set()  # ids of those whose lease the heartbeat found lost
+        self._lost: set[tuple[str, int]] = set()  # (id, attempt) of those whose lease the heartbeat found lost
         self._running_lock = threading.Lock()
 
     @property
@@ -129,6 +129,8 @@ class JobRunner:
                 self.heartbeat()
             except STORE_ERRORS as exc:
                 log.error("could not renew the job leases (%s); trying again in %.0f s", exc, self.store.lease_s / 3)
+            except Exception:  # the heartbeat must outlive anything: without it every lease here ends
+                log.exception("the job heartbeat failed; trying again in %.0f s", self.store.lease_s / 3)
 
     def heartbeat(self) -> None:
         """One beat (see _beat)."""
@@ -137,7 +139,8 @@ class JobRunner:
         for job in running:
             if self.store.renew(job) is Lease.LOST:
                 with self._running_lock:
-                    self._lost.add(job.id)
+                    if self._running.get(job.id) is job:  # not a run that ended meanwhile
+                        self._lost.add((job.id, job.attempt))
         requeued = self.store.requeue_expired()
         for job in requeued:
             log.warning(
@@ -161,7 +164,7 @@ class JobRunner:
         for thread in [*self._threads, *([self._standby] if self._standby else []), self._heartbeat]:
             if thread.is_alive() and thread.ident is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        stopped = not any(thread.is_alive() for thread in self._threads)
+        stopped = not any(thread.is_alive() for thread in [*self._threads, self._heartbeat])
         if stopped:
             self._lock.release()  # a job still running keeps it until the process exits
         return stopped
@@ -181,6 +184,8 @@ class JobRunner:
                 self._purge()
             except STORE_ERRORS as exc:  # the store failed, not a job: keep the worker
                 log.error("the job store failed (%s); trying again in %.0f s", exc, POLL_S)
+            except Exception:  # a worker must outlive anything (a job's own errors end in its record)
+                log.exception("a job worker failed; it carries on")
             with self._wake:
                 self._wake.wait(POLL_S)
 
@@ -194,7 +199,7 @@ class JobRunner:
         finally:
             with self._running_lock:
                 self._running.pop(job.id, None)
-                self._lost.discard(job.id)
+                self._lost.discard((job.id, job.attempt))
 
     def _run(self, job: Job) -> None:
         kind = self.kinds.get(job.kind)
@@ -205,27 +210,58 @@ class JobRunner:
         again = f" again (attempt {job.attempt}: an earlier run was lost)" if job.attempt > 1 else ""
         log.info("job %s (%s) started%s", job.id, job.kind, again, extra=fields)
         start = time.perf_counter()
-        status, failure = "failed", None
-        try:
+        failure: Exception | None = None
+        result: Mapping | None = None
+        try:  # the job's own work: what it raises is its outcome
             if kind is None:
                 raise RuntimeError(f"this server has no job kind {job.kind!r}")
             result = self._execute(kind, job)
-            status = "succeeded" if self.store.succeed(job, result) else "lost"
+            outcome = "succeeded"
         except JobCanceled:
-            status = "canceled" if self.store.mark_canceled(job) else "lost"
+            outcome = "canceled"
         except JobLost:
-            status = "lost"
+            outcome = "lost"
         except Exception as exc:  # a job's failure is its own: _log_end reports it
-            failure = exc
-            error = str(exc) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
-            status = "failed" if self.store.fail(job, error) else "lost"
-        finally:
-            if status == "lost":
-                remove_tree_quietly(self.store.result_dir(job))
-            seconds = time.perf_counter() - start
-            self.metrics.jobs_finished.labels(job.kind, status).inc()
-            self.metrics.job_run_time.labels(job.kind).observe(seconds)
-            self._log_end(job, status, seconds, failure)
+            failure, outcome = exc, "failed"
+        status = self._record_end(job, outcome, result, failure)
+        seconds = time.perf_counter() - start
+        self.metrics.jobs_finished.labels(job.kind, status).inc()
+        self.metrics.job_run_time.labels(job.kind).observe(seconds)
+        self._log_end(job, status, seconds, failure)
+
+    def _record_end(self, job: Job, outcome: str, result: Mapping | None, failure: Exception | None) -> str:
+        """Store the end of the claim `job`; returns the status to report: the outcome,
+        "lost" when the store refused it (another attempt holds the job: this run's result
+        folder is removed), or "unrecorded" when the store could not be reached (the files
+        stay: if the end was committed they are the result, else the lease runs out, the job
+        runs again and its next end removes them)."""
+        try:
+            if outcome == "succeeded":
+                assert result is not None
+                stored = self.store.succeed(job, result)
+            elif outcome == "canceled":
+                stored = self.store.mark_canceled(job)
+            elif outcome == "failed":
+                assert failure is not None
+                error = str(failure) if isinstance(failure, StorageError) else f"{type(failure).__name__}: {failure}"
+                stored = self.store.fail(job, error)
+            else:
+                stored = False
+        except STORE_ERRORS as exc:
+            log.error(
+                "job %s (%s): could not record its end (%s) in the job store: %s; if it was not stored, the job runs "
+                "again once its lease ends",
+                job.id,
+                job.kind,
+                outcome,
+                exc,
+                extra={"job_id": job.id, "kind": job.kind},
+            )
+            return "unrecorded"
+        if not stored:
+            remove_tree_quietly(self.store.result_dir(job))
+            return "lost"
+        return outcome
 
     @staticmethod
     def _log_end(job: Job, status: str, seconds: float, failure: Exception | None) -> None:
@@ -258,9 +294,13 @@ class JobRunner:
         loaded = kind.load(job.params, self._input_files(job))
 
         def progress(fraction: float) -> None:
-            lease = self.store.set_progress(job, fraction)
+            try:
+                lease = self.store.set_progress(job, fraction)
+            except STORE_ERRORS as exc:  # the job carries on: the heartbeat and its end decide
+                log.warning("job %s: could not record its progress (%s)", job.id, exc, extra={"job_id": job.id})
+                lease = Lease.HELD
             with self._running_lock:
-                lost = job.id in self._lost
+                lost = (job.id, job.attempt) in self._lost
             if lease is Lease.LOST or lost:
                 raise JobLost()
             if lease is Lease.CANCEL:

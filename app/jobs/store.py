@@ -403,7 +403,11 @@ class JobStore:
         """Rewrite the job's job.json from its row. A failure is logged, not raised: the row
         stays the record, the copy only serves a rebuild."""
         with self._record_lock:  # the last writer writes the latest state
-            job = self.get(job_id)
+            try:
+                job = self.get(job_id)
+            except self._db.errors as exc:  # the row is stored: only its copy waits for the next change
+                log.warning("could not read job %s to update its job.json (%s)", job_id, exc)
+                return
             folder = self.jobs_dir / job_id
             if job is None or not folder.is_dir():
                 return
@@ -485,13 +489,18 @@ class JobStore:
         """Cancel: a queued job at once, a running one at its next checkpoint (the flag is
         set; its runner finishes it as canceled). Finished jobs are left as they are.
         Returns the job after the change, or None when there is no such job."""
+        # One statement: a row re-queued by another replica between two statements would
+        # escape both (PostgreSQL re-reads a row changed meanwhile and applies this to it).
         with self._session(write=True) as db:
             changed = db.run(
-                "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled before it started' "
-                "WHERE id = ? AND status = 'queued'",
+                "UPDATE jobs SET "
+                "finished = CASE WHEN status = 'queued' THEN ? ELSE finished END, "
+                "error = CASE WHEN status = 'queued' THEN 'canceled before it started' ELSE error END, "
+                "cancel_requested = CASE WHEN status = 'running' THEN 1 ELSE cancel_requested END, "
+                "status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END "
+                "WHERE id = ? AND status IN ('queued', 'running')",
                 (time.time(), job_id),
             )
-            changed += db.run("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
         job = self.get(job_id)  # as the cancel left it: a running job may finish while its record is written
         if changed:
             self._write_record(job_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import sqlite3
 import time
 
 import numpy as np
@@ -126,3 +127,51 @@ def test_a_worker_outlives_errors_of_the_job_store(tmp_path, caplog, monkeypatch
         store.close()
         other_process.close()
     assert "readonly" in caplog.records[0].getMessage()
+
+
+def test_a_store_error_at_a_checkpoint_does_not_fail_the_job(tmp_path, monkeypatch, caplog):
+    """The job goes on (its lease, its end decide), where the error used to become the job's failure."""
+    store = JobStore(tmp_path / "data")
+
+    def run(job, lease, progress):
+        progress(0.5)
+        return JobResult({"n": 1}, {"u.npy": npy_file(np.ones(3))})
+
+    job, _ = store.create("test", {})
+    runner = JobRunner(store, kind(run), 1, "cpu", None, Metrics(), 3600.0)
+
+    def locked(*args):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(store, "set_progress", locked)
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        runner.run(store.claim_next())
+    done = store.get(job.id)
+    assert done.status == "succeeded" and store.result_names(done) == ["u.npy"]
+    assert any("could not record its progress" in r.getMessage() for r in caplog.records)
+    store.close()
+
+
+def test_a_store_error_at_the_end_keeps_the_result_files(tmp_path, monkeypatch, caplog):
+    """The end could not be recorded: the files stay (they are the result if the end was in
+    fact committed; else the lease runs out, the job runs again and its next end removes
+    them), and the run is logged, not failed."""
+    store = JobStore(tmp_path / "data")
+
+    def run(job, lease, progress):
+        return JobResult({"n": 1}, {"u.npy": npy_file(np.ones(3))})
+
+    store.create("test", {})
+    claim = store.claim_next()
+    runner = JobRunner(store, kind(run), 1, "cpu", None, Metrics(), 3600.0)
+
+    def gone(*args):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "succeed", gone)
+    with caplog.at_level(logging.ERROR, logger="pencil.jobs"):
+        runner.run(claim)
+    assert (store.result_dir(claim) / "u.npy").is_file()
+    assert store.get(claim.id).status == "running"  # the lease will send it back to the queue
+    assert any("could not record its end" in r.getMessage() for r in caplog.records)
+    store.close()
