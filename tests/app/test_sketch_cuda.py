@@ -14,11 +14,6 @@ from gpu.pencil.params import PencilParams
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
 
 
-@pytest.fixture
-def gpu_client(make_client):
-    return make_client(backend="cuda", workers=None) if False else make_client(backend="cuda")
-
-
 def test_health_shows_the_cuda_backend_and_its_pool(make_client):
     client = make_client(backend="cuda")
     health = client.get("/healthz").json()
