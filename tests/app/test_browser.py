@@ -828,7 +828,8 @@ def test_full_size_view(server, web_page, page_errors, tmp_path):
     _shot_also(page, "browser-fullsize.png", full_page=False)
     page.keyboard.press("Escape")
     page.wait_for_selector("#fullsize", state="hidden")
-    assert not page.evaluate("document.documentElement.classList.contains('lightbox-open')")
+    # the dialog's "close" event, which lets the page scroll again, comes a task after it hides
+    page.wait_for_function("!document.documentElement.classList.contains('lightbox-open')", timeout=5000)
 
     # the keyboard way in: the full-size button; focus comes back to it afterwards
     page.focus("#fullsize-open")
@@ -836,7 +837,7 @@ def test_full_size_view(server, web_page, page_errors, tmp_path):
     page.wait_for_selector("#fullsize[open]")
     page.click("#fullsize-close")
     page.wait_for_selector("#fullsize", state="hidden")
-    assert page.evaluate("document.activeElement.id") == "fullsize-open"
+    page.wait_for_function("document.activeElement.id === 'fullsize-open'", timeout=5000)  # on "close", as above
 
     # a click on the dark surround closes it; one on the drawing does not
     page.click("#fullsize-open")
