@@ -266,11 +266,13 @@ class DeviceAssets:
         256) layer CDFs and (sets, 3, 3) Gram matrices (the same bits as the reference's)."""
         with self._lock:
             if self._auto is None:
-                layers = reference.auto_layer_cdfs()
-                gram = np.stack([set_ @ set_.T for set_ in layers])
-                brighten = reference.auto_brightening().astype(np.int32)
+                tables = (
+                    reference.auto_brightening().astype(np.int32),
+                    reference.auto_layer_cdfs(),
+                    reference.auto_layer_grams(),
+                )
                 with cupy.cuda.Device(self.device):
-                    self._auto = tuple(_upload_shared(np.ascontiguousarray(a)) for a in (brighten, layers, gram))
+                    self._auto = tuple(_upload_shared(np.ascontiguousarray(table)) for table in tables)
             return self._auto
 
     def hatch_tables(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:

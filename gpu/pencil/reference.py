@@ -279,6 +279,15 @@ def auto_layer_cdfs() -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
+def auto_layer_grams() -> np.ndarray:
+    """(len(AUTO_DARK_LAYERS), 3, 3) float64: the Gram matrix G G^T of each layer set of
+    auto_layer_cdfs (the GPU's fit reads these same values)."""
+    grams = np.stack([layers @ layers.T for layers in auto_layer_cdfs()])
+    grams.setflags(write=False)
+    return grams
+
+
+@lru_cache(maxsize=1)
 def auto_brightening() -> np.ndarray:
     """(256,) int64: where tone="auto" counts a photo value v when it compares the photo
     with the layers: round(255 (v / 255) ** AUTO_EXPONENT). Lu's layers describe pencil
@@ -302,8 +311,8 @@ def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     source = np.cumsum(brightened)
     source /= source[-1]
     best_layer, best, best_cost = 0, np.array([1.0, 0.0, 0.0]), np.inf
-    for layer, layers in enumerate(auto_layer_cdfs()):
-        gram, rhs = layers @ layers.T, layers @ source
+    for layer, (layers, gram) in enumerate(zip(auto_layer_cdfs(), auto_layer_grams(), strict=True)):
+        rhs = layers @ source
         for support in TONE_SUPPORTS:
             k = len(support)
             system = np.zeros((k + 1, k + 1))
