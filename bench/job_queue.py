@@ -56,17 +56,12 @@ def claim_database_ms(url: str, store: JobStore, repeats: int) -> float:
     """Server-side execution time of the claim statement, median of `repeats` (rolled back)."""
     from app.jobs.postgres import _placeholders
 
-    now = store._db.NOW
-    sql = _placeholders(
-        f"EXPLAIN (ANALYZE, FORMAT JSON) UPDATE jobs SET status = 'running', started = ?, progress = 0, "
-        f"attempt = attempt + 1, replica = ?, lease_until = {now} + ? "
-        "WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created, id LIMIT 1"
-        f"{store._db.SKIP_LOCKED}) AND status = 'queued' RETURNING *"
-    )
+    claim, args = store.claim_statement()
+    sql = _placeholders(f"EXPLAIN (ANALYZE, FORMAT JSON) {claim}")
     times = []
     with psycopg.connect(url) as db:
         for _ in range(repeats):
-            plan = db.execute(sql, (time.time(), "bench", 30.0)).fetchone()[0][0]
+            plan = db.execute(sql, args).fetchone()[0][0]
             times.append(plan["Planning Time"] + plan["Execution Time"])
             db.rollback()
     return statistics.median(times)

@@ -97,7 +97,7 @@ class PostgresDatabase:
     integrity_errors: tuple[type[Exception], ...] = (psycopg.errors.IntegrityError,)
 
     def __init__(self, url: str, max_connections: int = 8):
-        self._shown = _without_password(url)
+        self._shown = shown_url(url)
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             url,
             min_size=1,
@@ -163,7 +163,7 @@ def _placeholders(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
-def _without_password(url: str) -> str:
+def shown_url(url: str) -> str:
     """The URL as logs may show it: any password replaced by ***."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)

@@ -419,16 +419,19 @@ class JobStore:
     def claim_next(self) -> Job | None:
         """The oldest queued job, now running under this replica's lease with its attempt
         counted; None when the queue is empty. Replicas claiming at once get different jobs."""
-        now = self._db.NOW
         with self._session(write=True) as db:
-            row = db.one(
-                f"UPDATE jobs SET status = 'running', started = ?, progress = 0, attempt = attempt + 1, "
-                f"replica = ?, lease_until = {now} + ? "
-                "WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created, id LIMIT 1"
-                f"{self._db.SKIP_LOCKED}) AND status = 'queued' RETURNING *",
-                (time.time(), self.replica, self.lease_s),
-            )
+            row = db.one(*self.claim_statement())
         return _job(row) if row else None
+
+    def claim_statement(self) -> tuple[str, tuple[Any, ...]]:
+        """The claim's SQL (`?` placeholders) and arguments (bench/job_queue.py times it)."""
+        sql = (
+            "UPDATE jobs SET status = 'running', started = ?, progress = 0, attempt = attempt + 1, "
+            f"replica = ?, lease_until = {self._db.NOW} + ? "
+            "WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created, id LIMIT 1"
+            f"{self._db.SKIP_LOCKED}) AND status = 'queued' RETURNING *"
+        )
+        return sql, (time.time(), self.replica, self.lease_s)
 
     def renew(self, job: Job) -> Lease:
         """Extend the lease of a job this replica runs (claimed as `job`)."""
@@ -522,9 +525,9 @@ class JobStore:
         lost = f"SELECT * FROM jobs WHERE status = 'running' AND {condition}{self._db.SKIP_LOCKED}"
         with self._session(write=True) as db:
             rows = db.all(lost)
-            ids = [row["id"] for row in rows]
-            for job_id, cancel in ((row["id"], row["cancel_requested"]) for row in rows):
-                if cancel:
+            for row in rows:
+                job_id = row["id"]
+                if row["cancel_requested"]:
                     db.run(
                         "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running', "
                         "lease_until = NULL WHERE id = ?",
@@ -536,10 +539,10 @@ class JobStore:
                         "lease_until = NULL WHERE id = ?",
                         (job_id,),
                     )
-        for job_id, row in zip(ids, rows, strict=True):
+        for row in rows:
             if row["cancel_requested"]:
-                self._write_record(job_id)
-                self._remove_results(job_id)
+                self._write_record(row["id"])
+                self._remove_results(row["id"])
         return [_job(row) for row in rows]
 
     def purge(self, older_than_s: float) -> int:
@@ -654,10 +657,10 @@ def _open_postgres(url: str) -> Database:
     try:
         return PostgresDatabase(url)
     except (psycopg.Error, OSError) as exc:
-        from app.jobs.postgres import _without_password
+        from app.jobs.postgres import shown_url
 
         raise StartupError(
-            f"the job database {_without_password(url)} cannot be used ({str(exc).strip()}): check "
+            f"the job database {shown_url(url)} cannot be used ({str(exc).strip()}): check "
             "PENCIL_DATABASE_URL, that the server is up and that its user may create tables, then restart"
         ) from exc
 
