@@ -455,7 +455,6 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
             np.float32(own),
             np.float32(np.cos(2 * own)),
             np.float32(np.sin(2 * own)),
-            np.int32(height + width > reference.WRAP_IN_FLOAT_ABOVE),
             texture if texture is not None else np.uint64(0),
             log_texture if log_texture is not None else np.uint64(0),
         ),
@@ -542,10 +541,8 @@ def solve_beta(
     previous_check: cupy.cuda.Event | None = None
     for iteration in range(max_iterations):
         previous, current = directions[iteration % 2], directions[(iteration + 1) % 2]
-        direction_kernel(
-            grid, CG_BLOCK, (residual, previous, jacobi, *tex, *size, scalars, current, partials, arrivals)
-        )
-        update_kernel(grid, CG_BLOCK, (current, jacobi, *tex, *size, scalars, beta, residual, partials, arrivals))
+        direction_kernel(grid, CG_BLOCK, (residual, previous, jacobi, *size, scalars, current, partials, arrivals))
+        update_kernel(grid, CG_BLOCK, (current, jacobi, *size, scalars, beta, residual, partials, arrivals))
         if done_flag is not None and (iteration + 1) % CG_CHUNK == 0:
             if previous_check is not None:
                 previous_check.synchronize()

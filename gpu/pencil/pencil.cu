@@ -594,10 +594,11 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
 // ------------------------------------------------- stage 9 (lu): conjugate gradient --
 // Minimises ||beta ln H - ln J||^2 + lambda ||grad beta||^2 matrix-free, as
 // reference.solve_beta_lu: A = diag(ln^2 H) + lambda (graph Laplacian, free borders),
-// Jacobi preconditioner P = 1 / diag(A), stored once by cg_start (`jacobi`). ln H comes
-// from the texture tile (L2-resident), so diag(A) is never stored, and neither is A d:
-// whoever needs it recomputes it from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
-// blocks per multiprocessor, so few partial sums; no division per pixel). Two launches per iteration; each ends
+// Jacobi preconditioner P = 1 / diag(A), stored once by cg_start (`jacobi`), from ln H (the
+// tile, or with hatching="follow" a plane). The iterations read diag(A) back as 1 / P, never
+// ln H, so a turned texture's plane costs them nothing. A d is never stored: whoever needs it
+// recomputes it from d's 5-point stencil. Blocks of 32 x 8 px stride down the image (a grid of a few
+// blocks per multiprocessor, so few partial sums). Two launches per iteration; each ends
 // in a grid-wide sum:
 // blocks write partial sums (float64), and the last block to finish adds them up in a
 // fixed order and takes the scalar step, so results are deterministic.
@@ -647,9 +648,9 @@ extern "C" __global__ void structure_rows(const u8* __restrict__ luma, int heigh
     }
 }
 
-// One bilinear sample of the tile at (u, v), edges wrapped, as OpenCV's remap
-// (INTER_LINEAR, float image and maps, BORDER_WRAP) of OpenCV 5, which interpolates the
-// float coordinates exactly (OpenCV 4 rounded them to 1/32 px): equal up to float rounding.
+// One bilinear sample of the tile at (u, v) in [0, side], edges wrapped, as OpenCV's remap
+// (INTER_LINEAR, float image and maps) of OpenCV 5 in reference.sample_tile, which
+// interpolates the float coordinates exactly (OpenCV 4 rounded them to 1/32 px).
 __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, int side, float u, float v) {
     const float fu = floorf(u), fv = floorf(v);
     const float ax = u - fu, ay = v - fv;
@@ -669,8 +670,7 @@ __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, in
 #define HATCH_RUN 8
 __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x, int y, const float* __restrict__ tile,
                                           int side, const float* __restrict__ cosines, const float* __restrict__ sines,
-                                          float bias_share, float bias_floor, float own, float bias_x, float bias_y,
-                                          int wrap_in_float) {
+                                          float bias_share, float bias_floor, float own, float bias_x, float bias_y) {
     const float dx = __fsub_rn(jyy, jxx), dy = __fmul_rn(-2.0f, jxy);
     const float isotropic = __fsub_rn(__fadd_rn(jxx, jyy), __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy))));
     const float bias = __fadd_rn(__fmul_rn(bias_share, isotropic), bias_floor);
@@ -680,17 +680,16 @@ __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x
     if (turn < 0.0f) turn = __fadd_rn(turn, (float)HATCH_TURNS);
     const float low = floorf(turn), fraction = __fsub_rn(turn, low);
     const int k0 = (int)low % HATCH_TURNS, k1 = (k0 + 1) % HATCH_TURNS;  // turn may round up to HATCH_TURNS
-    const float fx = (float)x, fy = (float)y, s = (float)side;
+    const float fx = (float)x, fy = (float)y, s = (float)side, inv_side = 1.0f / (float)side;
     float sample[2];
     const int ks[2] = {k0, k1};
     for (int i = 0; i < 2; ++i) {
         const float c = cosines[ks[i]], sn = sines[ks[i]];
         float u = __fadd_rn(__fmul_rn(fx, c), __fmul_rn(fy, sn));
         float v = __fsub_rn(__fmul_rn(fy, c), __fmul_rn(fx, sn));
-        if (wrap_in_float) {
-            u = __fsub_rn(u, __fmul_rn(floorf(__fdiv_rn(u, s)), s));
-            v = __fsub_rn(v, __fmul_rn(floorf(__fdiv_rn(v, s)), s));
-        }
+        // wrapped into the tile in float, as reference.sample_tile (1 / side is exact: a power of two)
+        u = __fsub_rn(u, __fmul_rn(floorf(__fmul_rn(u, inv_side)), s));
+        v = __fsub_rn(v, __fmul_rn(floorf(__fmul_rn(v, inv_side)), s));
         sample[i] = remap_sample(tile, side, u, v);
     }
     return __fadd_rn(sample[0], __fmul_rn(__fsub_rn(sample[1], sample[0]), fraction));
@@ -699,7 +698,7 @@ __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x
 extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int height, int width, int k,
                                          const float* __restrict__ tile, int side, const float* __restrict__ cosines,
                                          const float* __restrict__ sines, float bias_share, float bias_floor, float own,
-                                         float bias_x, float bias_y, int wrap_in_float, float* __restrict__ texture,
+                                         float bias_x, float bias_y, float* __restrict__ texture,
                                          float* __restrict__ log_h) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = (blockIdx.y * blockDim.y + threadIdx.y) * HATCH_RUN;
     if (x >= width || y0 >= height) return;
@@ -717,7 +716,7 @@ extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int hei
     for (int y = y0; y < end; ++y) {
         const long long p = (long long)y * width + x;
         const float h = hatch_at((float)(xx * scale), (float)(xy * scale), (float)(yy * scale), x, y, tile, side, cosines,
-                                 sines, bias_share, bias_floor, own, bias_x, bias_y, wrap_in_float);
+                                 sines, bias_share, bias_floor, own, bias_x, bias_y);
         if (texture) texture[p] = h;  // "fast" reads H
         if (log_h) log_h[p] = logf(h);  // "lu" reads ln H alone
         const long long in = (long long)min(y + half + 1, height - 1) * width + x, out = (long long)max(y - half, 0) * width + x;
@@ -758,15 +757,16 @@ __device__ __forceinline__ int degree(int y, int x, int height, int width) {
 
 __device__ __forceinline__ float preconditioner(float lh, int deg, float lambda) { return 1.0f / (lh * lh + lambda * (float)deg); }
 
-// (A v)(y, x) for a plane v: diag(ln^2 H) v + lambda (deg v - sum of the in-image neighbours).
-__device__ __forceinline__ float apply_a(const float* v, long long p, int y, int x, int height, int width, float lh, float lambda) {
+// (A v)(y, x) for a plane v: diag(A) v - lambda (sum of the in-image neighbours), with
+// diag(A) = ln^2 H + lambda deg = 1 / jacobi: so the iterations never read ln H.
+__device__ __forceinline__ float apply_a(const float* v, long long p, int y, int x, int height, int width, float jacobi, float lambda) {
     const float here = v[p];
     float neighbours = 0.0f;
     if (x > 0) neighbours += v[p - 1];
     if (x + 1 < width) neighbours += v[p + 1];
     if (y > 0) neighbours += v[p - width];
     if (y + 1 < height) neighbours += v[p + width];
-    return lh * lh * here + lambda * ((float)degree(y, x, height, width) * here - neighbours);
+    return here / jacobi - lambda * neighbours;
 }
 
 // Sum up to 3 doubles over the block, in a fixed order; the result is valid in thread 0.
@@ -863,10 +863,9 @@ cg_start(const float* __restrict__ log_tone, const float* __restrict__ log_h, in
 // recomputed at the 4 neighbours from r and d_previous.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
 cg_direction(const float* __restrict__ residual, const float* __restrict__ previous, const float* __restrict__ jacobi,
-             const float* __restrict__ log_h, int tex_size, int height, int width, float lambda, double* __restrict__ scalars,
+             int height, int width, float lambda, double* __restrict__ scalars,
              float* __restrict__ direction, double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
-    const Texture tex{log_h, tex_size, width};
     const bool first = scalars[CG_ITERATIONS] == 0.0;
     const float gamma = (float)scalars[CG_GAMMA];
     double v[3] = {0.0, 0.0, 0.0};
@@ -877,14 +876,13 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
             const float z = residual[q] * jacobi[q];
             return first ? z : z + gamma * previous[q];
         };
-        const float lh = log_texture(tex, y, x);
         const float d = d_at(p);
         float neighbours = 0.0f;
         if (x > 0) neighbours += d_at(p - 1);
         if (x + 1 < width) neighbours += d_at(p + 1);
         if (y > 0) neighbours += d_at(p - width);
         if (y + 1 < height) neighbours += d_at(p + width);
-        const float q = lh * lh * d + lambda * ((float)degree(y, x, height, width) * d - neighbours);
+        const float q = d / jacobi[p] - lambda * neighbours;  // (A d)(y, x), as apply_a
         direction[p] = d;
         v[0] += (double)d * q;
     }
@@ -898,23 +896,21 @@ cg_direction(const float* __restrict__ residual, const float* __restrict__ previ
 // beta += alpha d, r -= alpha A d; then iterations += 1, DONE when |r|^2 <= threshold
 // or at max_iterations, else gamma = rz_new / rz.
 extern "C" __global__ void __launch_bounds__(CG_THREADS)
-cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi, const float* __restrict__ log_h, int tex_size,
-          int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
+cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi, int height, int width, float lambda, double* __restrict__ scalars, float* __restrict__ beta, float* __restrict__ residual,
           double* __restrict__ partials, unsigned int* arrivals) {
     if (scalars[CG_DONE] != 0.0) return;
-    const Texture tex{log_h, tex_size, width};
     const float alpha = (float)scalars[CG_ALPHA];
     double v[3] = {0.0, 0.0, 0.0};
     const int x = blockIdx.x * CG_BX + threadIdx.x;
     for (int y = blockIdx.y * CG_BY + threadIdx.y; x < width && y < height; y += gridDim.y * CG_BY) {
         const long long p = (long long)y * width + x;
-        const float lh = log_texture(tex, y, x);
+        const float pre = jacobi[p];
         beta[p] += alpha * direction[p];
-        const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, lh, lambda);
+        const float r = residual[p] - alpha * apply_a(direction, p, y, x, height, width, pre, lambda);
         residual[p] = r;
         const double rr = (double)r * r;
         v[0] += rr;
-        v[1] += rr * jacobi[p];
+        v[1] += rr * pre;
     }
     double total[3];
     if (grid_sum3(v, 2, partials, arrivals, total) && threadIdx.x == 0 && threadIdx.y == 0) {

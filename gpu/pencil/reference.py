@@ -385,15 +385,20 @@ def texture_for(height: int, width: int) -> np.ndarray:
 
 def structure_tensor(luma_u8: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """hatching="follow", step 1: the structure tensor (Jxx, Jxy, Jyy), float32 (H, W) each:
-    products of the central differences of L (edges replicated), averaged over a size x size
-    box (edges replicated)."""
-    padded = np.pad(luma_u8.astype(np.float32) / np.float32(255.0), 1, mode="edge")
-    gx = (padded[1:-1, 2:] - padded[1:-1, :-2]) * np.float32(0.5)
-    gy = (padded[2:, 1:-1] - padded[:-2, 1:-1]) * np.float32(0.5)
-    return tuple(
-        cv2.boxFilter(product, -1, (size, size), borderType=cv2.BORDER_REPLICATE)
-        for product in (gx * gx, gx * gy, gy * gy)
-    )
+    products of the central differences gx, gy of L (edges replicated), averaged over a
+    size x size box (edges replicated)."""
+    padded = cv2.LUT(cv2.copyMakeBorder(luma_u8, 1, 1, 1, 1, cv2.BORDER_REPLICATE), UNIT)  # L / 255
+    dx = cv2.subtract(padded[1:-1, 2:], padded[1:-1, :-2])
+    dy = cv2.subtract(padded[2:, 1:-1], padded[:-2, 1:-1])
+    # gx = dx / 2 exactly, so gx gy = dx dy / 4 exactly: one pass per product, no gx plane
+    products = (cv2.multiply(dx, dx, scale=0.25), cv2.multiply(dx, dy, scale=0.25), cv2.multiply(dy, dy, scale=0.25))
+    del padded, dx, dy
+    for product in products:
+        cv2.boxFilter(product, -1, (size, size), dst=product, borderType=cv2.BORDER_REPLICATE)
+    return products
+
+
+UNIT = (np.arange(256, dtype=np.float32) / np.float32(255.0)).reshape(1, 256)  # cv2.LUT: v -> v / 255
 
 
 @lru_cache(maxsize=1)
@@ -426,32 +431,60 @@ def oriented_texture(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     """hatching="follow": the pencil texture H over the photo, float32 (H, W), turned at
     each pixel by hatch_turn: the tile turned by the two nearest multiples of
     pi / HATCH_TURNS (each a rigid turn about the origin of the tiled plane, so no seams),
-    sampled bilinearly (OpenCV's remap, edges wrapped; OpenCV 5 interpolates the float
-    coordinates exactly, OpenCV 4 on a 1/32 px grid, up to 0.015 apart) and blended by the
-    fraction."""
+    sampled bilinearly and blended by the fraction."""
     height, width = luma_u8.shape
-    turn = hatch_turn(structure_tensor(luma_u8, params.structure_size(height, width)))
+    tensor = structure_tensor(luma_u8, params.structure_size(height, width))
+    out = np.empty((height, width), np.float32)
+    # Every step after the tensor is per pixel: bands of rows keep the temporaries in cache
+    # (full planes cost more in page faults than in arithmetic).
+    for top in range(0, height, HATCH_BAND_ROWS):
+        rows = slice(top, top + HATCH_BAND_ROWS)
+        out[rows] = _turned_samples(hatch_turn(tuple(plane[rows] for plane in tensor)), top)
+    return out
+
+
+HATCH_BAND_ROWS = 32
+
+
+def _turned_samples(turn: np.ndarray, top: int) -> np.ndarray:
+    """oriented_texture for the rows top.. of the photo: the tile turned by the (h, W) float32
+    turn, sampled and blended."""
+    height, width = turn.shape
     low = np.floor(turn)
     fraction = turn - low
     low = low.astype(np.uint8)
     cosines, sines = (np.resize(table, 256).reshape(1, 256) for table in hatch_turns())  # cv2.LUT tables
-    tile = pencil_texture()
-    side = np.float32(tile.shape[0])
-    ys, xs = np.indices((height, width), dtype=np.float32)
+    xs = np.arange(width, dtype=np.float32).reshape(1, width)
+    ys = np.arange(top, top + height, dtype=np.float32).reshape(height, 1)
     samples = []
     for k in (low, cv2.LUT(low, NEXT_TURN)):
         c, s = cv2.LUT(k, cosines), cv2.LUT(k, sines)
         u = xs * c + ys * s  # the point R(-angle) (x, y) of the tile's plane
         v = ys * c - xs * s
-        if height + width > WRAP_IN_FLOAT_ABOVE:  # remap's fixed point holds |coordinate| < 32768
-            u -= np.floor(u / side) * side
-            v -= np.floor(v / side) * side
-        samples.append(cv2.remap(tile, u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP))
+        samples.append(sample_tile(u, v))
     return samples[0] + (samples[1] - samples[0]) * fraction
 
 
+def sample_tile(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The tiled texture H at float32 points (u, v) of its plane, bilinear: the coordinates
+    wrapped into the tile, u - side floor(u / side) (exact but for small negative u), then
+    OpenCV's remap on the tile with one wrapped row and column added, so that every sample
+    is inside it (remap's fast path; OpenCV 5 interpolates float coordinates exactly)."""
+    tile = _wrapped_tile()
+    side = np.float32(tile.shape[0] - 1)
+    u = u - np.floor(u / side) * side
+    v = v - np.floor(v / side) * side
+    return cv2.remap(tile, u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP)
+
+
+@lru_cache(maxsize=1)
+def _wrapped_tile() -> np.ndarray:
+    """The texture tile (side, side) float32 with its first row and column repeated after
+    its last: (side + 1, side + 1)."""
+    return cv2.copyMakeBorder(pencil_texture(), 0, 1, 0, 1, cv2.BORDER_WRAP)
+
+
 NEXT_TURN = ((np.arange(256) + 1) % HATCH_TURNS).astype(np.uint8)
-WRAP_IN_FLOAT_ABOVE = 32000  # px, height + width: larger planes wrap their coordinates before remap
 
 
 def lu_energy(beta: np.ndarray, log_texture: np.ndarray, log_tone: np.ndarray, lam: float = LU_LAMBDA) -> float:

@@ -250,6 +250,44 @@ def test_a_photo_without_direction_keeps_the_flat_texture():
     np.testing.assert_allclose(turned, ref.texture_for(90, 130), rtol=0, atol=1e-5)
 
 
+def test_structure_tensor_is_the_box_mean_of_the_gradient_products(rng):
+    luma = rng.integers(0, 256, (41, 57), dtype=np.uint8)
+    padded = np.pad(luma.astype(np.float64) / 255, 1, mode="edge")
+    gx = (padded[1:-1, 2:] - padded[1:-1, :-2]) / 2
+    gy = (padded[2:, 1:-1] - padded[:-2, 1:-1]) / 2
+    size, half = 7, 3
+    for got, product in zip(ref.structure_tensor(luma, size), (gx * gx, gx * gy, gy * gy), strict=True):
+        wide = np.pad(product, half, mode="edge")
+        expected = sum(wide[dy : dy + 41, dx : dx + 57] for dy in range(size) for dx in range(size)) / size**2
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-8)
+
+
+def test_sample_tile_is_bilinear_on_the_wrapped_tile(rng):
+    tile = ref.pencil_texture().astype(np.float64)
+    side = tile.shape[0]
+    u = rng.uniform(-3 * side, 5 * side, (7, 300)).astype(np.float32)
+    v = rng.uniform(-5 * side, 3 * side, (7, 300)).astype(np.float32)
+    x, y = np.floor(u.astype(np.float64)), np.floor(v.astype(np.float64))
+    ax, ay = u - x, v - y
+    x0, y0 = x.astype(int) % side, y.astype(int) % side
+    x1, y1 = (x0 + 1) % side, (y0 + 1) % side
+    top = tile[y0, x0] + (tile[y0, x1] - tile[y0, x0]) * ax
+    bottom = tile[y1, x0] + (tile[y1, x1] - tile[y1, x0]) * ax
+    np.testing.assert_allclose(ref.sample_tile(u, v), top + (bottom - top) * ay, rtol=0, atol=2e-5)
+
+
+def test_oriented_texture_does_not_depend_on_its_bands(monkeypatch):
+    """The per-pixel steps run in bands of rows; a band's offset must not show."""
+    luma = cv2.cvtColor(_photo(150), cv2.COLOR_RGB2GRAY)
+    params = PencilParams(hatching="follow")
+    banded = ref.oriented_texture(luma, params)
+    monkeypatch.setattr(ref, "HATCH_BAND_ROWS", 1000)
+    whole = ref.oriented_texture(luma, params)
+    monkeypatch.setattr(ref, "HATCH_BAND_ROWS", 7)
+    np.testing.assert_array_equal(ref.oriented_texture(luma, params), whole)
+    np.testing.assert_array_equal(banded, whole)
+
+
 def test_follow_hatching_changes_the_drawing_only_through_the_texture(rng):
     photo = _photo(200)
     flat = ref.render(photo, PencilParams(texture="fast"))
