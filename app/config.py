@@ -88,6 +88,25 @@ class Settings(BaseSettings):
     max_pixels: int = Field(
         50_000_000, ge=256, description="largest decoded image in pixels (413 past it, decided from the header)"
     )
+    max_live_sessions: int = Field(
+        16,
+        ge=0,
+        le=10_000,
+        description=(
+            "/live sessions open at once on this host, all server processes together; past it a connection "
+            "closes with 1013 (0 turns /live off)"
+        ),
+    )
+    max_live_pixels: int = Field(
+        1920 * 1080, ge=256, description="largest /live frame in pixels (an error message for that frame past it)"
+    )
+    live_slots_dir: Path | None = Field(
+        None,
+        description=(
+            "set by `pencil-gpu serve` for its processes: where they count /live sessions together; unset, "
+            "a process counts its own"
+        ),
+    )
     max_concurrent_pixels: int = Field(
         0,
         ge=0,

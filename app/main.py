@@ -6,8 +6,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -23,7 +26,7 @@ from starlette.datastructures import State
 from starlette.middleware.body_limit import RequestBodyLimitResponder
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import corpora, sketch
+from app import corpora, live, sketch
 from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
@@ -229,8 +232,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         backend.name,
         large_render_pixels=settings.large_render_pixels,
     )
+    app.state.live_slots = live.LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
+    metrics.watch_live(app.state.live_slots)
     install_error_handlers(app)
     sketch.install(app)
+    live.install(app)
     jobs_api.install(app, JOB_KINDS)
     corpora.install(app)
     _add_service_routes(app)
@@ -245,6 +251,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessLogMiddleware, backend=backend.name)
     add_request_id_middleware(app)  # outermost: the 413s above and every log line get the id
     return app
+
+
+def _own_live_slots_dir() -> Path:
+    """A lone process's /live slots: a fresh temporary directory (removed at exit)."""
+    directory = Path(tempfile.mkdtemp(prefix="pencil-gpu-live-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 def _backend_and_pool(settings: Settings) -> tuple[Backend, DevicePool | None]:
@@ -342,7 +355,12 @@ def _add_service_routes(app: FastAPI) -> None:
             "replica": state.jobs.replica if hasattr(state, "jobs") else None,
             "job_database": state.jobs.database if hasattr(state, "jobs") else None,
             "gpus": state.pool.snapshot() if state.pool is not None else [],
-            "limits": {"max_upload_bytes": state.settings.max_upload_bytes, "max_pixels": state.settings.max_pixels},
+            "limits": {
+                "max_upload_bytes": state.settings.max_upload_bytes,
+                "max_pixels": state.settings.max_pixels,
+                "max_live_pixels": state.settings.max_live_pixels,
+            },
+            "live": {"sessions": state.live_slots.held(), "limit": state.live_slots.count},
             # the drawing options' defaults, which the page selects (gpu/pencil/params.py)
             "defaults": {option.name: option.default for option in PENCIL_OPTIONS if option.default is not None},
             "queue": {

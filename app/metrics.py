@@ -17,6 +17,7 @@ from app.jobs.store import database_errors
 
 if TYPE_CHECKING:
     from app.jobs.store import JobStore
+    from app.live import LiveSlots
     from gpu.pool import DevicePool
 
 log = logging.getLogger("pencil.metrics")
@@ -72,6 +73,23 @@ class Metrics:
             "pencil_job_run_seconds", "Run time of a batch job", ["kind"], buckets=_JOB_BUCKETS, registry=r
         )
 
+        self.live_frames = Counter(
+            "pencil_live_frames",
+            "/live frames by outcome: drawn, or error (refused, or the server full)",
+            ["outcome"],
+            registry=r,
+        )
+        self.live_latency = Histogram(
+            "pencil_live_frame_latency_seconds",
+            "/live: a frame's arrival to the start of sending its drawing",
+            buckets=_RENDER_BUCKETS,
+            registry=r,
+        )
+
+    def watch_live(self, slots: LiveSlots) -> None:
+        """Export the /live sessions open on this host (read from the slots at each scrape)."""
+        self.registry.register(_LiveCollector(slots))
+
     def watch_jobs(self, store: JobStore) -> None:
         """Export the number of jobs per kind and state (read from the store at each scrape,
         or the last counts read while the store fails, with the failures counted)."""
@@ -80,6 +98,19 @@ class Metrics:
     def watch_pool(self, pool: DevicePool) -> None:
         """Export the GPU pool's per-device state (read at each scrape)."""
         self.registry.register(_PoolCollector(pool))
+
+
+class _LiveCollector:
+    def __init__(self, slots: LiveSlots) -> None:
+        self.slots = slots
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = GaugeMetricFamily("pencil_live_sessions", "/live sessions open on this host, all processes")
+        sessions.add_metric([], self.slots.held())
+        yield sessions
+        limit = GaugeMetricFamily("pencil_live_sessions_limit", "PENCIL_MAX_LIVE_SESSIONS")
+        limit.add_metric([], self.slots.count)
+        yield limit
 
 
 class _PoolCollector:

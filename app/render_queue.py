@@ -122,6 +122,11 @@ class RenderQueue:
     def is_large(self, pixels: int) -> bool:
         return self.large_render_pixels is not None and pixels > self.large_render_pixels
 
+    @property
+    def closed(self) -> bool:
+        """Whether shutdown() has run: nothing more is admitted."""
+        return self._closed
+
     def is_full(self) -> bool:
         """Whether a render arriving now would be refused, whatever its size."""
         return self._closed or (self.waiting >= self.max_queue and self._running >= self.workers)

@@ -103,7 +103,13 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts with none
     # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
     config = uvicorn.Config(
-        "app.main:create_app", factory=True, log_level=log_level, proxy_headers=True, log_config=None, access_log=False
+        "app.main:create_app",
+        factory=True,
+        log_level=log_level,
+        proxy_headers=True,
+        log_config=None,
+        access_log=False,
+        ws_max_size=settings.max_upload_bytes,  # a larger /live frame closes its connection with 1009
     )
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
 
@@ -182,6 +188,9 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
     # a second pencil-gpu included, listens there. Closed again before the children bind.
     _bind(host, port, share=False).close()
     spawn = multiprocessing.get_context("spawn")
+    # The processes count /live sessions together (app/live.py LiveSlots); spawned children inherit it.
+    live_slots = tempfile.mkdtemp(prefix="pencil-gpu-live-")
+    os.environ["PENCIL_LIVE_SLOTS_DIR"] = live_slots
     stopping = False
     supervisor = os.getpid()
 
@@ -244,4 +253,5 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
                 child.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        shutil.rmtree(live_slots, ignore_errors=True)
     return status
