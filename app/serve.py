@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from app.config import Settings, get_settings
 from app.logs import configure_logging
@@ -55,6 +56,22 @@ def available_cores() -> int:
     except (OSError, ValueError):
         pass
     return max(1, cores)
+
+
+def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
+    """uvicorn's options for the app, whether one process or several run it."""
+    return {
+        "app": "app.main:create_app",
+        "factory": True,
+        "log_level": log_level,
+        "proxy_headers": True,
+        "log_config": None,  # uvicorn leaves logging to app/logs.py
+        "access_log": False,  # AccessLogMiddleware writes it
+        "ws_max_size": settings.max_upload_bytes,  # a larger /live frame closes its connection with 1009
+        # /live sends JPEG and WebP, which deflate cannot shrink: compressing them took 77 % of a
+        # busy process's time, on its event loop (py-spy, bench/live.py), so it is never negotiated.
+        "ws_per_message_deflate": False,
+    }
 
 
 def resolve_processes(settings: Settings, backend: str, gpus: int = 1) -> int:
@@ -102,15 +119,7 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts with none
     # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
-    config = uvicorn.Config(
-        "app.main:create_app",
-        factory=True,
-        log_level=log_level,
-        proxy_headers=True,
-        log_config=None,
-        access_log=False,
-        ws_max_size=settings.max_upload_bytes,  # a larger /live frame closes its connection with 1009
-    )
+    config = uvicorn.Config(**uvicorn_options(settings, log_level))
     uvicorn.Server(config).run(sockets=[_bind(host, port)])
 
 

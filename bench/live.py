@@ -26,6 +26,7 @@ import io
 import json
 import multiprocessing
 import os
+import shutil
 import statistics
 import sys
 import threading
@@ -70,6 +71,7 @@ def client(url: str, frames: list[bytes], fps: float, warmup: float, seconds: fl
     from websockets.sync.client import connect
 
     sent_at: dict[int, float] = {}
+    send_ms: list[float] = []  # how long ws.send took: the client's share of a frame's age
     with connect(url, max_size=None, open_timeout=30) as ws:
         ready = json.loads(ws.recv())
         assert ready["type"] == "ready", ready
@@ -85,6 +87,7 @@ def client(url: str, frames: list[bytes], fps: float, warmup: float, seconds: fl
                 number += 1
                 sent_at[number] = time.time()
                 ws.send(frames[(number - 1) % len(frames)])
+                send_ms.append((time.time() - sent_at[number]) * 1000)
 
         time.sleep(max(0.0, start_at - time.time()))
         sender = threading.Thread(target=send, daemon=True)
@@ -125,6 +128,7 @@ def client(url: str, frames: list[bytes], fps: float, warmup: float, seconds: fl
             "age_p50": percentile(age, 50),
             "age_p99": percentile(age, 99),
             "age_max": max(age) if age else float("nan"),
+            "send_p99": percentile(send_ms, 99),
         }
     )
 
@@ -146,10 +150,11 @@ def run_clients(port: int, count: int, args, frames: list[bytes]) -> list[dict]:
     return results
 
 
-def sketch_latencies(port: int, jpeg: bytes, seconds: float) -> list[float]:
-    """Latencies (ms) of sequential POST /sketch of `jpeg` (texture fast) for `seconds`."""
+def sketch_latencies(port: int, jpeg: bytes, seconds: float) -> dict[str, list[float]]:
+    """Sequential POST /sketch of `jpeg` (texture fast) for `seconds`: the latencies (ms) and
+    the server's X-Queue-Ms and X-Render-Ms of each."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    latencies = []
+    figures: dict[str, list[float]] = {"latency": [], "queue": [], "render": []}
     end = time.perf_counter() + seconds
     try:
         while time.perf_counter() < end:
@@ -158,10 +163,21 @@ def sketch_latencies(port: int, jpeg: bytes, seconds: float) -> list[float]:
             response = connection.getresponse()
             response.read()
             if response.status == 200:
-                latencies.append((time.perf_counter() - start) * 1000)
+                figures["latency"].append((time.perf_counter() - start) * 1000)
+                figures["queue"].append(float(response.getheader("X-Queue-Ms")))
+                figures["render"].append(float(response.getheader("X-Render-Ms")))
     finally:
         connection.close()
-    return latencies[2:]
+    return {name: values[2:] for name, values in figures.items()}
+
+
+def sketch_line(name: str, figures: dict[str, list[float]]) -> str:
+    p = {k: (percentile(v, 50), percentile(v, 99)) for k, v in figures.items()}
+    return (
+        f"{name}: latency p50 {p['latency'][0]:.1f} p99 {p['latency'][1]:.1f} ms, X-Queue-Ms p50 {p['queue'][0]:.1f} "
+        f"p99 {p['queue'][1]:.1f}, X-Render-Ms p50 {p['render'][0]:.1f} p99 {p['render'][1]:.1f} "
+        f"({len(figures['latency'])} requests)"
+    )
 
 
 def _probe(port: int, jpeg: bytes, seconds: float, out) -> None:
@@ -171,13 +187,15 @@ def _probe(port: int, jpeg: bytes, seconds: float, out) -> None:
 def client_table(count: int, results: list[dict]) -> str:
     lines = [
         f"{count} client(s), {len(results)} reporting:",
-        "| client | sent | delivered fps | drop rate | server latency p50 / p99 ms | age p50 / p99 / max ms | errors |",
-        "|---|---|---|---|---|---|---|",
+        "| client | sent | delivered fps | drop rate | server latency p50 / p99 ms | age p50 / p99 / max ms "
+        "| send p99 ms | errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(results):
         lines.append(
             f"| {i + 1} | {r['sent']} | {r['fps']:.1f} | {r['drop_rate']:.1%} | {r['latency_p50']:.2f} / "
-            f"{r['latency_p99']:.2f} | {r['age_p50']:.1f} / {r['age_p99']:.1f} / {r['age_max']:.1f} | {r['errors']} |"
+            f"{r['latency_p99']:.2f} | {r['age_p50']:.1f} / {r['age_p99']:.1f} / {r['age_max']:.1f} | "
+            f"{r['send_p99']:.1f} | {r['errors']} |"
         )
     return "\n".join(lines)
 
@@ -193,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--setting", action="append", default=[], help="KEY=V, a PENCIL_ setting of the server")
     parser.add_argument("--video", action="store_true", help="also run bench/video.py")
+    parser.add_argument("--profile", action="store_true", help="py-spy the server during the largest client count")
     parser.add_argument("--out", type=Path, default=Path("/tmp/pencil-live"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -217,7 +236,14 @@ def main(argv: list[str] | None = None) -> None:
         health = json.loads(e2e.get(port, "/healthz")[1])
         print(f"# server: {health['processes']} processes, devices {health['devices'] or 'none'}\n")
         for count in counts:
+            recorders = []
+            if args.profile and count == max(counts) and shutil.which("py-spy"):
+                span = int(args.warmup + args.seconds + 3)
+                recorders = e2e.start_profile(shutil.which("py-spy"), server.pid, span, args.out, f"live-{count}")
             print(client_table(count, run_clients(port, count, args, frames)) + "\n")
+            for path in e2e.finish_profile(recorders):
+                if path.endswith(".txt"):
+                    print(e2e.profile_summary(Path(path), top=25) + "\n")
         idle = sketch_latencies(port, jpeg, args.seconds)
         spawn = multiprocessing.get_context("spawn")
         out = spawn.Queue()
@@ -226,13 +252,12 @@ def main(argv: list[str] | None = None) -> None:
         busy_clients = run_clients(port, max(counts), args, frames)
         busy = out.get(timeout=120)
         probe.join()
-        print(
-            f"POST /sketch 1920x1080 JPEG, texture fast, sequential: idle p50 {percentile(idle, 50):.1f} ms, "
-            f"p99 {percentile(idle, 99):.1f} ms ({len(idle)} requests); beside {max(counts)} live clients "
-            f"(min delivered {min(r['fps'] for r in busy_clients):.1f} fps) p50 {percentile(busy, 50):.1f} ms, "
-            f"p99 {percentile(busy, 99):.1f} ms ({len(busy)} requests): p99 ratio "
-            f"{percentile(busy, 99) / percentile(idle, 99):.2f}"
-        )
+        print("POST /sketch 1920x1080 JPEG, texture fast, sequential on one connection:")
+        print(sketch_line("- idle", idle))
+        print(sketch_line(f"- beside {max(counts)} live clients", busy))
+        slowest = min(r["fps"] for r in busy_clients)
+        ratio = percentile(busy["latency"], 99) / percentile(idle["latency"], 99)
+        print(f"- p99 ratio {ratio:.2f}; the live clients meanwhile delivered at least {slowest:.1f} fps")
     finally:
         e2e.stop_server(server)
     if args.video:

@@ -1,4 +1,6 @@
-/* Pencil: photo -> pencil drawing. Plain JS, no build step, no external assets. */
+/* Pencil: photo -> pencil drawing. Plain JS, no build step, no external assets.
+   The page has two views, Sketch (a photo, here) and Live (the camera, live.js), which share
+   the options form; this file switches between them and lends live.js the form (window.pencil). */
 (() => {
   "use strict";
 
@@ -43,6 +45,8 @@
     fullSize: $("fullsize-size"),
     fullScroll: $("fullsize-scroll"),
     fullClose: $("fullsize-close"),
+    views: { sketch: $("sketch-view"), live: $("live-view") },
+    tabs: document.querySelectorAll(".tabs a[data-view]"),
   };
 
   // Where the before/after divider starts, in % of the width from the left (the photo shows
@@ -61,6 +65,8 @@
     split: SPLIT_DEFAULT,
     drag: null,          // the pointer pressed on the drawing: {id, x, moving, onKnob}
     opener: null,        // what had the focus before the full-size view opened
+    view: "sketch",      // the view shown: "sketch" or "live"
+    stale: false,        // the options changed while the Live view was shown: draw the photo again
   };
 
   /* ---------- messages ---------- */
@@ -149,7 +155,7 @@
   }
 
   async function useFile(file) {
-    if (!file) return;
+    if (!file || state.view !== "sketch") return; // a photo dropped or pasted on the Live view
     const problem = await checkFile(file);
     if (problem) {
       showError(problem);
@@ -237,7 +243,17 @@
       if (input && out) out.textContent = fmt(input.value);
     }
     const format = els.form.elements.format.value;
-    els.quality.disabled = format === "png";
+    els.quality.disabled = format === "png" && state.view !== "live"; // live frames are JPEG
+  }
+
+  // The options as {name: value} for live.js: the enabled fields, numbers as numbers; an
+  // empty string (max_side's "Original size") means the server's default.
+  function optionValues() {
+    const values = {};
+    for (const [name, raw] of new FormData(els.form)) {
+      values[name] = raw !== "" && Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    }
+    return values;
   }
 
   function buildForm() {
@@ -250,6 +266,10 @@
   function schedule(delay = DEBOUNCE_MS) {
     clearTimeout(state.timer);
     if (!state.file) return;
+    if (state.view !== "sketch") {
+      state.stale = true; // drawn when the Sketch view comes back
+      return;
+    }
     state.timer = setTimeout(render, delay);
   }
 
@@ -507,6 +527,45 @@
     }
   });
 
+  /* ---------- views: Sketch and Live ---------- */
+
+  // The tabs are links ("/" and "/#live") that switch the view in place, so the photo, its
+  // drawing and the options stay; Back and Forward switch too. Leaving a view is announced
+  // to live.js with a "pencil:view" event on the document (it stops the camera).
+  function viewOfUrl() {
+    return location.hash === "#live" ? "live" : "sketch";
+  }
+
+  function setView(view) {
+    if (!(view in els.views) || view === state.view) return;
+    state.view = view;
+    for (const [name, section] of Object.entries(els.views)) section.hidden = name !== view;
+    for (const tab of els.tabs) {
+      if (tab.dataset.view === view) tab.setAttribute("aria-current", "page");
+      else tab.removeAttribute("aria-current");
+    }
+    document.body.dataset.view = view;
+    document.title = view === "live" ? "Pencil — live camera" : "Pencil — photo to pencil drawing";
+    if (view !== "sketch") closeFullSize();
+    syncOutputs();
+    if (view === "sketch" && state.stale) {
+      state.stale = false;
+      schedule(0);
+    }
+    document.dispatchEvent(new CustomEvent("pencil:view", { detail: { view } }));
+  }
+
+  for (const tab of els.tabs) {
+    tab.addEventListener("click", (e) => {
+      if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return; // a new tab or window
+      e.preventDefault();
+      if (tab.dataset.view === state.view) return;
+      history.pushState(null, "", tab.getAttribute("href"));
+      setView(tab.dataset.view);
+    });
+  }
+  window.addEventListener("popstate", () => setView(viewOfUrl()));
+
   /* ---------- server defaults ---------- */
 
   // If /healthz names the options' defaults ({"tone": "auto", ...}), they become the form's:
@@ -574,6 +633,11 @@
     }
   }
 
+  // What live.js borrows: the options form and its values.
+  window.pencil = { form: els.form, optionValues };
+
+  document.body.dataset.view = state.view;
+  setView(viewOfUrl());
   syncOutputs();
   loadHealth();
 })();

@@ -62,15 +62,21 @@ def server(chromium_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def chromium_browser(chromium_path):
+def playwright_driver(chromium_path):
+    """One Playwright for the module's browsers (its sync API runs one at a time per thread)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def chromium_browser(playwright_driver, chromium_path):
+    b = playwright_driver.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 @pytest.fixture
@@ -615,7 +621,7 @@ def test_hatching_follow_by_keyboard_is_sent_and_drawn(server, web_page, page_er
     assert len(follow_px) == len(flat_px) == 512 * 512
     changed = float(np.mean(np.asarray(follow_px) != np.asarray(flat_px)))
     assert changed > 0.1, f"hatching=follow changed only {changed:.1%} of the pixels of hatching=flat"
-    _shot_also(page, "browser-hatching-follow.png", selector=".workspace")
+    _shot_also(page, "browser-hatching-follow.png", selector="#sketch-view")
 
     # Reset returns to Flat and draws again
     with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as reset:
@@ -896,3 +902,465 @@ def test_before_after_by_touch(server, chromium_browser, photo):
         assert not errors, errors
     finally:
         context.close()
+
+
+# ------------------------------------------------------------- the Live view --
+#
+# Chromium's fake camera (a green test pattern with a moving disc and a clock, 1280x720 when
+# asked) stands in for a webcam; its fake permission prompt says yes. The frames go through the
+# real app's /live (CPU backend), so the drawing is the pipeline's.
+
+CAMERA_ARGS = [*CHROMIUM_ARGS, "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
+
+# Counts the page's object URLs still alive (created, not revoked) and keeps its camera streams.
+LIVE_PROBES = """
+(() => {
+  window.__liveUrls = new Set();
+  const create = URL.createObjectURL.bind(URL);
+  const revoke = URL.revokeObjectURL.bind(URL);
+  URL.createObjectURL = (blob) => { const url = create(blob); window.__liveUrls.add(url); return url; };
+  URL.revokeObjectURL = (url) => { window.__liveUrls.delete(url); revoke(url); };
+  window.__streams = [];
+  if (navigator.mediaDevices) {
+    const getUserMedia = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+    navigator.mediaDevices.getUserMedia = async (constraints) => {
+      const stream = await getUserMedia(constraints);
+      window.__streams.push(stream);
+      return stream;
+    };
+  }
+})();
+"""
+
+# Every camera stream the page opened (at least `n`) has all its tracks stopped.
+TRACKS_ENDED = """(n = 1) => window.__streams.length >= n &&
+    window.__streams.every(s => s.getTracks().every(t => t.readyState === 'ended'))"""
+
+# The drawing shown, read back through a canvas: its size, mean grey, spread and mean chroma
+# (max - min of R, G, B: 0 for a grey image); null while a newer one loads.
+DRAWING_STATS = """img => {
+  if (!img.complete || !img.naturalWidth) return null;
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d', { willReadFrequently: true });
+  g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  let sum = 0, squares = 0, chroma = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    const y = (d[i] + d[i + 1] + d[i + 2]) / 3;
+    sum += y; squares += y * y;
+    chroma += Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]);
+  }
+  const n = d.length / 4, mean = sum / n;
+  const std = Math.sqrt(Math.max(0, squares / n - mean * mean));
+  return { width: c.width, height: c.height, mean, std, chroma: chroma / n };
+}"""
+
+
+@pytest.fixture(scope="module")
+def camera_browser(playwright_driver, chromium_path):
+    """A Chromium with the fake camera and the fake permission prompt (which allows)."""
+    b = playwright_driver.chromium.launch(executable_path=chromium_path, headless=True, args=CAMERA_ARGS)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def live_errors():
+    """Uncaught exceptions and console errors of the page."""
+    return []
+
+
+def _camera_context(camera_browser, live_errors, **options):
+    context = camera_browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
+    context.add_init_script(LIVE_PROBES)
+
+    def watch(page):
+        page.on("pageerror", lambda exc: live_errors.append(f"pageerror: {exc}"))
+        page.on("console", lambda m: m.type == "error" and live_errors.append(f"console: {m.text}"))
+
+    context.on("page", watch)
+    return context
+
+
+@pytest.fixture
+def live_page(camera_browser, live_errors):
+    context = _camera_context(camera_browser, live_errors)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def _live_sessions(base: str) -> tuple[int, float | None]:
+    """The server's open /live sessions: (GET /healthz live.sessions, /metrics pencil_live_sessions)."""
+    from pencil_testkit import metric_value
+
+    health = httpx.get(f"{base}/healthz", timeout=5).json()
+    gauge = metric_value(httpx.get(f"{base}/metrics", timeout=5).text, "pencil_live_sessions")
+    return health["live"]["sessions"], gauge
+
+
+def _wait_for_sessions(base: str, count: int, timeout_s: float = 15) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while (seen := _live_sessions(base)) != (count, count):
+        assert time.monotonic() < deadline, f"the server counts {seen} live sessions (/healthz, /metrics), not {count}"
+        time.sleep(0.1)
+
+
+def _frames_drawn(page) -> int:
+    return int(page.get_attribute("#live-frames", "data-count"))
+
+
+def _wait_for_frames(page, count: int) -> None:
+    """Until the page has shown `count` drawings more than now, the last one loaded."""
+    target = _frames_drawn(page) + count
+    page.wait_for_function(
+        """(n) => Number(document.querySelector('#live-frames').dataset.count) >= n &&
+                  document.querySelector('#live-drawing').complete""",
+        arg=target,
+        timeout=RENDER_TIMEOUT_MS,
+    )
+
+
+def _start_live(page, base: str, *labels: str) -> None:
+    """Open the Live view, click the option labels given (e.g. "texture-fast"), start the camera
+    and wait for the first drawings."""
+    page.goto(f"{base}/#live")
+    page.wait_for_selector("#live-view", state="visible")
+    for label in labels:
+        page.click(f"label[for={label}]")
+    page.click("#live-toggle")
+    _wait_for_frames(page, 3)
+
+
+def test_live_frames_come_back_drawn(server, live_page, live_errors):
+    """The Live tab: the camera beside its drawing, drawn frames counted, the rate and the
+    latencies shown; Stop closes the connection and turns the camera off, leaking no object URL."""
+    import re
+
+    page = live_page
+    base, health = server
+    _wait_for_sessions(base, 0)
+    page.goto(f"{base}/")
+    page.get_by_role("link", name="Live", exact=True).click()
+    assert page.url.endswith("/#live")
+    assert page.get_attribute(".tabs a[data-view=live]", "aria-current") == "page"
+    assert page.get_attribute(".tabs a[data-view=sketch]", "aria-current") is None
+    assert page.is_visible("#live-view") and page.is_hidden("#sketch-view")
+    assert page.is_hidden("#format-field"), "live drawings are JPEG: the Format choice is the Sketch view's"
+    assert page.is_enabled("#quality")
+    assert page.is_disabled("#live-snapshot")
+    toggle = page.get_by_role("button", name="Start camera")
+    assert toggle.count() == 1
+
+    with page.expect_websocket(lambda ws: "/live?" in ws.url) as opened:
+        toggle.click()
+    query = opened.value.url.split("?", 1)[1]
+    assert "format=jpeg" in query and "mode=gray" in query and "max_side=1024" in query, query
+    _wait_for_frames(page, 5)
+    assert page.get_by_role("button", name="Stop camera").count() == 1
+    video = page.eval_on_selector("#live-video", "v => [v.videoWidth, v.videoHeight, v.paused]")
+    assert video == [1280, 720, False], video  # the ideal 1280x720 the page asked for
+    stats = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    assert (stats["width"], stats["height"]) == (1024, 576), stats  # max_side 1024, the camera's shape
+    assert stats["std"] > 5 and stats["mean"] > 100, f"the drawing looks empty: {stats}"
+    assert page.get_attribute("#live-drawing", "alt").startswith("Pencil drawing of the camera image")
+
+    _wait_for_frames(page, 3)  # the rate needs a few drawings
+    page.wait_for_function("/fps$/.test(document.querySelector('#live-fps').textContent)", timeout=5000)
+    fps = float(page.inner_text("#live-fps").split()[0])
+    assert fps > 0, fps
+    for stat in ("#live-latency", "#live-rtt"):
+        assert re.fullmatch(r"\d+(\.\d)? ms", page.inner_text(stat)), (stat, page.inner_text(stat))
+    assert health["backend"] in page.inner_text("#live-status")
+    assert page.get_attribute("#live-status", "aria-live") == "polite"
+    assert page.is_hidden("#live-error")
+    assert _live_sessions(base) == (1, 1)
+    assert page.evaluate("window.__liveUrls.size") <= 2, "drawings' object URLs are not revoked"
+    _shot_also(page, "browser-live.png")
+
+    page.get_by_role("button", name="Stop camera").click()
+    assert page.get_by_role("button", name="Start camera").count() == 1
+    page.wait_for_function(TRACKS_ENDED, timeout=5000)
+    assert page.eval_on_selector("#live-video", "v => v.srcObject") is None
+    _wait_for_sessions(base, 0)
+    assert page.is_visible("#live-drawing"), "the last drawing stays after Stop"
+    assert page.evaluate("window.__liveUrls.size") == 1  # the drawing shown
+    assert not live_errors, live_errors
+
+
+def test_live_options_change_the_drawing(server, live_page, live_errors):
+    """Options changed while the camera runs go out as an "options" message and the drawings
+    after it follow them: Color gives colour where Gray gave none, "Original size" the camera's
+    1280x720, a higher tone darkness a darker drawing."""
+    import json
+
+    page = live_page
+    base, _ = server
+    sent: list[dict] = []
+
+    def record(ws):
+        if "/live?" in ws.url:
+            ws.on("framesent", lambda payload: isinstance(payload, str) and sent.append(json.loads(payload)))
+
+    page.on("websocket", record)
+    _start_live(page, base, "texture-fast")
+    gray = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    assert gray["chroma"] < 3, f"a gray drawing has colour: {gray}"
+
+    page.click("label[for=mode-color]")
+    drawing = page.query_selector("#live-drawing")
+    page.wait_for_function(f"img => ({DRAWING_STATS})(img)?.chroma > 15", arg=drawing, timeout=RENDER_TIMEOUT_MS)
+    assert sent[-1] == {"type": "options", "options": {**sent[-1]["options"], "mode": "color"}}, sent
+    color = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    assert color["chroma"] > 15, color
+    _shot_also(page, "browser-live-color.png", selector="#live-view")
+
+    page.select_option("#max_side", "")  # "Original size": "" puts max_side back to its default, none
+    page.wait_for_function("document.querySelector('#live-drawing').naturalWidth === 1280", timeout=RENDER_TIMEOUT_MS)
+    assert sent[-1]["options"]["max_side"] == ""
+    assert page.is_hidden("#live-error"), page.inner_text("#live-error")
+
+    light = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    page.focus("#tone_gamma")
+    page.keyboard.press("End")  # 1 -> 4
+    page.wait_for_function(
+        f"([img, mean]) => ({DRAWING_STATS})(img)?.mean < mean - 10",
+        arg=[drawing, light["mean"]],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    assert sent[-1]["options"]["tone_gamma"] == 4
+    # a slider dragged through many values sends a few messages, not one per value
+    before = len(sent)
+    page.focus("#stroke_width")
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(600)
+    assert 1 <= len(sent) - before <= 3, sent[before:]  # debounced: fewer than the 4 presses
+    assert sent[-1]["options"]["stroke_width"] == 5
+    _wait_for_frames(page, 2)
+    assert page.is_hidden("#live-error"), page.inner_text("#live-error")
+    assert not live_errors, live_errors
+
+
+def test_live_snapshot_downloads_a_jpeg(server, live_page, live_errors, tmp_path):
+    import re
+
+    page = live_page
+    base, _ = server
+    _start_live(page, base, "texture-fast")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Snapshot").click()
+    name = download.value.suggested_filename
+    assert re.fullmatch(r"live-sketch-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.jpg", name), name
+    saved = tmp_path / name
+    download.value.save_as(saved)
+    with Image.open(saved) as image:
+        assert image.format == "JPEG" and image.size == (1024, 576)
+    assert name in page.inner_text("#live-status")
+    assert not live_errors, live_errors
+
+
+def test_closing_the_tab_frees_the_live_session(server, camera_browser, live_errors):
+    page_base, _ = server
+    _wait_for_sessions(page_base, 0)
+    context = _camera_context(camera_browser, live_errors)
+    try:
+        page = context.new_page()
+        _start_live(page, page_base, "texture-fast")
+        assert _live_sessions(page_base) == (1, 1)
+        page.close()
+        _wait_for_sessions(page_base, 0)
+    finally:
+        context.close()
+    assert not live_errors, live_errors
+
+
+def test_leaving_the_live_view_stops_the_camera(server, live_page, live_errors):
+    """The Sketch tab, or the page hidden: the connection closes and the camera turns off."""
+    page = live_page
+    base, _ = server
+    _wait_for_sessions(base, 0)
+    _start_live(page, base, "texture-fast")
+    page.get_by_role("link", name="Sketch", exact=True).click()
+    assert page.is_visible("#sketch-view") and page.is_hidden("#live-view")
+    assert page.get_attribute(".tabs a[data-view=sketch]", "aria-current") == "page"
+    page.wait_for_function(TRACKS_ENDED, timeout=5000)
+    _wait_for_sessions(base, 0)
+    page.go_back()  # Back returns to the Live view, stopped
+    page.wait_for_selector("#live-view", state="visible")
+    assert "you left the Live view" in page.inner_text("#live-status")
+    assert page.get_by_role("button", name="Start camera").count() == 1
+
+    page.click("#live-toggle")
+    _wait_for_frames(page, 2)
+    assert _live_sessions(base) == (1, 1)
+    page.evaluate(
+        """() => {
+            Object.defineProperty(document, 'hidden', { value: true, configurable: true });
+            Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+            document.dispatchEvent(new Event('visibilitychange'));
+        }"""
+    )
+    page.wait_for_function(TRACKS_ENDED, arg=2, timeout=5000)
+    _wait_for_sessions(base, 0)
+    assert "hidden" in page.inner_text("#live-status")
+    assert not live_errors, live_errors
+
+
+def test_sketch_and_live_views_share_the_options(server, web_page, page_errors, photo):
+    """The tabs switch views in place: the photo stays, an option chosen in the Live view is
+    the Sketch view's too, and the photo is drawn again with it (once) on coming back."""
+    page = web_page
+    base, health = server
+    page.add_init_script(RECORD_FORMS)
+    page.goto(f"{base}/")
+    page.set_input_files("#file", str(photo))
+    _wait_for_sketch(page, health["backend"])
+    assert page.is_disabled("#quality")  # PNG
+
+    page.get_by_role("link", name="Live", exact=True).click()
+    assert page.title() == "Pencil — live camera"
+    assert page.is_hidden("#format-field") and page.is_enabled("#quality")
+    page.click("label[for=mode-color]")
+    page.click("label[for=texture-fast]")
+    page.wait_for_timeout(500)
+    assert len(page.evaluate("window.__sketchForms")) == 1, "the Live view drew the photo"
+
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as again:
+        page.get_by_role("link", name="Sketch", exact=True).click()
+    assert again.value.ok
+    assert page.url == f"{base}/" and page.is_visible("#sketch-view")
+    _wait_for_sketch(page, health["backend"])
+    page.wait_for_timeout(400)
+    forms = page.evaluate("window.__sketchForms")
+    assert len(forms) == 2 and forms[-1]["mode"] == "color" and forms[-1]["texture"] == "fast", forms
+    assert page.is_visible("#format-field") and page.is_disabled("#quality")
+    assert page.get_attribute("#original", "alt") == "Original photo: astronaut.jpg"
+    assert not page_errors, page_errors
+
+
+CAMERA_REFUSED = """
+(name) => {
+  navigator.mediaDevices.getUserMedia = () => Promise.reject(new DOMException('refused by the test', name));
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [("NotAllowedError", "Camera permission was denied"), ("NotFoundError", "No camera was found")],
+)
+def test_live_says_when_there_is_no_camera(server, live_page, error, message):
+    page = live_page
+    base, _ = server
+    page.goto(f"{base}/#live")
+    page.evaluate(CAMERA_REFUSED, error)
+    page.click("#live-toggle")
+    page.wait_for_selector("#live-error", state="visible")
+    assert page.inner_text("#live-error").startswith(message)
+    assert page.get_attribute("#live-error", "role") == "alert"
+    assert page.get_by_role("button", name="Start camera").count() == 1
+    if error == "NotAllowedError":
+        _shot_also(page, "browser-live-denied.png", full_page=False)
+
+
+def test_live_says_when_the_server_refuses_the_options(server, live_page, live_errors):
+    """An option out of range (forced past the slider's own bounds): mid-stream the server
+    answers an error and keeps drawing with the previous options; at the start it closes with
+    4422. Either way the page names the option."""
+    page = live_page
+    base, _ = server
+    set_line_frac = (
+        "(el, v) => { el.min = '0'; el.value = v; el.dispatchEvent(new Event('input', { bubbles: true })); }"
+    )
+    _start_live(page, base, "texture-fast")
+    page.eval_on_selector("#line_frac", set_line_frac, "0.001")
+    page.wait_for_selector("#live-error", state="visible", timeout=RENDER_TIMEOUT_MS)
+    text = page.inner_text("#live-error")
+    assert text.startswith("The server refused the options:") and "line_frac" in text, text
+    _wait_for_frames(page, 2)  # still drawing
+    page.eval_on_selector("#line_frac", set_line_frac, "0.05")
+    page.wait_for_selector("#live-error", state="hidden", timeout=RENDER_TIMEOUT_MS)
+
+    page.eval_on_selector("#line_frac", set_line_frac, "0.001")
+    page.wait_for_selector("#live-error", state="visible", timeout=RENDER_TIMEOUT_MS)
+    page.click("#live-toggle")  # stop, then start with the bad option in the URL
+    page.wait_for_function(TRACKS_ENDED, timeout=5000)
+    page.click("#live-toggle")
+    page.wait_for_function(
+        "document.querySelector('#live-error').textContent.startsWith('The server refused the options (')",
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    assert "line_frac" in page.inner_text("#live-error")
+    assert page.get_by_role("button", name="Start camera").count() == 1
+    page.wait_for_function(TRACKS_ENDED, arg=2, timeout=5000)
+    assert not [e for e in live_errors if "pageerror" in e], live_errors
+
+
+@pytest.fixture(scope="module")
+def full_server(chromium_path, tmp_path_factory):
+    """An app whose /live takes no session (PENCIL_MAX_LIVE_SESSIONS=0): every connection closes with 1013."""
+    with live_server(tmp_path_factory.mktemp("live-full"), max_live_sessions="0") as base:
+        yield base
+
+
+def test_live_says_when_the_server_is_full(full_server, live_page):
+    page = live_page
+    page.goto(f"{full_server}/#live")
+    page.click("#live-toggle")
+    page.wait_for_selector("#live-error", state="visible", timeout=RENDER_TIMEOUT_MS)
+    text = page.inner_text("#live-error")
+    assert text.startswith("The server is drawing as many live cameras as it can") and "retry later" in text, text
+    page.wait_for_function(TRACKS_ENDED, timeout=5000)
+    assert page.get_by_role("button", name="Start camera").count() == 1
+
+
+def test_live_says_when_the_connection_is_lost(server, live_page):
+    """The connection drops mid-stream (here cut by the test between the page and the server)."""
+    page = live_page
+    base, _ = server
+    routes = []
+
+    def through(ws):
+        routes.append((ws, ws.connect_to_server()))
+
+    page.route_web_socket("**/live?*", through)
+    _start_live(page, base, "texture-fast")
+    to_page, to_server = routes[0]
+    to_page.close(code=1011, reason="")
+    to_server.close()
+    page.wait_for_selector("#live-error", state="visible")
+    assert page.inner_text("#live-error").startswith("The connection to the server was lost")
+    page.wait_for_function(TRACKS_ENDED, timeout=5000)
+    _wait_for_sessions(base, 0)
+
+
+def test_live_phone_layout(server, camera_browser, live_errors):
+    base, _ = server
+    context = _camera_context(
+        camera_browser,
+        live_errors,
+        viewport={"width": 375, "height": 800},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+    )
+    try:
+        page = context.new_page()
+        _start_live(page, base, "texture-fast")
+        scroll_width = page.evaluate("document.scrollingElement.scrollWidth")
+        assert scroll_width <= 375 + 1, f"page is {scroll_width}px wide on a 375px screen"
+        camera = page.locator("#live-video").bounding_box()
+        drawing = page.locator("#live-drawing").bounding_box()
+        assert camera and drawing and drawing["y"] >= camera["y"] + camera["height"] - 1  # stacked
+        assert drawing["width"] > 300
+        _shot_also(page, "browser-live-phone.png")
+    finally:
+        context.close()
+    assert not live_errors, live_errors
