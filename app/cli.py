@@ -2,14 +2,18 @@
 
     pencil-gpu serve [--host 127.0.0.1] [--port 8000]
     pencil-gpu sketch photo1.jpg photo2.png -o drawings/ [--mode color --tone dark ...]
+    pencil-gpu sketch clip.mp4 -o drawings/ [--texture fast --temporal steady ...]
     pencil-gpu --version
 
-The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`.
+The `sketch` options are the API's, built from the same `PENCIL_OPTIONS`. Videos (MP4, MOV,
+MKV, WebM, AVI, known by their extension) are drawn frame by frame into
+<stem>-sketch.mp4 (gpu.video), with a progress bar of their frames and `--temporal`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -19,12 +23,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.config import get_settings
-from gpu import pencil
+from gpu import pencil, video
 from gpu.backend import BackendUnavailable, select_backend
 from gpu.codec.decode import open_image
 from gpu.codec.encode import ENCODE_OPTIONS, EXTENSIONS, parse_encode_options
 from gpu.codec.errors import ImageError
 from gpu.pencil.params import PENCIL_OPTIONS, Option, ParamError, PencilParams
+from gpu.video.params import TEMPORAL_HELP
 
 
 def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
@@ -58,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="address to bind [default: PENCIL_HOST or 127.0.0.1]")
     serve.add_argument("--port", type=int, default=None, help="port [default: PENCIL_PORT or 8000]")
 
-    sketch = commands.add_parser("sketch", help="draw image files into a directory")
-    sketch.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="JPEG, PNG or WebP files")
+    sketch = commands.add_parser("sketch", help="draw image and video files into a directory")
+    sketch.add_argument(
+        "inputs", nargs="+", type=Path, metavar="IN", help="JPEG, PNG or WebP files; MP4, MOV, MKV, WebM or AVI videos"
+    )
     sketch.add_argument(
         "-o",
         "--out",
@@ -70,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for option in PENCIL_OPTIONS + ENCODE_OPTIONS:
         _add_option(sketch, option)
+    sketch.add_argument(
+        "--temporal",
+        default=None,
+        choices=video.TEMPORAL_CHOICES,
+        help=f"videos: {TEMPORAL_HELP} [default steady]",
+    )
     return parser
 
 
@@ -80,7 +93,7 @@ def serve(host: str | None, port: int | None) -> int:
     import uvicorn
 
     from app.logs import configure_logging
-    from app.serve import resolve_processes, run_processes, start_mps
+    from app.serve import resolve_processes, run_processes, start_mps, uvicorn_options
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)  # this process's and uvicorn's lines
@@ -94,17 +107,7 @@ def serve(host: str | None, port: int | None) -> int:
     processes = resolve_processes(settings, backend, len(chosen.devices))
     os.environ["PENCIL_PROCESSES"] = str(processes)  # the processes read their settings anew: they agree
     if processes == 1:
-        # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
-        uvicorn.run(
-            "app.main:create_app",
-            factory=True,
-            host=host,
-            port=port,
-            log_level=settings.log_level,
-            proxy_headers=True,
-            log_config=None,
-            access_log=False,
-        )
+        uvicorn.run(host=host, port=port, **uvicorn_options(settings, settings.log_level))
         return 0
     try:
         mps = start_mps(settings, processes, backend)
@@ -121,18 +124,23 @@ def serve(host: str | None, port: int | None) -> int:
             mps.stop()
 
 
+def is_video(path: Path) -> bool:
+    """Whether the command draws `path` as a video (by its extension: video.VIDEO_EXTENSIONS)."""
+    return path.suffix.lower() in video.VIDEO_EXTENSIONS
+
+
 def output_paths(inputs: list[Path], out_dir: Path, extension: str) -> list[Path]:
-    """out_dir/<stem>-sketch.<extension> for each input; inputs whose names would collide
-    (a/x.jpg and b/x.jpg, x.jpg and x.png, X.jpg and x.jpg) get -2, -3, ... so no drawing overwrites
-    another."""
+    """out_dir/<stem>-sketch.<extension> for each image input, out_dir/<stem>-sketch.mp4 for
+    each video; inputs whose names would collide (a/x.jpg and b/x.jpg, x.jpg and x.png,
+    X.jpg and x.jpg) get -2, -3, ... so no drawing overwrites another."""
     taken: Counter[str] = Counter()  # by case-folded name: A.jpg and a.jpg collide on macOS and Windows
     paths = []
     for path in inputs:
-        name = f"{path.stem}-sketch"
-        taken[name.casefold()] += 1
-        count = taken[name.casefold()]
-        suffix = "" if count == 1 else f"-{count}"
-        paths.append(out_dir / f"{name}{suffix}.{extension}")
+        name, ending = f"{path.stem}-sketch", "mp4" if is_video(path) else extension
+        key = f"{name}.{ending}".casefold()
+        taken[key] += 1
+        suffix = "" if taken[key] == 1 else f"-{taken[key]}"
+        paths.append(out_dir / f"{name}{suffix}.{ending}")
     return paths
 
 
@@ -143,6 +151,7 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
     try:
         params = PencilParams.from_options(raw_options)
         fmt, quality = parse_encode_options(raw_options)
+        video_params = video.VideoParams(params, raw_options.get("temporal") or "steady")
         backend = select_backend(settings.backend)
     except (ParamError, BackendUnavailable) as exc:
         print(f"pencil-gpu: {exc}", file=sys.stderr)
@@ -151,15 +160,19 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
     failures = 0
     targets = output_paths(inputs, out_dir, EXTENSIONS[fmt])
     started = time.perf_counter()
-    with tqdm(inputs, unit="img", desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
+    unit = "file" if any(map(is_video, inputs)) else "img"
+    with tqdm(inputs, unit=unit, desc=f"drawing ({backend.name})", file=sys.stderr) as progress:
         for path, target in zip(progress, targets, strict=True):
             try:
+                if is_video(path):
+                    sketch_video(path, target, video_params, backend.name, progress)
+                    continue
                 data = path.read_bytes()
                 drawing = pencil.draw_bytes(
                     data, open_image(data, settings.max_pixels), params, fmt, quality, backend.name
                 )
                 target.write_bytes(drawing.data)
-            except (OSError, ImageError) as exc:
+            except (OSError, ImageError, video.VideoError) as exc:
                 failures += 1
                 progress.write(f"{path}: {exc}", file=sys.stderr)
             except Exception as exc:  # a render bug on one photo must not lose the rest
@@ -170,11 +183,43 @@ def sketch_files(inputs: list[Path], out_dir: Path, raw_options: dict[str, str |
     return 1 if failures else 0
 
 
+def sketch_video(path: Path, target: Path, params: video.VideoParams, backend: str, files: tqdm) -> None:
+    """Draw the clip `path` into `target` (an MP4 written under a temporary name and renamed
+    once whole), with a bar of its frames under the files' bar and a line about it after.
+    Raises VideoError, OSError."""
+    info = video.probe(path, get_settings().max_pixels)
+    partial = target.with_name(f".{target.name}.partial")
+    with tqdm(total=info.frames or None, unit="frame", desc=path.name, leave=False, file=sys.stderr) as frames:
+
+        def progress(done: int, total: int) -> None:
+            if total and frames.total != total:
+                frames.total = total
+            frames.update(done - frames.n)
+
+        try:
+            if backend == "cuda":
+                from gpu.pool import default_pool
+
+                summary = default_pool().run(lambda lease: video.draw(path, partial, params, info, lease, progress))
+            else:
+                summary = video.draw(path, partial, params, info, None, progress)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    audio = summary["audio"]
+    sound = "no sound" if audio is None else f"{audio['codec']} sound {'copied' if audio['copied'] else 're-encoded'}"
+    files.write(
+        f"{path}: {summary['frames']} frames, {summary['width']}x{summary['height']}, {sound}, "
+        f"drawn at {summary['frames_per_second']:.1f} frames/s -> {target}",
+        file=sys.stderr,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args.host, args.port)
-    names = [o.name for o in PENCIL_OPTIONS + ENCODE_OPTIONS]
+    names = [o.name for o in PENCIL_OPTIONS + ENCODE_OPTIONS] + ["temporal"]
     return sketch_files(args.inputs, args.out, {name: getattr(args, name) for name in names})
 
 

@@ -36,6 +36,7 @@ from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
 from app.jobs.store import JobStore, database_errors
 from app.jobs.svd import SVD
+from app.jobs.video import VIDEO
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
 from app.openapi import document_limits
@@ -51,10 +52,10 @@ log = logging.getLogger("pencil")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
-JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH)}
+JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH, VIDEO)}
 OPENAPI_TAGS = [
     {"name": "sketch", "description": "Photos to pencil drawings."},
-    {"name": "jobs", "description": "Batch jobs (SVD, stencil, CS256, search): Bearer PENCIL_ADMIN_TOKEN."},
+    {"name": "jobs", "description": "Batch jobs (SVD, stencil, CS256, search, video): Bearer PENCIL_ADMIN_TOKEN."},
     {"name": "corpora", "description": "Texts stored once for POST /jobs/search: Bearer PENCIL_ADMIN_TOKEN."},
     {"name": "operations", "description": "Liveness, readiness and Prometheus metrics."},
 ]

@@ -40,6 +40,11 @@ def operation_limits(settings: Settings) -> dict[tuple[str, str], list[Limit]]:
             ("PENCIL_MAX_MATRIX_ELEMENTS", f"the matrix at most {s.max_matrix_elements:,} elements (m x n)"),
             form_field,
         ],
+        ("post", "/jobs/video"): [
+            job_upload,
+            ("PENCIL_MAX_PIXELS", f"each frame at most {s.max_pixels:,} pixels"),
+            form_field,
+        ],
         ("post", "/jobs/cs256"): [
             job_upload,
             ("PENCIL_MAX_CS256_ELEMENTS", f"the matrix at most {s.max_cs256_elements:,} elements, rows padded to 256"),

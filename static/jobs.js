@@ -259,7 +259,8 @@ async function loadKinds() {
       const content = item.post && item.post.requestBody && item.post.requestBody.content;
       if (!match || !content) continue;
       const json = content["application/json"];
-      examples.set(match[1], json && json.example ? json.example : {});
+      if (!json) continue; // a kind that takes only uploads (video) has no JSON form
+      examples.set(match[1], json.example || {});
     }
   } catch (error) { showError(`Could not read the API schema: ${error.message}`); }
   $("json-kind").replaceChildren(...[...examples.keys()].sort().map((kind) => new Option(kind, kind)));

@@ -228,7 +228,7 @@ def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]
 
 
 # Result files by extension; anything else is served as bytes.
-RESULT_MEDIA_TYPES = {".png": "image/png", ".json": "application/json"}
+RESULT_MEDIA_TYPES = {".png": "image/png", ".json": "application/json", ".mp4": "video/mp4"}
 
 
 def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:

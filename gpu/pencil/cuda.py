@@ -474,12 +474,14 @@ def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray,
     return cdf, fit
 
 
-def tone(planes: Planes, cdf: cupy.ndarray, blur: int, gamma: float, with_log: bool):
+def tone(planes: Planes, cdf: cupy.ndarray | None, blur: int, gamma: float, with_log: bool, lut=None):
     """Stages 7-8: J = box_blur(LUT[luma]) ** gamma, float32 (H, W), and ln max(J, 1/255)
-    when with_log (texture "lu"), else None. Also returns the uint8 LUT."""
+    when with_log (texture "lu"), else None. Also returns the uint8 LUT: the one matching
+    the histogram to the target `cdf`, or `lut` as given ((256,) uint8 on the device)."""
     height, width = planes.luma.shape
-    lut = kernels.empty(256, cupy.uint8)
-    _k("matching_lut")((1,), (256,), (planes.histogram, cdf, lut))
+    if lut is None:
+        lut = kernels.empty(256, cupy.uint8)
+        _k("matching_lut")((1,), (256,), (planes.histogram, cdf, lut))
     colsum = kernels.empty((height, width), cupy.int32)
     _k("tone_columns")(
         (kernels.div_up(width, 128), kernels.div_up(height, TONE_RUN)),
@@ -628,27 +630,59 @@ def download(lease, out: cupy.ndarray, marks: list | None = None) -> np.ndarray:
     return pinned_out.copy().reshape(out.shape)
 
 
+def upload_tone_lut(lease, lut: np.ndarray) -> cupy.ndarray:
+    """An explicit tone LUT, (256,) uint8 as reference.tone_map's `lut`, on the lease's
+    device: copied through its pinned staging on the current stream. Like `upload`'s, the
+    staging is the lease's: its holder draws one frame at a time (each drawing is downloaded
+    before the next frame is queued)."""
+    lut = np.ascontiguousarray(lut, np.uint8)
+    if lut.shape != (256,):
+        raise ValueError(f"a tone LUT has 256 entries, got shape {lut.shape}")
+    runtime = cupy.cuda.runtime
+    pinned = lease.staging("tone", lut.nbytes)
+    pinned[:] = lut
+    d_lut = kernels.empty(256, cupy.uint8)
+    runtime.memcpyAsync(
+        d_lut.data.ptr, pinned.ctypes.data, lut.nbytes, runtime.memcpyHostToDevice, cupy.cuda.get_current_stream().ptr
+    )
+    return d_lut
+
+
 def render_on(
-    lease, image: np.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False
+    lease,
+    image: np.ndarray,
+    params: PencilParams,
+    marks: list | None = None,
+    serial: bool = False,
+    tone_lut: np.ndarray | None = None,
 ) -> np.ndarray:
     """Photo -> drawing on `lease` (a gpu.pool.Lease), host arrays in and out; shapes as
-    reference.render. `marks` and `serial`: see render_device."""
+    reference.render. `marks`, `serial` and `tone_lut`: see render_device."""
     image = np.ascontiguousarray(reference.fit_max_side(image, params.max_side))
     if marks is not None:
         with cupy.cuda.Device(lease.device):
             marks.append(("start", lease.stream.record()))
     d_image = upload(lease, image)
-    out = render_device(lease, d_image, params, marks, serial)
+    out = render_device(lease, d_image, params, marks, serial, tone_lut)
     return download(lease, out, marks)
 
 
 def render_device(
-    lease, d_image: cupy.ndarray, params: PencilParams, marks: list | None = None, serial: bool = False
+    lease,
+    d_image: cupy.ndarray,
+    params: PencilParams,
+    marks: list | None = None,
+    serial: bool = False,
+    tone_lut: np.ndarray | None = None,
 ) -> cupy.ndarray:
     """Photo -> drawing on `lease`, device arrays in and out: (H, W) or (H, W, 3) uint8
     ready in the order of `lease.stream` -> (H, W) uint8 or, in colour mode, (H, W, 3)
     uint8 RGB, ready in the same order. The photo is drawn at its own size (max_side is
     the caller's).
+
+    tone_lut: None, or a (256,) uint8 LUT the tone stage applies instead of matching the
+    photo's histogram to the target of `params.tone`, as reference.render's: uploaded
+    (upload_tone_lut) in place of fit_tone and the matching LUT.
 
     For timing: with `marks` a list, (stage name, cupy Event) pairs recorded on the main
     stream are appended to it; with `serial`, the tone branch runs on the main stream
@@ -693,12 +727,15 @@ def render_device(
         # Tone branch (stages 6-9) on the side stream, queued second: the CG loop paces the host.
         side.wait_event(luma_ready)
         with side:
-            if params.tone_weights is None:
+            cdf, lut = None, None
+            if tone_lut is not None:
+                lut = upload_tone_lut(lease, tone_lut)
+            elif params.tone_weights is None:
                 cdf, _ = fit_tone(planes, device_assets)
             else:
                 cdf = device_assets.target_cdf(params.tone_weights)
             j, log_j, _ = tone(
-                planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu"
+                planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu", lut
             )
             mark("tone", side)
             if params.hatching == "follow" and params.texture == "fast":

@@ -361,10 +361,13 @@ def matching_lut(source_counts: np.ndarray, target_p: np.ndarray) -> np.ndarray:
     return np.clip(lut, 0, 255).astype(np.uint8)
 
 
-def tone_map(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
-    """Stages 6-8: J = box_blur(LUT[L]) ** tone_gamma, float32 in [0, 1]."""
-    counts = histogram(luma_u8)
-    lut = matching_lut(counts, tone_target(counts, params.tone))
+def tone_map(luma_u8: np.ndarray, params: PencilParams, lut: np.ndarray | None = None) -> np.ndarray:
+    """Stages 6-8: J = box_blur(LUT[L]) ** tone_gamma, float32 in [0, 1]. `lut`: an explicit
+    (256,) uint8 matching LUT applied instead of the one that matches this image's
+    histogram to its target, such as a video's steady tone (gpu/video/temporal.py)."""
+    if lut is None:
+        counts = histogram(luma_u8)
+        lut = matching_lut(counts, tone_target(counts, params.tone))
     matched = cv2.LUT(luma_u8, lut).astype(np.float32) / 255.0
     size = params.tone_blur_size(*luma_u8.shape)
     tone = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)
@@ -581,12 +584,13 @@ def texture_rendering(tone: np.ndarray, method: str, texture: np.ndarray | None 
 # ---------------------------------------------------------------------- pipeline --
 
 
-def render(image: np.ndarray, params: PencilParams) -> np.ndarray:
+def render(image: np.ndarray, params: PencilParams, tone_lut: np.ndarray | None = None) -> np.ndarray:
     """Photo -> pencil drawing.
 
     image: (H, W) uint8 gray or (H, W, 3) uint8 RGB. Returns (H', W') uint8 for
     mode="gray" or (H', W', 3) uint8 RGB for mode="color", where (H', W') is the size after
-    `params.max_side`.
+    `params.max_side`. tone_lut: None, or a (256,) uint8 LUT the tone stage applies instead
+    of matching this photo's histogram to the target of `params.tone` (see tone_map).
     """
     image = fit_max_side(image, params.max_side)
     luma_u8, ycrcb = split_luma(image)
@@ -600,7 +604,7 @@ def render(image: np.ndarray, params: PencilParams) -> np.ndarray:
     del magnitude, label  # large images: hold as few full planes as possible at once
 
     hatched = oriented_texture(luma_u8, params) if params.hatching == "follow" else None
-    texture = texture_rendering(tone_map(luma_u8, params), params.texture, hatched)
+    texture = texture_rendering(tone_map(luma_u8, params, tone_lut), params.texture, hatched)
     drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))
     del sketch, texture
 

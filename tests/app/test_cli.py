@@ -184,7 +184,8 @@ def test_serve_passes_host_and_port_to_uvicorn(monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append((args, kwargs)))
     assert cli.main(["serve", "--port", "9123"]) == 0
     ((args, kwargs),) = calls
-    assert args == ("app.main:create_app",) and kwargs["factory"] is True
+    assert kwargs["app"] == "app.main:create_app" and kwargs["factory"] is True
+    assert kwargs["ws_per_message_deflate"] is False  # /live's JPEGs do not deflate
     assert kwargs["port"] == 9123 and kwargs["host"] == "127.0.0.1"
 
     calls.clear()
@@ -211,6 +212,7 @@ def test_help_lists_every_option():
         "--max-side",
         "--format",
         "--quality",
+        "--temporal",
     ):
         assert flag in result.stdout
 
@@ -284,3 +286,68 @@ def test_serve_without_batch_jobs_makes_no_data_directory(tmp_path):
         assert response.status_code == 200
         assert httpx.get(f"{base}/readyz", timeout=10).json() == {"ready": True}
     assert sorted(p.name for p in workdir.iterdir()) == ["server.log"]
+
+
+# ------------------------------------------------------------------- videos --
+
+
+def test_a_video_is_drawn_frame_by_frame_with_its_sound(inputs, tmp_path, capsys):
+    """A real clip (a photograph panned, a sine as its sound; tests/gpu/video/clips.py)
+    beside a photo: out/clip-sketch.mp4 holds every frame drawn, the sound copied."""
+    import av
+
+    from gpu.pencil import reference
+    from gpu.pencil.params import PencilParams
+    from tests.gpu.video.clips import decoded_frames, drawn_frames, make_clip
+
+    clip = tmp_path / "in" / "clip.mp4"
+    clip.write_bytes(make_clip("mp4", width=160, height=120, frames=16, fps=24))
+    out = tmp_path / "out"
+    args = ["sketch", str(clip), str(inputs["a"][0]), "-o", str(out), "--texture", "fast", "--temporal", "none"]
+    assert cli.main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a-sketch.png", "clip-sketch.mp4"]
+    data = (out / "clip-sketch.mp4").read_bytes()
+    with av.open(str(out / "clip-sketch.mp4")) as drawing:
+        video, audio = drawing.streams.video[0], drawing.streams.audio[0]
+        assert (video.codec_context.name, video.frames, video.width, video.height) == ("h264", 16, 160, 120)
+        assert video.average_rate == 24 and audio.codec_context.name == "aac"
+    expected = reference.render(decoded_frames(clip.read_bytes())[8], PencilParams(texture="fast"))
+    assert expected.std() > 10 and np.abs(drawn_frames(data)[8].astype(np.int16) - expected).mean() < 6
+    err = capsys.readouterr().err
+    assert "16 frames, 160x120, aac sound copied" in err and "2 of 2 drawn" in err
+
+
+def test_video_options_apply(tmp_path):
+    import av
+
+    from tests.gpu.video.clips import make_clip
+
+    clip = tmp_path / "clip.mkv"
+    clip.write_bytes(make_clip("mkv", width=200, height=150, frames=6, audio=None, photo="coffee"))
+    out = tmp_path / "out"
+    assert cli.main(["sketch", str(clip), "-o", str(out), "--max-side", "80", "--mode", "color"]) == 0
+    with av.open(str(out / "clip-sketch.mp4")) as drawing:
+        frame = next(drawing.decode(video=0)).to_ndarray(format="rgb24")
+        assert not drawing.streams.audio
+    assert frame.shape == (60, 80, 3) and np.abs(frame[..., 0].astype(int) - frame[..., 2]).mean() > 5
+
+
+def test_a_broken_video_is_status_1_and_leaves_nothing(inputs, tmp_path, capsys):
+    broken = tmp_path / "in" / "broken.mp4"
+    broken.write_bytes(b"not a video\n" * 50)
+    out = tmp_path / "out"
+    assert cli.main(["sketch", str(broken), str(inputs["b"][0]), "-o", str(out)]) == 1
+    assert sorted(p.name for p in out.iterdir()) == ["b-sketch.png"]  # no partial file left either
+    err = capsys.readouterr().err
+    assert "broken.mp4" in err and "not a video" in err and "1 of 2 drawn" in err
+
+
+def test_output_names_of_videos():
+    paths = cli.output_paths([Path("a.mp4"), Path("a.jpg"), Path("b/A.MOV"), Path("c.webm")], Path("out"), "png")
+    assert [p.name for p in paths] == ["a-sketch.mp4", "a-sketch.png", "A-sketch-2.mp4", "c-sketch.mp4"]
+
+
+def test_an_unknown_temporal_is_an_argparse_error(inputs, tmp_path):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["sketch", str(inputs["a"][0]), "-o", str(tmp_path / "out"), "--temporal", "smooth"])
+    assert caught.value.code == 2

@@ -69,5 +69,5 @@ def test_the_openapi_declares_one_result_schema_per_kind(make_client):
     get = client.get("/openapi.json").json()["paths"]["/jobs/{job_id}/result"]["get"]
     schema = get["responses"]["200"]["content"]["application/json"]["schema"]
     titles = sorted(option["title"] for option in schema["properties"]["result"]["oneOf"])
-    assert titles == ["cs256 result", "search result", "stencil result", "svd result"]
+    assert titles == ["cs256 result", "search result", "stencil result", "svd result", "video result"]
     assert "$ref" not in str(schema)

@@ -313,3 +313,26 @@ def test_render_through_the_package_entry_point(cuda, pool):
     image = photo("chelsea", 300, 451)
     params = PencilParams(texture="fast")
     assert_same_drawing(pencil.render(image, params, "cuda", pool=pool), ref.render(image, params))
+
+
+# --------------------------------------------------------- explicit tone LUT --
+
+
+@pytest.mark.parametrize("texture", ["fast", "lu"])
+@pytest.mark.parametrize("mode", ["gray", "color"])
+def test_an_explicit_tone_lut_draws_as_the_reference(cuda, lease, rng, texture, mode):
+    """render_on with a tone LUT (a video's steady tone: here another photo's own LUT)
+    against reference.render with the same LUT; and the photo's own LUT draws what its
+    tone option draws."""
+    image = photo(str(rng.choice(PHOTOS)), int(rng.integers(97, 480)), int(rng.integers(131, 640)))
+    other = photo(str(rng.choice(PHOTOS)), 240, 320)
+    counts = ref.histogram(ref.split_luma(other)[0])
+    lut = ref.matching_lut(counts, ref.tone_target(counts, "auto"))
+    params = PencilParams(texture=texture, mode=mode, tone=str(rng.choice(["auto", "medium"])))
+    expected = ref.render(image, params, lut)
+    assert_same_drawing(cuda.render_on(lease, image, params, tone_lut=lut), expected)
+    own = ref.histogram(ref.split_luma(image)[0])
+    own_lut = ref.matching_lut(own, ref.tone_target(own, params.tone))
+    np.testing.assert_array_equal(
+        cuda.render_on(lease, image, params, tone_lut=own_lut), cuda.render_on(lease, image, params)
+    )

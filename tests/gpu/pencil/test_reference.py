@@ -392,3 +392,35 @@ def test_darkness_options_darken():
     light = ref.render(photo, PencilParams(tone="light")).mean()
     assert ref.render(photo, PencilParams(tone="medium")).mean() < light
     assert ref.render(photo, PencilParams(tone="dark")).mean() < light
+
+
+# -------------------------------------------------------------- explicit tone LUT --
+
+
+def _own_lut(photo: np.ndarray, tone: str) -> np.ndarray:
+    counts = ref.histogram(ref.split_luma(photo)[0])
+    return ref.matching_lut(counts, ref.tone_target(counts, tone))
+
+
+@pytest.mark.parametrize("tone", ["auto", "light", "dark"])
+@pytest.mark.parametrize("texture", ["fast", "lu"])
+def test_a_photos_own_tone_lut_draws_what_its_tone_draws(tone, texture):
+    photo = _photo(160)
+    params = PencilParams(tone=tone, texture=texture)
+    np.testing.assert_array_equal(ref.render(photo, params, _own_lut(photo, tone)), ref.render(photo, params))
+
+
+def test_an_explicit_tone_lut_replaces_the_tone_options_matching():
+    """The dark preset's LUT given to a light render draws the dark render; another photo's
+    LUT draws this one's luma through it (the video's steady tone)."""
+    photo = _photo(160)
+    dark = ref.render(photo, PencilParams(tone="dark"))
+    np.testing.assert_array_equal(ref.render(photo, PencilParams(tone="light"), _own_lut(photo, "dark")), dark)
+    other = cv2.resize(skimage.data.camera(), (160, 160), interpolation=cv2.INTER_AREA)
+    luma = ref.split_luma(photo)[0]
+    lut = _own_lut(other, "auto")
+    expected = ref.tone_map(luma, PencilParams(), lut)
+    matched = cv2.LUT(luma, lut).astype(np.float32) / 255
+    size = PencilParams().tone_blur_size(160, 160)
+    np.testing.assert_array_equal(expected, cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE))
+    assert np.abs(expected - ref.tone_map(luma, PencilParams())).mean() > 0.01  # not the photo's own tone

@@ -1,0 +1,45 @@
+"""gpu.video's front door on a GPU lease (gpu.pencil.cuda) against the CPU: the same clip
+drawn both ways, frame for frame within the pipelines' parity and the codec's loss.
+
+CUDA only (marker `gpu`; skipped without a device)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from gpu import video
+from gpu.backend import cuda_devices
+from gpu.pencil.params import PencilParams
+from tests.gpu.video.clips import drawn_frames, make_clip
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_devices(), reason="needs a CUDA device")]
+
+
+@pytest.mark.parametrize("temporal", ["steady", "none"])
+@pytest.mark.parametrize("texture", ["fast", "lu"])
+def test_a_clip_drawn_on_a_lease_is_the_cpus(pool, temporal, texture):
+    clip = make_clip("mp4", width=320, height=180, frames=24, fps=30, noise=3.0)
+    params = video.VideoParams(PencilParams(texture=texture), temporal)
+    on_gpu, on_cpu = io.BytesIO(), io.BytesIO()
+    gpu_summary = pool.run(lambda lease: video.draw(clip, on_gpu, params, lease=lease))
+    cpu_summary = video.draw(clip, on_cpu, params)
+    assert gpu_summary["backend"] == "cuda" and cpu_summary["backend"] == "cpu"
+    assert gpu_summary["frames"] == cpu_summary["frames"] == 24
+    assert gpu_summary["audio"] == cpu_summary["audio"] and gpu_summary["steady_luts"] == cpu_summary["steady_luts"]
+    for index, (got, expected) in enumerate(
+        zip(drawn_frames(on_gpu.getvalue()), drawn_frames(on_cpu.getvalue()), strict=True)
+    ):
+        assert expected.std() > 10
+        difference = np.abs(got.astype(np.int16) - expected)
+        assert difference.mean() < 3.0, f"frame {index}: mean |diff| {difference.mean():.2f}"
+
+
+def test_a_job_runs_on_a_lease(pool):
+    clip = make_clip("mkv", width=640, height=360, frames=30, fps=30)
+    job = video.VideoJob.uploaded(video.VideoParams(PencilParams(texture="fast")), clip)
+    result = pool.run(lambda lease: video.run(job, lease))
+    assert result.summary["backend"] == "cuda" and result.summary["frames"] == 30
+    assert result.summary["audio"]["copied"] is True
