@@ -32,22 +32,6 @@ ALL_OPTIONS: tuple[Option, ...] = PENCIL_OPTIONS + ENCODE_OPTIONS
 _OPTION_NAMES = {option.name for option in ALL_OPTIONS}
 
 
-def _option_schema(option: Option) -> dict[str, Any]:
-    schema: dict[str, Any] = {
-        "type": {str: "string", int: "integer", float: "number"}[option.type],
-        "description": option.describe(),
-    }
-    if option.choices:
-        schema["enum"] = list(option.choices)
-    if option.minimum is not None:
-        schema["minimum"] = option.minimum
-    if option.maximum is not None:
-        schema["maximum"] = option.maximum
-    if option.default is not None:
-        schema["default"] = option.default
-    return schema
-
-
 def _error_response(description: str, codes: tuple[str, ...]) -> dict[str, Any]:
     schema = {
         **ERROR_SCHEMA,
@@ -74,9 +58,7 @@ _image_headers = {
 }
 
 OPENAPI = {
-    "parameters": [
-        {"name": o.name, "in": "query", "required": False, "schema": _option_schema(o)} for o in ALL_OPTIONS
-    ],
+    "parameters": [{"name": o.name, "in": "query", "required": False, "schema": o.json_schema()} for o in ALL_OPTIONS],
     "requestBody": {
         "required": True,
         "content": {
@@ -86,7 +68,7 @@ OPENAPI = {
                     "required": ["image"],
                     "properties": {
                         "image": {"type": "string", "format": "binary", "description": "the photo: JPEG, PNG or WebP"},
-                        **{o.name: _option_schema(o) for o in ALL_OPTIONS},
+                        **{o.name: o.json_schema() for o in ALL_OPTIONS},
                     },
                 },
             },

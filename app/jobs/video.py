@@ -26,7 +26,7 @@ from app.errors import ApiError
 from app.jobs.kinds import JobKind, ResultModel, Submission
 from app.jobs.requests import form_schema, is_form, unsupported, upload_form
 from gpu import video
-from gpu.pencil.params import PENCIL_OPTIONS, Option
+from gpu.pencil.params import PENCIL_OPTIONS
 from gpu.video.params import TEMPORAL_HELP
 
 FORM_EXAMPLE = 'curl -F video=@clip.mp4 -F params=\'{"texture": "fast", "temporal": "steady"}\''
@@ -46,27 +46,11 @@ VIDEO_ERROR_STATUS = {
 # ------------------------------------------------------------------ the request --
 
 
-def _option_schema(option: Option) -> dict[str, Any]:
-    """One drawing option as JSON schema, from PENCIL_OPTIONS (the one description of them)."""
-    schema: dict[str, Any] = {"description": option.describe()}
-    if option.choices:
-        schema.update(type="string", enum=list(option.choices))
-    else:
-        schema["type"] = "integer" if option.type is int else "number"
-        if option.minimum is not None:
-            schema["minimum"] = option.minimum
-        if option.maximum is not None:
-            schema["maximum"] = option.maximum
-    if option.default is not None:
-        schema["default"] = option.default
-    return schema
-
-
 PARAMS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        **{option.name: _option_schema(option) for option in PENCIL_OPTIONS},
+        **{option.name: option.json_schema() for option in PENCIL_OPTIONS},
         "temporal": {
             "type": "string",
             "enum": list(video.TEMPORAL_CHOICES),

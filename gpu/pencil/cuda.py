@@ -600,18 +600,17 @@ def merge(
 # -------------------------------------------------------------------- pipeline --
 
 
-def upload(lease, image: np.ndarray) -> cupy.ndarray:
-    """Host (H, W[, 3]) uint8 -> the same on the lease's device, through its pinned
-    staging buffer, queued on `lease.stream` (the copy is asynchronous)."""
+def upload(lease, image: np.ndarray, staging: str = "in", stream=None) -> cupy.ndarray:
+    """Host uint8 array -> the same on the lease's device, through its pinned staging
+    buffer `staging`, queued on `stream` (default `lease.stream`; the copy is asynchronous)."""
     image = np.ascontiguousarray(image)
     runtime = cupy.cuda.runtime
-    with cupy.cuda.Device(lease.device), lease.stream:
-        pinned_in = lease.staging("in", image.nbytes)
-        pinned_in[:] = image.reshape(-1).view(np.uint8)
+    stream = stream or lease.stream
+    with cupy.cuda.Device(lease.device), stream:
+        pinned = lease.staging(staging, image.nbytes)
+        pinned[:] = image.reshape(-1).view(np.uint8)
         d_image = kernels.empty(image.shape, cupy.uint8)
-        runtime.memcpyAsync(
-            d_image.data.ptr, pinned_in.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, lease.stream.ptr
-        )
+        runtime.memcpyAsync(d_image.data.ptr, pinned.ctypes.data, image.nbytes, runtime.memcpyHostToDevice, stream.ptr)
     return d_image
 
 
@@ -632,20 +631,13 @@ def download(lease, out: cupy.ndarray, marks: list | None = None) -> np.ndarray:
 
 def upload_tone_lut(lease, lut: np.ndarray) -> cupy.ndarray:
     """An explicit tone LUT, (256,) uint8 as reference.tone_map's `lut`, on the lease's
-    device: copied through its pinned staging on the current stream. Like `upload`'s, the
-    staging is the lease's: its holder draws one frame at a time (each drawing is downloaded
-    before the next frame is queued)."""
-    lut = np.ascontiguousarray(lut, np.uint8)
+    device: `upload`ed through its own staging on the current stream. Like the photo's,
+    the staging is the lease's: its holder draws one frame at a time (each drawing is
+    downloaded before the next frame is queued)."""
+    lut = np.asarray(lut, np.uint8)
     if lut.shape != (256,):
         raise ValueError(f"a tone LUT has 256 entries, got shape {lut.shape}")
-    runtime = cupy.cuda.runtime
-    pinned = lease.staging("tone", lut.nbytes)
-    pinned[:] = lut
-    d_lut = kernels.empty(256, cupy.uint8)
-    runtime.memcpyAsync(
-        d_lut.data.ptr, pinned.ctypes.data, lut.nbytes, runtime.memcpyHostToDevice, cupy.cuda.get_current_stream().ptr
-    )
-    return d_lut
+    return upload(lease, lut, "tone", cupy.cuda.get_current_stream())
 
 
 def render_on(

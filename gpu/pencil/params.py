@@ -122,6 +122,22 @@ class Option:
         )
         return f"{self.help} [{allowed}; default {default}]" if allowed else f"{self.help} [default {default}]"
 
+    def json_schema(self) -> dict[str, Any]:
+        """This option as JSON schema (OpenAPI): type, choices or bounds, default, help."""
+        schema: dict[str, Any] = {
+            "type": {str: "string", int: "integer", float: "number"}[self.type],
+            "description": self.describe(),
+        }
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        if self.default is not None:
+            schema["default"] = self.default
+        return schema
+
 
 PENCIL_OPTIONS: tuple[Option, ...] = (
     Option(
