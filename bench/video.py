@@ -51,7 +51,7 @@ from gpu.video.drawer import Drawer
 from gpu.video.encode import PRESET, Writer
 from gpu.video.probe import audio_stream, open_input, video_stream
 from gpu.video.temporal import SteadyTone, luma_histogram
-from tests.gpu.video.clips import decoded_frames, drawn_frames, make_clip, panned, sound_only
+from tests.gpu.video.clips import dark_object_entering, decoded_frames, drawn_frames, make_clip, panned, sound_only
 
 PHOTOS = ("astronaut", "coffee", "chelsea")
 
@@ -268,14 +268,8 @@ def flicker(args: argparse.Namespace) -> None:
             )
     print("\n# a dark object comes into a still scene over 0.5 s: how far a wall it never covers moves in tone")
     for photo in photos:
-        base = panned(photo, 240, 160, 1, 0)[0]
-        frames = []
-        for index in range(16):
-            frame = base.copy()
-            frame[:, : int(index / 15 * 96)] = (25, 25, 30)
-            frames.append(frame)
+        frames, wall = dark_object_entering(photo)
         histograms = [luma_histogram(frame) for frame in frames]
-        wall = reference.split_luma(base[:, 120:])[0]
         steady = SteadyTone("auto", 30.0)
         alone = [reference.matching_lut(h, reference.tone_target(h, "auto"))[wall].mean() for h in histograms]
         held = [steady.lut(h)[wall].mean() for h in histograms]

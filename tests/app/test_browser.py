@@ -70,13 +70,18 @@ def playwright_driver(chromium_path):
         yield p
 
 
-@pytest.fixture(scope="module")
-def chromium_browser(playwright_driver, chromium_path):
-    b = playwright_driver.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+def _browser(playwright_driver, chromium_path: str, args: list[str]):
+    """A headless system Chromium with `args`, closed after the module."""
+    b = playwright_driver.chromium.launch(executable_path=chromium_path, headless=True, args=args)
     try:
         yield b
     finally:
         b.close()
+
+
+@pytest.fixture(scope="module")
+def chromium_browser(playwright_driver, chromium_path):
+    yield from _browser(playwright_driver, chromium_path, CHROMIUM_ARGS)
 
 
 @pytest.fixture
@@ -960,11 +965,7 @@ DRAWING_STATS = """img => {
 @pytest.fixture(scope="module")
 def camera_browser(playwright_driver, chromium_path):
     """A Chromium with the fake camera and the fake permission prompt (which allows)."""
-    b = playwright_driver.chromium.launch(executable_path=chromium_path, headless=True, args=CAMERA_ARGS)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from _browser(playwright_driver, chromium_path, CAMERA_ARGS)
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ import cv2
 import numpy as np
 import skimage.data
 
+from gpu.pencil import reference
+
 # container -> (video codec, default audio codec)
 FORMATS = {
     "mp4": ("libx264", "aac"),
@@ -47,6 +49,19 @@ def panned(photo: str, width: int, height: int, frames: int, step: float, noise:
             frame = np.clip(frame + rng.normal(0.0, noise, frame.shape), 0, 255).astype(np.uint8)
         out.append(np.ascontiguousarray(frame))
     return out
+
+
+def dark_object_entering(photo: str) -> tuple[list[np.ndarray], np.ndarray]:
+    """16 frames (160, 240, 3) of a still scene into which a dark shape slides from the left
+    over 15 frames (0.5 s at 30/s), and the luma of the part of the scene (its right half)
+    that the shape never covers."""
+    base = panned(photo, 240, 160, 1, 0)[0]
+    frames = []
+    for index in range(16):
+        frame = base.copy()
+        frame[:, : int(index / 15 * 96)] = (25, 25, 30)
+        frames.append(frame)
+    return frames, reference.split_luma(base[:, 120:])[0]
 
 
 def make_clip(

@@ -14,7 +14,7 @@ from gpu import video
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
 from gpu.video.temporal import CUT_DISTANCE, REFIT_DRIFT, SteadyTone, luma_histogram, total_variation
-from tests.gpu.video.clips import decoded_frames, drawn_frames, make_clip, panned
+from tests.gpu.video.clips import dark_object_entering, decoded_frames, drawn_frames, make_clip, panned
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "camera")
 
@@ -74,15 +74,9 @@ def test_a_dark_object_coming_in_does_not_pump_the_rest(photo, tone):
     """A dark shape slides into a still scene over 15 frames (0.5 s): matching each frame's
     own histogram moves the tone of every other pixel as it comes; the steady LUT follows
     at its own pace (less than half as far meanwhile)."""
-    base = panned(photo, 240, 160, 1, 0)[0]
-    frames = []
-    for index in range(16):
-        frame = base.copy()
-        frame[:, : int(index / 15 * 96)] = (25, 25, 30)
-        frames.append(frame)
+    frames, wall = dark_object_entering(photo)
     histograms = [luma_histogram(frame) for frame in frames]
     steady = SteadyTone(tone, fps=30.0)
-    wall = reference.split_luma(base[:, 120:])[0]  # never covered
     alone = np.array([per_frame_lut(counts, tone)[wall].mean() for counts in histograms])
     held = np.array([steady.lut(counts)[wall].mean() for counts in histograms])
     moved_alone, moved_held = np.abs(np.diff(alone)).sum(), np.abs(np.diff(held)).sum()
