@@ -20,19 +20,20 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import av
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpu.jobs import JobResult, Progress, no_progress
-from gpu.video.decode import Frame, Reader
 from gpu.video.drawer import Drawer
-from gpu.video.encode import CRF, PRESET, Writer
 from gpu.video.errors import VideoError
 from gpu.video.params import TEMPORAL_CHOICES, VideoJob, VideoParams
 from gpu.video.pipeline import pipelined
 from gpu.video.probe import VIDEO_EXTENSIONS, ClipInfo, Source, audio_stream, open_input, probe, video_stream
 from gpu.video.temporal import SteadyTone
+
+if TYPE_CHECKING:
+    import av
+
+    from gpu.video.decode import Frame
 
 __all__ = [
     "RESULT_FILE",
@@ -92,6 +93,11 @@ def draw(
     frames_per_second (frames / seconds), temporal, steady_luts (times the steady tone LUT
     was built; None unless steady), encoder ({codec, preset, crf}),
     skipped_packets, source (the probe). VideoError when no frame decodes."""
+    import av  # with decode.py and encode.py: see probe.py on why PyAV loads here
+
+    from gpu.video.decode import Reader
+    from gpu.video.encode import CRF, PRESET, Writer
+
     info = info or probe(source)
     pencil = params.pencil
     steady = SteadyTone(pencil.tone, info.fps) if params.temporal == "steady" else None

@@ -6,6 +6,9 @@ refused before a job is queued.
 Only the demuxers of CONTAINERS are opened (FFmpeg's format_whitelist): a playlist
 (HLS, concat) or an image sequence uploaded as a "video" is refused unread, never
 followed to other files or URLs.
+
+PyAV (FFmpeg) is imported where a clip is read, here and in decode.py and encode.py, not
+when the package is: every server process imports the video kind, few ever read a clip.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
-
-import av
-import av.container
-import av.stream
+from typing import TYPE_CHECKING, Any
 
 from gpu.pencil.params import MIN_SIDE
 from gpu.video.errors import VideoError
+
+if TYPE_CHECKING:
+    import av.container
+    import av.stream
 
 CONTAINERS = "mov,matroska,avi"  # FFmpeg demuxers: mov,mp4,m4a,3gp,3g2,mj2 / matroska,webm / avi
 CONTAINER_NAMES = "MP4, MOV, MKV, WebM or AVI"
@@ -36,6 +39,8 @@ Source = bytes | str | Path  # a clip's bytes, or the path of its file
 def open_input(source: Source) -> av.container.InputContainer:
     """The clip's container, opened for reading; VideoError not_a_video (or empty_file)
     when it is not one of CONTAINERS. A missing file raises OSError (FileNotFoundError)."""
+    import av
+
     if isinstance(source, bytes) and not source:
         raise VideoError("empty_file", "the uploaded video is empty")
     target = io.BytesIO(source) if isinstance(source, bytes) else str(source)
@@ -49,6 +54,8 @@ def open_input(source: Source) -> av.container.InputContainer:
 
 def video_stream(container: av.container.InputContainer) -> av.VideoStream:
     """The first video stream that is not a cover picture; VideoError no_video_stream."""
+    import av
+
     for stream in container.streams.video:
         if not stream.disposition & av.stream.Disposition.attached_pic:
             return stream
@@ -162,6 +169,8 @@ def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
 def first_frame(container: av.container.InputContainer, stream: av.VideoStream) -> av.VideoFrame:
     """The first frame that decodes (within FIRST_FRAME_PACKETS packets); VideoError
     corrupt_video when none does."""
+    import av
+
     failure = "no frame decoded"
     for count, packet in enumerate(container.demux(stream)):
         if count >= FIRST_FRAME_PACKETS:
@@ -176,6 +185,8 @@ def first_frame(container: av.container.InputContainer, stream: av.VideoStream) 
 
 def _duration(container: av.container.InputContainer, stream: av.VideoStream, time_base: Fraction) -> float:
     """The video stream's duration in s, else the container's, else 0."""
+    import av
+
     if stream.duration:
         return float(stream.duration * time_base)
     if container.duration:
