@@ -136,3 +136,12 @@ def test_the_openapi_documents_the_form_and_the_result(client):
     results = spec["paths"]["/jobs/{job_id}/result"]["get"]["responses"]["200"]["content"]["application/json"]
     titles = [entry["title"] for entry in results["schema"]["properties"]["result"]["oneOf"]]
     assert "video result" in titles
+
+
+def test_the_app_starts_without_loading_pyav():
+    """Every server process imports the video kind; PyAV (FFmpeg) loads only for a clip."""
+    import subprocess
+    import sys
+
+    check = "import sys, app.main, app.cli; sys.exit('av' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], timeout=120).returncode == 0
