@@ -38,7 +38,7 @@ from gpu.pencil.params import (
     LU_LAMBDA,
     PencilParams,
 )
-from gpu.pencil.texture import HATCH_ANGLE_DEG, pencil_texture
+from gpu.pencil.texture import pencil_texture
 
 log = logging.getLogger("pencil.cuda")
 
@@ -271,6 +271,8 @@ class DeviceAssets:
                     reference.auto_layer_cdfs(),
                     reference.auto_layer_grams(),
                 )
+                if tables[1].shape[0] > FIT_MAX_SETS:  # the fit_tone kernel's shared arrays
+                    raise ValueError(f"fit_tone takes at most {FIT_MAX_SETS} layer sets, got {tables[1].shape[0]}")
                 with cupy.cuda.Device(self.device):
                     self._auto = tuple(_upload_shared(np.ascontiguousarray(table)) for table in tables)
             return self._auto
@@ -435,7 +437,6 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
         (luma, np.int32(height), np.int32(width), size, rows),
     )
     cosines, sines, tile = device_assets.hatch_tables()
-    own = -np.deg2rad(HATCH_ANGLE_DEG)
     texture = None if with_log else kernels.empty((height, width), cupy.float32)  # "lu" reads ln H alone
     log_texture = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("hatch_texture")(
@@ -452,9 +453,7 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
             sines,
             np.float32(HATCH_BIAS),
             np.float32(HATCH_BIAS_FLOOR),
-            np.float32(own),
-            np.float32(np.cos(2 * own)),
-            np.float32(np.sin(2 * own)),
+            *reference.hatch_own_direction(),
             texture if texture is not None else np.uint64(0),
             log_texture if log_texture is not None else np.uint64(0),
         ),
@@ -466,8 +465,6 @@ def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray,
     """Stage 7 for tone="auto", as reference.fit_tone: the float64 (256,) target CDF of the
     mixture fitted to the photo's histogram, and (4,) float64 (dark layer index, weights)."""
     brighten, layers, gram = device_assets.auto_tone_tables()
-    if layers.shape[0] > FIT_MAX_SETS:
-        raise ValueError(f"fit_tone takes at most {FIT_MAX_SETS} layer sets, got {layers.shape[0]}")
     cdf = kernels.empty(256, cupy.float64)
     fit = kernels.empty(4, cupy.float64)
     _k("fit_tone")((1,), (256,), (planes.histogram, brighten, layers, gram, np.int32(layers.shape[0]), cdf, fit))

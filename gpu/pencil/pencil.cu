@@ -416,6 +416,17 @@ LINE_KERNEL(line_strokes_tiled, 2, true)
 LINE_KERNEL(line_strokes_global, 2, false)
 
 // ------------------------------------------------------------- stages 7-8: tone map --
+// An inclusive prefix sum (Hillis-Steele) of a shared 256-entry array, in place: thread v
+// of a block of 256 ends with the sum of entries 0..v at v. Every thread must call it.
+__device__ void inclusive_scan_256(unsigned long long* values, int v) {
+    for (int step = 1; step < 256; step <<= 1) {
+        const unsigned long long add = v >= step ? values[v - step] : 0ull;
+        __syncthreads();
+        values[v] += add;
+        __syncthreads();
+    }
+}
+
 // Histogram specification: lut[v] = number of target CDF entries below the source CDF
 // at v (minus 1e-12), i.e. numpy's searchsorted(target, source - 1e-12, 'left'). The
 // same float64 operations as the reference: bit-exact. One block of 256 threads.
@@ -427,12 +438,7 @@ extern "C" __global__ void matching_lut(const u32* __restrict__ hist, const doub
     cumulative[v] = hist[v];
     target[v] = target_cdf[v];
     __syncthreads();
-    for (int step = 1; step < 256; step <<= 1) {   // inclusive scan (Hillis-Steele)
-        unsigned long long add = v >= step ? cumulative[v - step] : 0ull;
-        __syncthreads();
-        cumulative[v] += add;
-        __syncthreads();
-    }
+    inclusive_scan_256(cumulative, v);
     const double source = (double)cumulative[v] / (double)cumulative[255] - 1e-12;
     int below = 0;
     for (int j = 0; j < 256; ++j) below += target[j] < source;
@@ -483,12 +489,7 @@ extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __r
     __syncthreads();
     atomicAdd(&counts[brighten[v]], (unsigned long long)hist[v]);
     __syncthreads();
-    for (int step = 1; step < 256; step <<= 1) {  // inclusive scan (Hillis-Steele)
-        unsigned long long add = v >= step ? counts[v - step] : 0ull;
-        __syncthreads();
-        counts[v] += add;
-        __syncthreads();
-    }
+    inclusive_scan_256(counts, v);
     source[v] = (double)counts[v] / (double)counts[255];
     __syncthreads();
     for (int t = v; t < 3 * n_sets; t += blockDim.x) {  // rhs[set][i] = sum_v G_i(v) F(v)

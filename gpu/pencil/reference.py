@@ -411,6 +411,14 @@ def hatch_turns() -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+@lru_cache(maxsize=1)
+def hatch_own_direction() -> tuple[np.float32, np.float32, np.float32]:
+    """The tile's hatching direction in image coordinates (y down), as float32: its angle
+    (rad) and the cos and sin of twice it (a doubled angle, as the tensor's)."""
+    own = -np.deg2rad(HATCH_ANGLE_DEG)
+    return np.float32(own), np.float32(np.cos(2 * own)), np.float32(np.sin(2 * own))
+
+
 def hatch_turn(tensor: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """hatching="follow", step 2: float32 (H, W) turn t in [0, HATCH_TURNS) that brings the
     tile's hatching (HATCH_ANGLE_DEG) along the local structure, in units of pi /
@@ -422,10 +430,10 @@ def hatch_turn(tensor: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     ux, uy = jyy - jxx, np.float32(-2.0) * jxy
     isotropic = (jxx + jyy) - np.sqrt(ux * ux + uy * uy)  # 2 x the tensor's smaller eigenvalue
     bias = np.float32(HATCH_BIAS) * isotropic + np.float32(HATCH_BIAS_FLOOR)
-    own = -np.deg2rad(HATCH_ANGLE_DEG)  # the tile's direction in image coordinates (y down)
-    ux = ux + bias * np.float32(np.cos(2 * own))
-    uy = uy + bias * np.float32(np.sin(2 * own))
-    turn = (np.float32(0.5) * np.arctan2(uy, ux) - np.float32(own)) * np.float32(HATCH_TURNS / np.pi)
+    own, own_x, own_y = hatch_own_direction()
+    ux = ux + bias * own_x
+    uy = uy + bias * own_y
+    turn = (np.float32(0.5) * np.arctan2(uy, ux) - own) * np.float32(HATCH_TURNS / np.pi)
     np.add(turn, np.float32(HATCH_TURNS), out=turn, where=turn < 0)  # into [0, HATCH_TURNS)
     return turn
 
