@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 
-from app.jobs.store import database_errors
+from app.jobs.store import DATABASE_ERRORS
 from app.storage import StorageError
 from gpu.codec.errors import ImageError
 from gpu.errors import ParamError
@@ -255,7 +255,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestValidationError: _validation_error,
     ClientDisconnect: _client_disconnect,
     StorageError: _storage_error,
-    **dict.fromkeys(database_errors(), _database_error),
+    **dict.fromkeys(DATABASE_ERRORS, _database_error),
     Exception: _unexpected,
 }
 

@@ -34,7 +34,7 @@ from app.jobs.cs256 import CS256_JOB
 from app.jobs.runner import JobRunner
 from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
-from app.jobs.store import JobStore, database_errors
+from app.jobs.store import DATABASE_ERRORS, JobStore
 from app.jobs.svd import SVD
 from app.jobs.video import VIDEO
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
@@ -320,11 +320,12 @@ def _storage_problems(state: State) -> list[str]:
     if store is not None:
         try:
             store.probe()
-        except database_errors() as exc:
+        except DATABASE_ERRORS as exc:  # which is also the store's recent error now
             problems.append(f"job database cannot be written or read: {exc}")
-        failure = store.recent_error(DATABASE_ERROR_NOT_READY_S)
-        if failure is not None and not any(failure in problem for problem in problems):
-            problems.append(f"job database failed in the last {DATABASE_ERROR_NOT_READY_S:.0f} s: {failure}")
+        else:
+            failure = store.recent_error(DATABASE_ERROR_NOT_READY_S)
+            if failure is not None:
+                problems.append(f"job database failed in the last {DATABASE_ERROR_NOT_READY_S:.0f} s: {failure}")
     return problems
 
 

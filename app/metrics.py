@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jobs.store import database_errors
+from app.jobs.store import DATABASE_ERRORS
 
 if TYPE_CHECKING:
     from app.jobs.store import JobStore
@@ -158,7 +158,7 @@ class _JobCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             self._counts = self.store.counts()
-        except database_errors() as exc:
+        except DATABASE_ERRORS as exc:
             self._failures += 1
             log.warning("metrics: could not read the job counts (%s); exporting the last ones read", exc)
         gauge = GaugeMetricFamily("pencil_jobs", "Batch jobs in the store by kind and state", labels=["kind", "status"])

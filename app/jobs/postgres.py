@@ -29,6 +29,7 @@ CONNECT_TIMEOUT_S = 5
 # Waiting this long for a connection is a database error (503): statements take milliseconds,
 # so a longer wait means the server is unreachable, and a request should not hang on it.
 POOL_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 8  # per replica
 
 # (version, name, SQL). Append only: a replica applies the versions its database lacks.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
@@ -96,12 +97,12 @@ class PostgresDatabase:
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
     integrity_errors: tuple[type[Exception], ...] = (psycopg.errors.IntegrityError,)
 
-    def __init__(self, url: str, max_connections: int = 8):
+    def __init__(self, url: str):
         self._shown = shown_url(url)
         self._pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             url,
             min_size=1,
-            max_size=max(2, max_connections),
+            max_size=MAX_CONNECTIONS,
             kwargs={"row_factory": dict_row, "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "pencil-gpu"},
             timeout=POOL_TIMEOUT_S,
             check=ConnectionPool.check_connection,  # a server restart costs no request an error
@@ -130,8 +131,8 @@ class PostgresDatabase:
     def close(self) -> None:
         self._pool.close()
 
-    def migrate(self) -> list[int]:
-        """Apply the migrations the database lacks, one replica at a time; returns their versions."""
+    def migrate(self) -> None:
+        """Apply the migrations the database lacks, one replica at a time."""
         applied = []
         with self._pool.connection() as connection:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -156,7 +157,6 @@ class PostgresDatabase:
                 self,
                 ", ".join(map(str, newer)),
             )
-        return applied
 
 
 def _placeholders(sql: str) -> str:

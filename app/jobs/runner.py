@@ -36,7 +36,7 @@ from pathlib import Path
 from app.corpora import corpus_text
 from app.jobs.kinds import JobCanceled, JobKind
 from app.jobs.leader import RunnerLock
-from app.jobs.store import Job, JobStore, Lease, database_errors
+from app.jobs.store import DATABASE_ERRORS, Job, JobStore, Lease
 from app.logs import request_context
 from app.metrics import Metrics
 from app.storage import StorageError, remove_quietly, remove_tree_quietly
@@ -50,7 +50,7 @@ PURGE_EVERY_S = 3600.0
 STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this often
 
 
-STORE_ERRORS: tuple[type[Exception], ...] = (*database_errors(), OSError)
+STORE_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, OSError)
 
 
 class JobLost(Exception):

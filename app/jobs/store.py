@@ -31,7 +31,7 @@ they are older than the retention period. What cannot be fixed at start-up (an u
 data directory, a database that cannot be opened, reached or written) is a StartupError
 whose message says what to do.
 
-Runtime database errors are raised as they are (`database_errors()`); the API answers
+Runtime database errors are raised as they are (`DATABASE_ERRORS`); the API answers
 them 503 database_unavailable (app/errors.py). File-system errors are StorageErrors.
 """
 
@@ -50,13 +50,13 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.jobs.sqlite import SqliteDatabase
+from app.jobs.sqlite import FILE_NAME, SqliteDatabase
 from app.storage import (
     StartupError,
     StorageError,
@@ -79,13 +79,7 @@ JOB_ID = re.compile(r"[0-9a-f]{32}")
 RESULT_FOLDER = re.compile(r"result(-[0-9]+)?")
 NAME_MAX = 255  # bytes in one file name
 DEFAULT_LEASE_S = 30.0
-
-_COLUMNS = (
-    "id, kind, status, params, created, started, finished, progress, error, result, cancel_requested, "
-    "idempotency_key, request_digest, request_id, attempt, replica"
-)
-_INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
-
+CANCELED_WHILE_RUNNING = "canceled while running"  # the error of a running job that stopped after a cancel
 
 STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to no live submission
 
@@ -116,6 +110,21 @@ class Job:
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+
+# The job table's columns are Job's fields, in the order of the schema (app/jobs/sqlite.py,
+# app/jobs/postgres.py), which also has `lease_until`, the store's alone. The fields whose row
+# value differs from the Job's: field -> (to the row, from the row); the others are stored as they are.
+_COLUMNS = tuple(field.name for field in fields(Job))
+_CONVERTED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "params": (json.dumps, json.loads),  # JSON text
+    "result": (  # JSON text, or NULL
+        lambda value: json.dumps(value) if value is not None else None,
+        lambda text: json.loads(text) if text else None,
+    ),
+    "cancel_requested": (int, bool),  # an INTEGER column
+}
+_INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 
 
 class Lease(enum.Enum):
@@ -156,13 +165,16 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-def database_errors() -> tuple[type[Exception], ...]:
-    """The exceptions a job database raises: sqlite3's, and psycopg's where it is installed."""
+def _database_errors() -> tuple[type[Exception], ...]:
     try:
         import psycopg
     except ImportError:
         return (sqlite3.Error,)
     return (sqlite3.Error, psycopg.Error)
+
+
+DATABASE_ERRORS = _database_errors()
+"""The exceptions a job database raises: sqlite3's, and psycopg's where it is installed."""
 
 
 class JobStore:
@@ -212,7 +224,7 @@ class JobStore:
                 return db
         except (OSError, sqlite3.Error) as exc:
             raise StartupError(
-                f"the job database {self.data_dir / 'jobs.sqlite3'} cannot be used ({exc}): check that "
+                f"the job database {self.data_dir / FILE_NAME} cannot be used ({exc}): check that "
                 "PENCIL_DATA_DIR is a writable local directory with free space, then restart"
             ) from exc
 
@@ -376,9 +388,7 @@ class JobStore:
         except BaseException:
             remove_tree_quietly(self.jobs_dir / job.id)
             raise
-        created = self.get(job.id)
-        assert created is not None  # inserted above; jobs are only deleted by purge, once finished
-        return created, True
+        return job, True  # as inserted: reading the row back gives the same Job
 
     def _store_folder(self, job: Job, inputs: Mapping[str, bytes]) -> None:
         """The job's folder with its inputs and job.json, written and flushed under a hidden
@@ -464,7 +474,7 @@ class JobStore:
 
     def mark_canceled(self, job: Job) -> bool:
         """A running job stopped at a checkpoint after a cancel."""
-        return self._finish(job, "canceled", error="canceled while running")
+        return self._finish(job, "canceled", error=CANCELED_WHILE_RUNNING)
 
     def _finish(
         self,
@@ -495,19 +505,20 @@ class JobStore:
         # One statement: a row re-queued by another replica between two statements would
         # escape both (PostgreSQL re-reads a row changed meanwhile and applies this to it).
         with self._session(write=True) as db:
-            changed = db.run(
+            row = db.one(
                 "UPDATE jobs SET "
                 "finished = CASE WHEN status = 'queued' THEN ? ELSE finished END, "
                 "error = CASE WHEN status = 'queued' THEN 'canceled before it started' ELSE error END, "
                 "cancel_requested = CASE WHEN status = 'running' THEN 1 ELSE cancel_requested END, "
                 "status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END "
-                "WHERE id = ? AND status IN ('queued', 'running')",
+                "WHERE id = ? AND status IN ('queued', 'running') RETURNING *",
                 (time.time(), job_id),
             )
-        job = self.get(job_id)  # as the cancel left it: a running job may finish while its record is written
-        if changed:
-            self._write_record(job_id)
-        return job
+        if row is None:  # no such job, or it had finished: as it is
+            return self.get(job_id)
+        # The record is written from the row as it is then: a running job may finish meanwhile.
+        self._write_record(job_id)
+        return _job(row)  # as the cancel left it
 
     def recover(self) -> int:
         """At the start of the (one) process that runs an SQLite store's jobs: jobs left
@@ -524,26 +535,19 @@ class JobStore:
     def _requeue(self, condition: str) -> list[Job]:
         lost = f"SELECT * FROM jobs WHERE status = 'running' AND {condition}{self._db.SKIP_LOCKED}"
         with self._session(write=True) as db:
-            rows = db.all(lost)
-            for row in rows:
-                job_id = row["id"]
-                if row["cancel_requested"]:
-                    db.run(
-                        "UPDATE jobs SET status = 'canceled', finished = ?, error = 'canceled while running', "
-                        "lease_until = NULL WHERE id = ?",
-                        (time.time(), job_id),
-                    )
-                else:
-                    db.run(
-                        "UPDATE jobs SET status = 'queued', started = NULL, progress = 0, replica = NULL, "
-                        "lease_until = NULL WHERE id = ?",
-                        (job_id,),
-                    )
-        for row in rows:
-            if row["cancel_requested"]:
-                self._write_record(row["id"])
-                self._remove_results(row["id"])
-        return [_job(row) for row in rows]
+            jobs = [_job(row) for row in db.all(lost)]
+            for job in jobs:  # their rows stay as read until the commit (FOR UPDATE; SQLite: one writer)
+                after = _restored(job)
+                db.run(
+                    "UPDATE jobs SET status = ?, started = ?, finished = ?, progress = ?, error = ?, replica = ?, "
+                    "lease_until = NULL WHERE id = ?",
+                    (after.status, after.started, after.finished, after.progress, after.error, after.replica, job.id),
+                )
+        for job in jobs:
+            if job.cancel_requested:
+                self._write_record(job.id)
+                self._remove_results(job.id)
+        return jobs
 
     def purge(self, older_than_s: float) -> int:
         """Delete finished jobs (rows and files) that finished more than `older_than_s` ago,
@@ -674,45 +678,20 @@ def _result_folder(attempt: int) -> str:
 
 def _row(job: Job) -> tuple[Any, ...]:
     """The values of _INSERT for `job`."""
-    return (
-        job.id,
-        job.kind,
-        job.status,
-        json.dumps(job.params),
-        job.created,
-        job.started,
-        job.finished,
-        job.progress,
-        job.error,
-        json.dumps(job.result) if job.result is not None else None,
-        int(job.cancel_requested),
-        job.idempotency_key,
-        job.request_digest,
-        job.request_id,
-        job.attempt,
-        job.replica,
-    )
+    values: list[Any] = []
+    for name in _COLUMNS:
+        value = getattr(job, name)
+        values.append(_CONVERTED[name][0](value) if name in _CONVERTED else value)
+    return tuple(values)
 
 
 def _job(row: Mapping[str, Any]) -> Job:
-    return Job(
-        id=row["id"],
-        kind=row["kind"],
-        status=row["status"],
-        params=json.loads(row["params"]),
-        created=row["created"],
-        started=row["started"],
-        finished=row["finished"],
-        progress=row["progress"],
-        error=row["error"],
-        result=json.loads(row["result"]) if row["result"] else None,
-        cancel_requested=bool(row["cancel_requested"]),
-        idempotency_key=row["idempotency_key"],
-        request_digest=row["request_digest"],
-        request_id=row["request_id"],
-        attempt=row["attempt"],
-        replica=row["replica"],
-    )
+    """The Job of a row of the table (its other columns, such as lease_until, are left out)."""
+    values: dict[str, Any] = {}
+    for name in _COLUMNS:
+        value = row[name]
+        values[name] = _CONVERTED[name][1](value) if name in _CONVERTED else value
+    return Job(**values)
 
 
 # -------------------------------------------------------------- job records --
@@ -741,12 +720,14 @@ def _read_record(folder: Path) -> Job | None:
 
 
 def _restored(job: Job) -> Job:
-    """A job as it comes back from its record: one that was running is queued again (or
-    canceled, when a cancel was asked for), as `JobStore.recover` does."""
+    """A job as it comes back when its run was lost (its process stopped, its lease ended,
+    or its database was rebuilt from its record): one that was running is queued again (or
+    canceled, when a cancel was asked for). `JobStore._requeue` writes this to the rows of
+    `recover` and `requeue_expired`; `_restore_if_empty` inserts it from job.json."""
     if job.status != "running":
         return job
     if job.cancel_requested:
-        return replace(job, status="canceled", finished=time.time(), error="canceled while running")
+        return replace(job, status="canceled", finished=time.time(), error=CANCELED_WHILE_RUNNING)
     return replace(job, status="queued", started=None, progress=0.0, replica=None)
 
 
