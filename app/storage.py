@@ -23,9 +23,10 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger("pencil.storage")
 
@@ -77,18 +78,26 @@ def write_file(path: Path, data: bytes, durable: bool = True) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` by a file holding `data`: written and flushed under a hidden temporary
-    name beside it, renamed over it, the directory synced. A failure leaves `path` as it was
+def write_atomically(path: Path, content: bytes | Callable[[BinaryIO], None], sync_directory: bool = True) -> None:
+    """Replace `path` by a file holding `content` (bytes, or a function that writes them to
+    the open file): written and flushed under a hidden temporary name beside it, renamed over
+    it, then, with `sync_directory`, the directory synced. A failure leaves `path` as it was
     and no temporary file."""
     partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")  # unique: writers may race
     try:
-        write_file(partial, data)
+        if isinstance(content, bytes):
+            write_file(partial, content)
+        else:
+            with open(partial, "xb") as handle:
+                content(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(partial, path)
     except BaseException:
         remove_quietly(partial)
         raise
-    fsync_directory(path.parent)
+    if sync_directory:
+        fsync_directory(path.parent)
 
 
 def fsync_directory(path: Path) -> None:

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from app.corpora import corpus_text
 from app.jobs.kinds import JobCanceled, JobKind
@@ -39,7 +40,7 @@ from app.jobs.leader import RunnerLock
 from app.jobs.store import DATABASE_ERRORS, Job, JobStore, Lease
 from app.logs import request_context
 from app.metrics import Metrics
-from app.storage import StorageError, remove_quietly, remove_tree_quietly
+from app.storage import StorageError, remove_tree_quietly, write_atomically
 from gpu.jobs import FileWriter
 from gpu.pool import BATCH, DevicePool
 
@@ -352,28 +353,23 @@ def _store_results(folder: Path, files: Mapping[str, FileWriter]) -> None:
         remove_tree_quietly(folder)
         folder.mkdir(parents=True)
         for name, write in files.items():
-            _write_atomically(folder / name, write)
+            # a reader never sees a half-written file, and a failed write leaves none
+            write_atomically(folder / name, _reporting_errno(write), sync_directory=False)
     except OSError as exc:
         remove_tree_quietly(folder)
         raise StorageError("store the result", exc) from exc
 
 
-def _write_atomically(path: Path, write: FileWriter) -> None:
-    """Write one result file under a temporary name, flush it to disk, then rename it: a
-    reader never sees a half-written file, and a failed write leaves none."""
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with open(partial, "wb") as handle:
-            try:
-                write(handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            except OSError as exc:
-                raise _with_errno(exc, handle.fileno()) from exc
-        os.replace(partial, path)
-    except BaseException:
-        remove_quietly(partial)
-        raise
+def _reporting_errno(write: FileWriter) -> FileWriter:
+    """`write`, with an OSError that has no errno given the file's (see _with_errno)."""
+
+    def reporting(handle: BinaryIO) -> None:
+        try:
+            write(handle)
+        except OSError as exc:
+            raise _with_errno(exc, handle.fileno()) from exc
+
+    return reporting
 
 
 def _with_errno(exc: OSError, fd: int) -> OSError:
