@@ -33,6 +33,9 @@ import psycopg
 from psycopg import conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import percentile  # bench/ is not a package
+
 from app.jobs.store import JobStore
 
 VARIANTS = {
@@ -102,8 +105,8 @@ def drain(stores: list[JobStore], threads: int, total: int) -> dict:
         "claims": len(claimed),
         "twice": len(claimed) - len(set(claimed)),
         "conflicts": conflicts,
-        "p50_ms": latencies[len(latencies) // 2],
-        "p99_ms": latencies[int(len(latencies) * 0.99)],
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
         "drain_s": seconds,
         "per_s": len(claimed) / seconds,
     }

@@ -65,9 +65,9 @@ TARGET = 1.8  # two replicas over one, through the proxy
 # ------------------------------------------------------------------ replicas --
 
 
-def gpu_uuids() -> list[str]:
-    """The GPUs' UUIDs in NVML (PCI bus) order, from NVML or else nvidia-smi; [] without either."""
-    handles = e2e.nvml_devices()
+def gpu_uuids(handles: list) -> list[str]:
+    """The GPUs' UUIDs in NVML (PCI bus) order, from NVML `handles` (e2e.nvml_devices) or
+    else nvidia-smi; [] without either."""
     if handles:
         import pynvml
 
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.nginx:
         sys.exit("no nginx: run bench/prepare_nginx.sh (builds .ngx/) or pass --nginx")
     gpus = e2e.nvml_devices()
-    uuids = gpu_uuids() if args.backend != "cpu" else []
+    uuids = gpu_uuids(gpus) if args.backend != "cpu" else []
     if args.backend == "cuda" and counts[-1] > len(uuids):
         sys.exit(f"{counts[-1]} replicas need as many GPUs; found {len(uuids)} (NVML or nvidia-smi)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -463,8 +463,9 @@ def main(argv: list[str] | None = None) -> None:
         f"# POST /sketch, replicas behind nginx: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}; GPUs: {', '.join(map(e2e.gpu_name, gpus)) or 'not measured (no NVML)'}"
     )
+    nginx_release = nginx_version(args.nginx)
     print(
-        f"# nginx {nginx_version(args.nginx)} ({args.nginx}), {args.nginx_workers} workers, "
+        f"# nginx {nginx_release} ({args.nginx}), {args.nginx_workers} workers, "
         f"config {SHIPPED_CONF.relative_to(ROOT)} (upstream servers, listen and access_log replaced)"
     )
     print(
@@ -477,7 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "gpus": [e2e.gpu_name(h) for h in gpus]},
         "args": {k: str(v) for k, v in vars(args).items()},
-        "nginx": nginx_version(args.nginx),
+        "nginx": nginx_release,
         "photo": {"name": args.photo, "width": width, "height": height, "jpeg_bytes": len(jpeg)},
         "replicas": [],
         "proxies": [],
