@@ -5,12 +5,13 @@
 # are installed first when present: the end-to-end benchmark needs them.
 #   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [phases] [e2e-mps] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
-#        [search-tests] [search-sanitize] [search-bench] [scale] [live]    (default: the first four)
+#        [search-tests] [search-sanitize] [search-bench] [scale] [live] [video]    (default: the first four)
 # A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
 # builds .whl/ and .rg/ on the developer machine.
 # SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
 # scale (bench/scale.py: 1 then 2 replicas, a GPU each, behind nginx) uses the nginx carried in .ngx/
 # (bench/prepare_nginx.sh); SCALE_ARGS: more options of bench/scale.py. live: bench/live.py, LIVE_ARGS its options.
+# video (the GPU video tests and bench/video.py) needs PyAV: carry .whlv/ (bench/prepare_device.sh).
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
 mkdir -p "$out"
@@ -27,6 +28,10 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 else
   export PYTHONPATH=$PWD
+fi
+if compgen -G ".whlv/*.whl" > /dev/null; then  # PyAV, for the video steps (bench/prepare_device.sh)
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/sitev .whlv/*.whl || exit 1
+  export PYTHONPATH=/tmp/sitev:$PYTHONPATH
 fi
 steps=${*:-tests sanitize bench e2e}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
@@ -69,6 +74,8 @@ for step in $steps; do
       # E2E_SETTINGS: space-separated 'name:KEY=V,KEY=V' (each restarts the server); E2E_ARGS: more options.
       settings=(); for s in ${E2E_SETTINGS:-}; do settings+=(--setting "$s"); done  # none: the shipped defaults
       python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e.log" | tail -60 ;;
+    video) python3 -m pytest -q -m gpu tests/gpu/video -p no:cacheprovider 2>&1 | tee "$out/video-tests.log" | tail -5
+      python3 bench/video.py --backend cuda 2>&1 | tee "$out/video.log" | tail -12 ;;
     live) python3 bench/live.py ${LIVE_ARGS:-} --out "$out" 2>&1 | tee "$out/live.log" | tail -40 ;;
     scale) python3 bench/scale.py ${SCALE_ARGS:-} --out "$out" 2>&1 | tee "$out/scale.log" | tail -40 ;;
     e2e-mps)

@@ -2,6 +2,7 @@
 # Builds, on this (networked) machine, what a GPU session carries to the offline device:
 #   .whl/  wheels of the web stack the device lacks (../shared/tools/wheelhouse.sh), for the
 #          HTTP GPU tests and the end-to-end benchmark;
+#   .whlv/ PyAV's wheel alone, for the video steps (carry it instead of .whl: both pass 64 MiB);
 #   .rg/   Debian's ripgrep and its libpcre2, for bench/search.py's host anchor.
 # Both are kept out of git (.git/info/exclude). Then one device call, carrying both:
 #   carry [".whl", ".rg"], command: bash bench/gpu_session.sh stencil-tests cs256-tests search-tests ...
@@ -9,12 +10,15 @@
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run from the project root" >&2; exit 2; }
 mkdir -p .git/info
-for ignored in /.whl/ /.rg/; do
+for ignored in /.whl/ /.whlv/ /.rg/; do
   grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 if [ -x ../shared/tools/wheelhouse.sh ] || [ -f ../shared/tools/wheelhouse.sh ]; then
   # nvImageCodec (the device JPEG codecs) and py-spy (bench/e2e.py --profile) ride along.
   bash ../shared/tools/wheelhouse.sh "nvidia-nvimgcodec-cu13>=0.9" "py-spy>=0.3"
+  # PyAV (36 MB) beside nvImageCodec (25 MB) would pass what one device call carries (64 MiB):
+  # it goes to .whlv/, carried alone for the video steps (the server loads it only for a clip).
+  rm -rf .whlv && mkdir -p .whlv && mv .whl/av-*.whl .whlv/
 else
   echo "no ../shared/tools/wheelhouse.sh: .whl/ not built (the HTTP GPU tests will skip)" >&2
 fi
@@ -27,4 +31,4 @@ cp -P "$work"/root/usr/lib/x86_64-linux-gnu/libpcre2-8.so* .rg/
 rm -rf "$work"
 version=$(LD_LIBRARY_PATH=$PWD/.rg .rg/rg --version)
 echo "${version%%$'\n'*} in .rg/"
-du -sh .whl .rg 2>/dev/null || true
+du -sh .whl .whlv .rg 2>/dev/null || true
