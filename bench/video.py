@@ -10,8 +10,9 @@ an AAC sine, 30 frames a second. Then, on that clip:
 - ours: gpu.video.draw, the front door of the video job and `pencil-gpu sketch clip.mp4`,
   on a GPU lease (--backend cuda) or the CPU: frames / wall time from the first packet
   read to the last byte written (threaded decode, drawing and x264 encode overlapped);
-- its stages alone, to see which one sets the pace: decode (demux, threaded decode, RGB,
-  the luma histogram), drawing (frames already in memory), encode (drawings already made);
+- its stages alone, to see which one sets the pace: decode (demux, threaded decode; RGB
+  and the luma histogram on PREPARE_WORKERS threads), drawing (frames already in memory),
+  encode (drawings already made);
 - the CPU pipeline, serially: OpenCV's decoder (cv2.VideoCapture), our CPU backend
   (gpu.pencil.reference.render) and OpenCV's encoder (cv2.VideoWriter, MPEG-4 part 2: the
   wheel's FFmpeg has no H.264 encoder), on the first --anchor-frames frames (it is slow);
@@ -46,9 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from gpu import video
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
+from gpu.video import PREPARE_WORKERS
 from gpu.video.decode import Reader
 from gpu.video.drawer import Drawer
 from gpu.video.encode import PRESET, Writer
+from gpu.video.pipeline import Step, pipelined
 from gpu.video.probe import audio_stream, open_input, video_stream
 from gpu.video.temporal import SteadyTone, luma_histogram
 from tests.gpu.video.clips import dark_object_entering, decoded_frames, drawn_frames, make_clip, panned, sound_only
@@ -115,7 +118,8 @@ def stages(path: Path, params: video.VideoParams, backend: str, frames: int) -> 
         stream = video_stream(container)
         reader = Reader(container, stream, audio_stream(container), info, params.pencil.max_side, histograms=True)
         start = time.perf_counter()
-        decoded = [item for item in reader if not isinstance(item, av.Packet)][:frames]
+        with pipelined(reader, [Step("prepare", reader.prepare, PREPARE_WORKERS)]) as items:
+            decoded = [item for item in items if not isinstance(item, av.Packet)][:frames]
         rates["decode"] = len(decoded) / (time.perf_counter() - start)
 
     def draw_all(lease=None) -> list[np.ndarray]:

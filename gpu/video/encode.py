@@ -30,6 +30,7 @@ from gpu.video.probe import codec_name
 
 PRESET = "superfast"
 CRF = 19
+THREAD_TYPE = "FRAME"  # x264's frame threads; PyAV's default, slice threads, scales worse
 MP4_AUDIO = ("aac", "mp3", "ac3", "eac3", "opus", "flac", "alac")  # audio codecs copied into the MP4
 SMPTE170M, MPEG_RANGE = 6, 1  # FFmpeg's AVColorSpace and AVColorRange: BT.601, limited range
 # full-range grey v -> the limited-range Y' 16 + 219 v / 255 that BT.601 decoders read
@@ -65,6 +66,7 @@ class Writer:
             context.time_base = time_base
             context.colorspace, context.color_range = SMPTE170M, MPEG_RANGE
             context.options = {"preset": PRESET, "crf": str(CRF)}
+            context.thread_type = THREAD_TYPE
             self.video.time_base = time_base
             self.audio_out: av.AudioStream | None = None
             self.audio_in, self.copy_audio = audio, False

@@ -1,24 +1,38 @@
-"""Decode, draw and encode at once: the source is iterated on one thread, each item
-transformed on a second, and the results consumed on the caller's, with small bounded
-queues (DEPTH items) between them, so the slowest stage sets the pace and the memory held
-is a few frames whatever the clip's length.
+"""Decode, prepare, draw and encode at once: the source is iterated on one thread and each
+step after it runs on its own thread (a step may also spread its items over a few worker
+threads, its results still in order), with small bounded queues (DEPTH items) between
+them, so the slowest step sets the pace and the memory held is a few frames whatever the
+clip's length. The caller's thread consumes the last step's results (the encoder).
 
-An exception in either thread is raised in the caller's, at the item where it happened;
-when the caller stops early (an exception of its own, a cancel), both threads stop at
-their next item and are joined before `pipelined` returns.
+An exception in any thread is raised in the caller's, at the item where it happened;
+when the caller stops early (an exception of its own, a cancel), every thread stops at
+its next item and all are joined before `pipelined` returns.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-DEPTH = 4  # items waiting between two stages (720p RGB: 2.7 MB each)
+DEPTH = 4  # items waiting between two steps (720p RGB: 2.7 MB each)
 POLL_S = 0.1  # how often a thread blocked on a full queue looks whether to stop
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step after the source: `transform` applied to every item, by `workers` threads
+    (more than one only for a transform that is thread-safe and releases the GIL for
+    most of its work, as FFmpeg's conversions and OpenCV do)."""
+
+    name: str
+    transform: Callable[[Any], Any]
+    workers: int = 1
 
 
 @dataclass
@@ -30,12 +44,12 @@ _END = object()
 
 
 class _Stage(threading.Thread):
-    """One thread of the pipeline: takes items from `take` (or `source`), hands each
-    through `transform` to `out`, ends with _END or the _Failed of its error."""
+    """One thread of the pipeline: puts each of `results()` (transformed items, or one
+    _Failed that ends them) into `out`, then _END."""
 
-    def __init__(self, name: str, items: Callable[[], Iterator[Any]], transform, out: queue.Queue, stop):
+    def __init__(self, name: str, results: Callable[[], Iterator[Any]], out: queue.Queue, stop: threading.Event):
         super().__init__(name=name, daemon=True)
-        self.items, self.transform, self.out, self.stop = items, transform, out, stop
+        self.results, self.out, self.stop = results, out, stop
 
     def put(self, item: Any) -> bool:
         while not self.stop.is_set():
@@ -48,11 +62,8 @@ class _Stage(threading.Thread):
 
     def run(self) -> None:
         try:
-            for item in self.items():
-                if isinstance(item, _Failed):
-                    self.put(item)
-                    return
-                if not self.put(self.transform(item)):
+            for item in self.results():
+                if not self.put(item) or isinstance(item, _Failed):
                     return
         except BaseException as exc:  # handed to the caller's thread, which raises it
             self.put(_Failed(exc))
@@ -74,23 +85,55 @@ def _drain(source: queue.Queue, stop: threading.Event) -> Iterator[Any]:
             return
 
 
+def _transformed(step: Step, items: Iterator[Any], stop: threading.Event) -> Iterator[Any]:
+    """step.transform(item) for each of `items`, in order; a _Failed passes through after
+    the results of the items before it."""
+    if step.workers == 1:
+        for item in items:
+            yield item if isinstance(item, _Failed) else step.transform(item)
+        return
+    with ThreadPoolExecutor(step.workers, thread_name_prefix=f"video-{step.name}") as pool:
+        pending: deque[Future] = deque()
+        failed = None
+        try:
+            for item in items:
+                if isinstance(item, _Failed):
+                    failed = item
+                    break
+                pending.append(pool.submit(step.transform, item))
+                if len(pending) > step.workers:  # one queued behind each worker keeps them busy
+                    yield pending.popleft().result()
+            while pending and not stop.is_set():
+                yield pending.popleft().result()
+            if failed is not None:
+                yield failed
+        finally:
+            for future in pending:
+                future.cancel()
+
+
 @contextmanager
-def pipelined(source: Iterable[Any], transform: Callable[[Any], Any], depth: int = DEPTH) -> Iterator[Iterator[Any]]:
-    """`with pipelined(source, transform) as results:` results yields transform(item) for
-    each item of `source`, in order, with source and transform running on their own
-    threads."""
+def pipelined(source: Iterable[Any], steps: Sequence[Step], depth: int = DEPTH) -> Iterator[Iterator[Any]]:
+    """`with pipelined(source, steps) as results:` results yields, for each item of
+    `source` in order, the item passed through every step's transform in turn; the source
+    and each step run on their own threads."""
     stop = threading.Event()
-    read: queue.Queue = queue.Queue(depth)
-    done: queue.Queue = queue.Queue(depth)
-    stages = [
-        _Stage("video-decode", lambda: iter(source), lambda item: item, read, stop),
-        _Stage("video-draw", lambda: _drain(read, stop), transform, done, stop),
-    ]
+    queues = [queue.Queue(depth) for _ in range(len(steps) + 1)]
+    stages = [_Stage("video-read", lambda: iter(source), queues[0], stop)]
+    for step, before, after in zip(steps, queues, queues[1:], strict=False):
+        stages.append(
+            _Stage(
+                f"video-{step.name}",
+                lambda step=step, before=before: _transformed(step, _drain(before, stop), stop),
+                after,
+                stop,
+            )
+        )
     for stage in stages:
         stage.start()
 
     def results() -> Iterator[Any]:
-        for item in _drain(done, stop):
+        for item in _drain(queues[-1], stop):
             if isinstance(item, _Failed):
                 raise item.error
             yield item

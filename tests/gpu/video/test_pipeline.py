@@ -1,5 +1,6 @@
-"""gpu/video/pipeline.py: items come out in order, transformed; an error in either thread is
-raised in the caller's; stopping early ends both threads."""
+"""gpu/video/pipeline.py: items come out in order, transformed by every step, also by a step
+spread over several workers; an error in any thread is raised in the caller's after the
+items before it; stopping early ends every thread."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import time
 
 import pytest
 
-from gpu.video.pipeline import pipelined
+from gpu.video.pipeline import Step, pipelined
 
 
 def stage_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name in ("video-decode", "video-draw")]
+    return [t for t in threading.enumerate() if t.name.startswith("video-")]
+
+
+def one(transform) -> list[Step]:
+    return [Step("draw", transform)]
 
 
 def test_items_come_out_in_order_and_transformed():
@@ -20,9 +25,53 @@ def test_items_come_out_in_order_and_transformed():
         time.sleep(0.001 * (x % 3))
         return x * x
 
-    with pipelined(range(200), slow_square, depth=2) as results:
+    with pipelined(range(200), one(slow_square), depth=2) as results:
         assert list(results) == [x * x for x in range(200)]
     assert not stage_threads()
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_steps_apply_in_turn_and_workers_keep_the_order(workers: int):
+    def jittery_double(x: int) -> int:
+        time.sleep(0.002 * ((x * 7) % 5))  # later items often finish first
+        return 2 * x
+
+    steps = [Step("prepare", jittery_double, workers), Step("draw", lambda x: x + 1)]
+    with pipelined(range(120), steps, depth=2) as results:
+        assert list(results) == [2 * x + 1 for x in range(120)]
+    assert not stage_threads()
+
+
+def test_a_step_with_workers_runs_them_at_once():
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow(x: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return x
+
+    with pipelined(range(24), [Step("prepare", slow, 4)]) as results:
+        assert list(results) == list(range(24))
+    assert most[0] == 4
+
+
+def test_an_error_in_a_worker_comes_after_the_items_before_it():
+    def transform(x: int) -> int:
+        if x == 9:
+            raise ValueError("bad frame")
+        time.sleep(0.001 * (x % 4))
+        return x
+
+    got = []
+    with pytest.raises(ValueError, match="bad frame"), pipelined(range(50), [Step("prepare", transform, 3)]) as results:
+        for item in results:
+            got.append(item)
+    assert got == list(range(9)) and not stage_threads()
 
 
 def test_an_error_of_the_source_is_raised_after_the_items_before_it():
@@ -31,7 +80,10 @@ def test_an_error_of_the_source_is_raised_after_the_items_before_it():
         raise ValueError("bad packet")
 
     got = []
-    with pytest.raises(ValueError, match="bad packet"), pipelined(source(), lambda x: x) as results:
+    with (
+        pytest.raises(ValueError, match="bad packet"),
+        pipelined(source(), [Step("prepare", lambda x: x, 2)]) as results,
+    ):
         for item in results:
             got.append(item)
     assert got == [0, 1, 2, 3, 4] and not stage_threads()
@@ -43,7 +95,7 @@ def test_an_error_of_the_transform_is_raised_in_the_caller():
             raise RuntimeError("draw failed")
         return x
 
-    with pytest.raises(RuntimeError, match="draw failed"), pipelined(range(100), transform) as results:
+    with pytest.raises(RuntimeError, match="draw failed"), pipelined(range(100), one(transform)) as results:
         assert list(results) == []  # never reached
     assert not stage_threads()
 
@@ -55,7 +107,10 @@ def test_stopping_early_ends_both_threads_even_on_an_endless_source():
             yield n
             n += 1
 
-    with pytest.raises(KeyError), pipelined(endless(), lambda x: x) as results:
+    with (
+        pytest.raises(KeyError),
+        pipelined(endless(), [Step("prepare", lambda x: x, 3), Step("draw", lambda x: x)]) as results,
+    ):
         for item in results:
             if item == 50:
                 raise KeyError("canceled")  # the job's progress raising JobCanceled, say
