@@ -11,8 +11,8 @@ an AAC sine, 30 frames a second. Then, on that clip:
   on a GPU lease (--backend cuda) or the CPU: frames / wall time from the first packet
   read to the last byte written (threaded decode, drawing and x264 encode overlapped);
 - its stages alone, to see which one sets the pace: decode (demux, threaded decode; RGB
-  and the luma histogram on PREPARE_WORKERS threads), drawing (frames already in memory),
-  encode (drawings already made);
+  on PREPARE_WORKERS threads), drawing (frames already in memory: staged with the luma
+  histogram, the steady LUT, drawn), encode (drawings already made);
 - the CPU pipeline, serially: OpenCV's decoder (cv2.VideoCapture), our CPU backend
   (gpu.pencil.reference.render) and OpenCV's encoder (cv2.VideoWriter, MPEG-4 part 2: the
   wheel's FFmpeg has no H.264 encoder), on the first --anchor-frames frames (it is slow);
@@ -110,13 +110,14 @@ def ours(path: Path, params: video.VideoParams, backend: str, out: Path) -> dict
 
 
 def stages(path: Path, params: video.VideoParams, backend: str, frames: int) -> dict[str, float]:
-    """Frames a second of each stage alone: decode (to RGB frames and histograms), drawing
-    (on frames in memory, with the steady LUT when the option is on), x264 encode."""
+    """Frames a second of each stage alone: decode (to RGB frames), drawing (on frames in
+    memory, one after the other: staged, the steady LUT when the option is on, drawn),
+    x264 encode."""
     info = video.probe(path)
     rates = {}
     with open_input(path) as container:
         stream = video_stream(container)
-        reader = Reader(container, stream, audio_stream(container), info, params.pencil.max_side, histograms=True)
+        reader = Reader(container, stream, audio_stream(container), info, params.pencil.max_side)
         start = time.perf_counter()
         with pipelined(reader, [Step("prepare", reader.prepare, PREPARE_WORKERS)]) as items:
             decoded = [item for item in items if not isinstance(item, av.Packet)][:frames]
@@ -125,7 +126,13 @@ def stages(path: Path, params: video.VideoParams, backend: str, frames: int) -> 
     def draw_all(lease=None) -> list[np.ndarray]:
         drawer = Drawer(params.pencil, lease)
         steady = SteadyTone(params.pencil.tone, info.fps) if params.temporal == "steady" else None
-        return [drawer(f.image, steady.lut(f.histogram) if steady else None) for f in decoded]
+        drawings = []
+        for frame in decoded:
+            staged = drawer.stage(frame.image, histogram=steady is not None)
+            if steady is not None and staged.histogram is not None:
+                staged.tone_lut = steady.lut(staged.histogram)
+            drawings.append(drawer.draw(staged))
+        return drawings
 
     start = time.perf_counter()
     if backend == "cuda":

@@ -3,15 +3,16 @@ then, frame by frame and on any thread, convert to RGB, turn upright, fit to the
 drawing's size; the audio packets pass through untouched, in container order, for the
 encoder to copy.
 
-The conversion is the costly part: on an H100 host's core, FFmpeg decodes a 1280x720
-H.264 frame in 0.26 ms but converts it to RGB in 2.2 ms, and the luma histogram adds
-more; both release the GIL, so the video pipeline spreads `Reader.prepare` over a few
-threads (measured: decode plus conversion on one thread 214 frames/s).
+The conversion is the costly part, and most of it was setting up FFmpeg's converter:
+on an H100 host's core a 1280x720 frame took 2.0 ms with a new converter (what
+VideoFrame.to_ndarray makes each call) and 0.5 ms with one kept per thread. It releases
+the GIL, so the video pipeline spreads `Reader.prepare` over a few threads.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,13 +20,14 @@ import av
 import av.container
 import cv2
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from gpu.pencil import reference
 from gpu.pencil.params import fitted_size
 from gpu.video.probe import ClipInfo
-from gpu.video.temporal import luma_histogram
 
 log = logging.getLogger("pencil.video")
+_converters = threading.local()  # one FFmpeg converter per thread: its set-up costs 3x the conversion
 
 
 @dataclass
@@ -40,12 +42,10 @@ class Decoded:
 class Frame:
     """One decoded frame, ready to draw. pts: in the video stream's time base, strictly
     increasing (frames come in presentation order); image: (H, W, 3) uint8 RGB of the
-    drawing's size (output_size); histogram: its (256,) int64 luma counts when asked for
-    (steady tone), else None."""
+    drawing's size (output_size)."""
 
     pts: int
     image: np.ndarray
-    histogram: np.ndarray | None = None
 
 
 def output_size(info: ClipInfo, max_side: int | None) -> tuple[int, int]:
@@ -60,7 +60,10 @@ def to_rgb(frame: av.VideoFrame, rotation: int, size: tuple[int, int], max_side:
     its own colour matrix and range, turned by `rotation` degrees counterclockwise,
     shrunk for max_side (reference.fit_max_side) and cropped to even sides. A frame of
     another size than the first (a resolution change mid-stream) is resized to `size`."""
-    rgb = frame.to_ndarray(format="rgb24", src_color_range=frame.color_range or None)
+    converter = getattr(_converters, "converter", None)
+    if converter is None:
+        converter = _converters.converter = VideoReformatter()
+    rgb = converter.reformat(frame, format="rgb24", src_color_range=frame.color_range or None).to_ndarray()
     if rotation:
         rgb = np.ascontiguousarray(np.rot90(rgb, rotation // 90))
     rgb = reference.fit_max_side(rgb, max_side)
@@ -73,10 +76,9 @@ def to_rgb(frame: av.VideoFrame, rotation: int, size: tuple[int, int], max_side:
 class Reader:
     """Iterating it gives the clip's decoded frames (Decoded, in presentation order) and,
     interleaved as demuxed, the packets of `audio` (av.Packet) for the encoder to copy;
-    `prepare` turns each Decoded into a Frame ready to draw (thread-safe). `histograms`:
-    fill Frame.histogram. `skipped` counts the video packets that failed to decode
-    (FFmpeg conceals what it can; a packet it cannot read is dropped, as the ffmpeg tool
-    does)."""
+    `prepare` turns each Decoded into a Frame ready to draw (thread-safe). `skipped`
+    counts the video packets that failed to decode (FFmpeg conceals what it can; a packet
+    it cannot read is dropped, as the ffmpeg tool does)."""
 
     def __init__(
         self,
@@ -85,10 +87,9 @@ class Reader:
         audio: av.AudioStream | None,
         info: ClipInfo,
         max_side: int | None,
-        histograms: bool,
     ):
         self.container, self.video, self.audio, self.info = container, video, audio, info
-        self.max_side, self.histograms = max_side, histograms
+        self.max_side = max_side
         self.size = output_size(info, max_side)
         self.skipped = 0
         video.thread_type = "AUTO"  # frame and slice threads: decoding keeps pace with the GPU
@@ -112,12 +113,11 @@ class Reader:
                 yield Decoded(self._pts(frame), frame)
 
     def prepare(self, item: Decoded | av.Packet) -> Frame | av.Packet:
-        """A decoded frame as a Frame (RGB, upright, sized, its histogram when asked); an
-        audio packet as it is."""
+        """A decoded frame as a Frame (RGB, upright, sized); an audio packet as it is."""
         if isinstance(item, av.Packet):
             return item
         image = to_rgb(item.frame, self.info.rotation, self.size, self.max_side)
-        return Frame(item.pts, image, luma_histogram(image) if self.histograms else None)
+        return Frame(item.pts, image)
 
     def _pts(self, frame: av.VideoFrame) -> int:
         """The frame's pts, or one frame after the last when it has none or goes back (the

@@ -43,3 +43,27 @@ def test_a_job_runs_on_a_lease(pool):
     result = pool.run(lambda lease: video.run(job, lease))
     assert result.summary["backend"] == "cuda" and result.summary["frames"] == 30
     assert result.summary["audio"]["copied"] is True
+
+
+def test_a_frame_staged_on_a_lease_counts_the_cpus_histogram_and_draws_with_the_lut(pool):
+    from skimage import data
+
+    from gpu.video.drawer import Drawer
+    from gpu.video.temporal import luma_histogram
+
+    image = np.ascontiguousarray(data.astronaut()[:360, :480])
+    lut = np.clip(np.arange(256) * 1.3 - 20, 0, 255).astype(np.uint8)  # a darkening map, not the photo's own
+    params = PencilParams(texture="fast")
+
+    def on_lease(lease):
+        drawer = Drawer(params, lease)
+        staged = drawer.stage(image, histogram=True)
+        staged.tone_lut = lut
+        return staged.histogram, drawer.draw(staged)
+
+    histogram, drawing = pool.run(on_lease)
+    np.testing.assert_array_equal(histogram, luma_histogram(image))
+    on_cpu = Drawer(params)(image, lut)
+    assert on_cpu.std() > 10
+    difference = np.abs(drawing.astype(np.int16) - on_cpu)
+    assert difference.mean() < 1.0 and np.mean(difference > 1) < 0.01, f"mean |diff| {difference.mean():.3f}"
