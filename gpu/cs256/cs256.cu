@@ -175,12 +175,15 @@ __device__ __forceinline__ void prefetch_l1(const u8* p, int bytes, int lane, in
 }
 
 // One 16-byte unit from global to shared memory, asynchronously where the device can
-// (sm_80+: cp.async, no registers; complete after wait_copies()), else at once.
+// (sm_80+: cp.async, no registers; complete after wait_copies()), else at once. The CPU
+// emulation lands it late, at wait_copies (tests/gpu/emulator/emu.h).
 __device__ __forceinline__ void copy_unit(void* shared, const void* global) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     unsigned long long address;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(address) : "l"(shared));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)address), "l"(global) : "memory");
+#elif defined(CUDA_EMULATION)
+    emu_copy_async(shared, global, 16);
 #else
     *reinterpret_cast<uint4*>(shared) = *reinterpret_cast<const uint4*>(global);
 #endif
@@ -190,6 +193,8 @@ __device__ __forceinline__ void copy_unit(void* shared, const void* global) {
 __device__ __forceinline__ void wait_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;" ::: "memory");
+#elif defined(CUDA_EMULATION)
+    emu_async_wait_all();
 #endif
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,6 +93,17 @@ def build_in_pytest(request, tmp_path_factory, driver: Path, sources: dict[str, 
 
 def load(path: Path | str) -> ctypes.CDLL:
     library = ctypes.CDLL(str(path))
+    if hasattr(library, "emu_launch_dims"):  # EMU_DIMS_ENTRY_POINT
+        library.emu_launch_dims.restype = ctypes.c_int
+        library.emu_launch_dims.argtypes = [
+            ctypes.c_char_p,
+            *[ctypes.c_uint] * 7,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+        ]
+    if not hasattr(library, "emu_launch"):
+        return library
     library.emu_launch.restype = ctypes.c_int
     library.emu_launch.argtypes = [
         ctypes.c_char_p,
@@ -107,6 +119,24 @@ def load(path: Path | str) -> ctypes.CDLL:
 
 def launch(library: ctypes.CDLL, name: str, grid: int, block: int, shared_bytes: int, args) -> None:
     """Runs kernel `name` on a 1-D grid of 1-D blocks to its end."""
+    pointers, sizes, _holders = _arguments(name, args)  # the holders live until the call returns
+    status = library.emu_launch(name.encode(), grid, block, shared_bytes, pointers, sizes, len(args))
+    if status != 0:
+        raise RuntimeError(f"emu_launch({name}) returned {status}")
+
+
+def launch_dims(library: ctypes.CDLL, name: str, grid: tuple, block: tuple, shared_bytes: int, args) -> None:
+    """Runs kernel `name` on a grid of blocks given as CuPy takes them, (x,), (x, y) or
+    (x, y, z), to its end (a driver built with emu.h's EMU_DIMS_ENTRY_POINT)."""
+    grid3, block3 = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+    pointers, sizes, _holders = _arguments(name, args)  # the holders live until the call returns
+    status = library.emu_launch_dims(name.encode(), *grid3, *block3, shared_bytes, pointers, sizes, len(args))
+    if status != 0:
+        raise RuntimeError(f"emu_launch_dims({name}) returned {status}")
+
+
+def _arguments(name: str, args):
+    """ctypes (pointers, sizes) of the kernel arguments, and the holders to keep alive."""
     count = len(args)
     keep, pointers, sizes = [], (ctypes.c_void_p * count)(), (ctypes.c_int * count)()
     for k, arg in enumerate(args):
@@ -123,6 +153,20 @@ def launch(library: ctypes.CDLL, name: str, grid: int, block: int, shared_bytes:
                 f"{name}: argument {k} is a {type(arg).__name__}; pass arrays or NumPy scalars of the kernel's types"
             )
         keep.append(holder)
-    status = library.emu_launch(name.encode(), grid, block, shared_bytes, pointers, sizes, count)
-    if status != 0:
-        raise RuntimeError(f"emu_launch({name}) returned {status}")
+    return pointers, sizes, keep
+
+
+# `extern __shared__ T name[];`: the block's dynamic shared memory, which the emulator
+# hands out as shared_base() (a `static` array cannot be `extern`).
+DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+([A-Za-z_][\w\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def with_dynamic_shared(source: Path, work_dir: Path) -> Path:
+    """A copy of the CUDA source `source` (in work_dir) whose `extern __shared__ T name[];`
+    declarations read `T* name = reinterpret_cast<T*>(shared_base());`, for a kernel source
+    that does not guard them with CUDA_EMULATION itself. Everything else is as written."""
+    text, count = DYNAMIC_SHARED.subn(r"\1* \2 = reinterpret_cast<\1*>(shared_base());", source.read_text())
+    assert count, f"{source} declares no dynamic shared memory"
+    copy = Path(work_dir) / source.name
+    copy.write_text(text)
+    return copy

@@ -1,0 +1,141 @@
+"""A stand-in for the parts of CuPy that gpu/pencil/cuda.py uses, over NumPy, whose
+RawKernels run gpu/pencil/pencil.cu in the C++ emulator (pencil_emu.cpp, built by
+tests/gpu/pencil/test_emulated.py). Device arrays are host arrays; the emulator runs each
+launch to its end, so streams and events only keep the calls' shapes (`with stream:`
+makes it current). The device is an H100 as far as the launch geometry asks (its SM
+count and opt-in shared memory), so the launches are the production ones. Kernel
+arguments must be arrays or NumPy scalars of the exact C type, as with CuPy (a size
+mismatch is an error: tests/gpu/emulator/library.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import types
+
+import numpy as np
+
+from tests.gpu.emulator import library as emulator
+
+H100 = {"MultiProcessorCount": 132, "MaxSharedMemoryPerBlockOptin": 232448}
+
+
+class _Pointer:
+    def __init__(self, array):
+        self.ptr = array.ctypes.data
+
+
+class ndarray(np.ndarray):  # CuPy's name
+    @property
+    def data(self):
+        return _Pointer(self)
+
+    def get(self, stream=None):
+        return np.array(self.view(np.ndarray))
+
+
+def _device(array) -> ndarray:
+    return np.ascontiguousarray(array).view(ndarray)
+
+
+class Event:
+    def synchronize(self):
+        pass
+
+
+class Stream:
+    current: list[Stream] = []
+
+    def __init__(self, non_blocking=False, priority=0):
+        self.ptr = id(self)
+
+    def __enter__(self):
+        Stream.current.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        Stream.current.pop()
+        return False
+
+    def synchronize(self):
+        pass
+
+    def record(self, event=None):
+        return Event()
+
+    def wait_event(self, event):
+        pass
+
+
+_NULL_STREAM = Stream()
+
+
+def get_current_stream() -> Stream:
+    return Stream.current[-1] if Stream.current else _NULL_STREAM
+
+
+class Device:
+    def __init__(self, device=0):
+        self.id = device
+        self.attributes = dict(H100)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Runtime:
+    memcpyHostToDevice, memcpyDeviceToHost = 1, 2
+
+    @staticmethod
+    def memcpyAsync(dst, src, size, kind, stream):
+        ctypes.memmove(dst, src, size)
+
+
+class RawKernel:
+    def __init__(self, library, name: str):
+        self.library, self.name = library, name
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        emulator.launch_dims(self.library, self.name, tuple(grid), tuple(block), shared_mem, args)
+
+
+def install(library_path: str):
+    """Put the fake `cupy` in sys.modules and return gpu.pencil.cuda with its kernels
+    taken from the emulator library."""
+    library = emulator.load(library_path)
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = ndarray
+    for name in ("uint8", "int32", "uint32", "float32", "float64"):
+        setattr(cupy, name, getattr(np, name))
+    cupy.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(ndarray)
+    cupy.zeros = lambda shape, dtype=np.float64: np.zeros(shape, dtype).view(ndarray)
+    cupy.full = lambda shape, value, dtype=None: np.full(shape, value, dtype).view(ndarray)
+    cupy.zeros_like = lambda a: np.zeros_like(a).view(ndarray)
+    cupy.asarray = lambda a, dtype=None: _device(np.array(a, dtype=dtype))
+    cupy.cuda = types.SimpleNamespace(
+        Stream=Stream, Event=Event, Device=Device, runtime=_Runtime, get_current_stream=get_current_stream
+    )
+    sys.modules["cupy"] = cupy
+    from gpu.pencil import cuda
+
+    cuda._k = lambda name: RawKernel(library, name)
+    return cuda
+
+
+class Lease:
+    """A gpu.pool.Lease without CUDA: device 0, fake streams, host staging buffers."""
+
+    device, slot = 0, 0
+
+    def __init__(self):
+        self.stream, self.side_stream = Stream(), Stream()
+        self._staging: dict[str, np.ndarray] = {}
+
+    def staging(self, name: str, nbytes: int) -> np.ndarray:
+        buffer = self._staging.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self._staging[name] = np.empty(nbytes, np.uint8)
+        return buffer[:nbytes]
