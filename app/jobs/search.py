@@ -9,9 +9,10 @@ the CPU backend every algorithm runs as CPython's bytes.find over an mmap of the
 (gpu/search/reference.py): the same positions.
 
 The result, per pattern: the count, the first `max_positions` positions (0-based byte
-offsets, overlapping occurrences included) and with `line_numbers` their 1-based lines,
-all of them in positions_<i>.npy (and lines_<i>.npy); times (GPU: upload, kernels,
-download; CPU: search) and throughput in GB/s.
+offsets, overlapping occurrences included) and with `line_numbers` their 1-based lines;
+with `positions: "files"` all of them in positions_<i>.npy (and lines_<i>.npy), with
+`positions: "none"` counts only; times (GPU: upload, kernels, download; CPU: search) and
+throughput in GB/s.
 """
 
 from __future__ import annotations
@@ -28,15 +29,26 @@ from app.errors import ApiError
 from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema, validation_detail
 from app.jobs.requests import is_json, unsupported
 from gpu import search
-from gpu.search.params import ALGORITHMS, GRANULARITY_MAX, MAX_PATTERNS, MAX_POSITIONS_LIMIT, MAX_STREAMS, VARIANTS
+from gpu.search.params import (
+    ALGORITHMS,
+    DEFAULT_POSITIONS,
+    GRANULARITY_MAX,
+    MAX_PATTERNS,
+    MAX_POSITIONS_LIMIT,
+    MAX_STREAMS,
+    POSITIONS,
+    VARIANTS,
+)
 
 # Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
 if TYPE_CHECKING:
     AlgorithmName = str
     VariantName = str
+    PositionsName = str
 else:
     AlgorithmName = Literal[ALGORITHMS]
     VariantName = Literal[VARIANTS]
+    PositionsName = Literal[POSITIONS]
 
 
 class Base64Pattern(BaseModel):
@@ -95,7 +107,14 @@ class SearchRequest(BaseModel):
         1000,
         ge=0,
         le=MAX_POSITIONS_LIMIT,
-        description="positions listed per pattern in the JSON result (all of them are in positions_<i>.npy)",
+        description="positions listed per pattern in the JSON result",
+    )
+    positions: PositionsName = Field(
+        DEFAULT_POSITIONS,
+        description=(
+            "none: counts only (no position is written nor downloaded); json: the first max_positions of each "
+            "pattern in the result; files: also every position in positions_<i>.npy (and lines_<i>.npy)"
+        ),
     )
     line_numbers: bool = Field(False, description="also give the 1-based line of each position")
     fused: bool = Field(
@@ -110,11 +129,13 @@ class PatternFound(ResultModel):
     length: int = Field(description="bytes")
     algorithm: str = Field(description="the algorithm that ran for it")
     count: int = Field(description="occurrences, overlapping ones included")
-    positions: list[int] = Field(description="the first max_positions 0-based byte offsets")
-    positions_truncated: bool
-    positions_file: str = Field(description="all of them: positions_<i>.npy (int64)")
+    positions: list[int] = Field(description="the first max_positions 0-based byte offsets (none with positions: none)")
+    positions_truncated: bool = Field(description="more occurrences than listed")
+    positions_file: str | None = Field(
+        description="with positions: files, all of them: positions_<i>.npy (int64); else null"
+    )
     lines: list[int] | None = Field(None, description="with line_numbers: the 1-based line of each listed position")
-    lines_file: str | None = Field(None, description="with line_numbers: lines_<i>.npy")
+    lines_file: str | None = Field(None, description="with line_numbers and positions: files: lines_<i>.npy")
 
 
 class SearchResult(ResultModel):
@@ -125,6 +146,7 @@ class SearchResult(ResultModel):
     algorithm: str
     variant: str
     fused: bool
+    positions: str = Field(description="what was returned of the positions: none, json or files")
     resident: bool | None = Field(description="the corpus was already on the device (GPU; null on the CPU)")
     launch: dict[str, Any] | list[Any] | None = Field(description="the kernels' launch geometry (GPU)")
     patterns: list[PatternFound]
@@ -138,6 +160,7 @@ EXAMPLE = {
     "algorithm": "auto",
     "variant": "optimized",
     "max_positions": 100,
+    "positions": "json",
     "line_numbers": True,
 }
 
@@ -150,11 +173,11 @@ OPENAPI = {
         "202": {
             "description": (
                 "the job, queued; poll its Location. The result: {backend, source, corpus_id, text_bytes, "
-                "algorithm, variant, fused, resident, launch, "
+                "algorithm, variant, fused, positions, resident, launch, "
                 "patterns: [{index, pattern, pattern_base64, length, algorithm, count, positions, "
                 "positions_truncated, positions_file, lines?, lines_file?}], "
                 "times_ms: GPU {upload, kernels, download, total} or CPU {search, total}, "
-                "throughput_gbps} and the files positions_<i>.npy (int64) and lines_<i>.npy"
+                "throughput_gbps}; with positions: files, the files positions_<i>.npy (int64) and lines_<i>.npy"
             )
         },
         "404": {"description": "corpus_not_found: no corpus with that id"},
@@ -209,6 +232,7 @@ async def parse(request: Request, settings: Settings) -> Submission:
         max_positions=req.max_positions,
         line_numbers=req.line_numbers,
         fused=req.fused,
+        positions=req.positions,
     )
     sources = [name for name in ("corpus_id", "text", "text_base64") if getattr(req, name) is not None]
     if len(sources) != 1:

@@ -2,8 +2,9 @@
 
 Front door: `run(job, lease=None, progress=None)` finds every pattern of a `SearchJob`
 (gpu/search/params.py) in its text: on a GPU lease with the CUDA kernels (gpu/search/cuda.py;
-a stored corpus stays resident on the device for the next search), or on the CPU with
-CPython's bytes.find over an mmap of the text (gpu/search/reference.py): the same positions.
+a stored corpus is streamed to the device while its first search runs, then stays resident
+for the next), or on the CPU with CPython's bytes.find over an mmap of the text
+(gpu/search/reference.py): the same positions. `positions` says how many of them come back.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import mmap
 import time
 from typing import Any
 
+import numpy as np
+
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
 from gpu.search.params import Corpus, SearchJob, SearchParams
 
@@ -21,9 +24,10 @@ __all__ = ["Corpus", "SearchJob", "SearchParams", "run"]
 
 def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
     """Every occurrence of each pattern. Summary per pattern: count, the first
-    max_positions positions (0-based byte offsets) and with line_numbers their 1-based
-    lines; times_ms (GPU: upload, kernels, download; CPU: search; and total) and GB/s.
-    Files positions_<i>.npy (int64) and lines_<i>.npy: all of them."""
+    max_positions positions (0-based byte offsets; none with positions "none") and with
+    line_numbers their 1-based lines; times_ms (GPU: upload, kernels, download; CPU:
+    search; and total) and GB/s. With positions "files", also the files positions_<i>.npy
+    (int64) and lines_<i>.npy: all of them."""
     from gpu.search import reference
 
     if job.path is None:
@@ -42,23 +46,29 @@ def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> 
     total_ms = (time.perf_counter() - start) * 1000
     progress(0.92)
     patterns, files = [], {}
+    listed = params.max_positions if params.positions != "none" else 0
     for i, (pattern, found) in enumerate(zip(params.patterns, output.patterns, strict=True)):
-        files[f"positions_{i}.npy"] = npy_file(found.positions)
+        count = int(found.count if found.count is not None else found.positions.size)
         entry = {
             "index": i,
             "pattern": _display(pattern),
             "pattern_base64": base64.b64encode(pattern).decode(),
             "length": len(pattern),
             "algorithm": found.algorithm,
-            "count": int(found.positions.size),
-            "positions": found.positions[: params.max_positions].tolist(),
-            "positions_truncated": bool(found.positions.size > params.max_positions),
-            "positions_file": f"positions_{i}.npy",
+            "count": count,
+            "positions": found.positions[:listed].tolist(),
+            "positions_truncated": count > listed,
+            "positions_file": None,
         }
-        if found.lines is not None:
-            files[f"lines_{i}.npy"] = npy_file(found.lines)
-            entry["lines"] = found.lines[: params.max_positions].tolist()
-            entry["lines_file"] = f"lines_{i}.npy"
+        if params.positions == "files":
+            files[f"positions_{i}.npy"] = npy_file(found.positions)
+            entry["positions_file"] = f"positions_{i}.npy"
+        if params.line_numbers and params.positions != "none":
+            lines = found.lines if found.lines is not None else np.zeros(0, np.int64)
+            entry["lines"] = lines[:listed].tolist()
+            if params.positions == "files":
+                files[f"lines_{i}.npy"] = npy_file(lines)
+                entry["lines_file"] = f"lines_{i}.npy"
         patterns.append(entry)
     times = {**output.times_ms, "total": total_ms}
     compute = "kernels" if "kernels" in times else "search"
@@ -70,6 +80,7 @@ def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> 
         "algorithm": params.algorithm,
         "variant": params.variant,
         "fused": params.fused,
+        "positions": params.positions,
         "resident": output.resident,
         "launch": output.launch or None,
         "patterns": patterns,

@@ -34,7 +34,13 @@ ALGORITHMS = ("auto", "rabin_karp", "kmp", "boyer_moore")
 KERNEL_ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
 VARIANTS = ("naive", "optimized")
 MAX_STREAMS = 8
-MAX_POSITIONS_LIMIT = 100_000  # positions listed per pattern in a JSON result (all of them are in the .npy)
+MAX_POSITIONS_LIMIT = 100_000  # positions listed per pattern in a JSON result
+# What a search hands back of its positions: "none" (counts only: no position is written
+# nor downloaded), "json" (the first max_positions of each pattern, in the result), or
+# "files" (also every position in positions_<i>.npy, and lines in lines_<i>.npy).
+POSITIONS = ("none", "json", "files")
+DEFAULT_POSITIONS = "json"
+STORED_POSITIONS = "files"  # what a job stored before the option existed did
 GRANULARITY_MIN = 1
 GRANULARITY_MAX = {"naive": 65536, "optimized": 2048}
 
@@ -73,8 +79,10 @@ class SearchParams:
     algorithm: one of ALGORITHMS. variant: one of VARIANTS.
     granularity: start positions per GPU thread (None: chosen per pattern by plan_launch).
     streams: CUDA streams the patterns are spread over (None: one per pattern, at most 4).
-    max_positions: positions listed per pattern in the result (all of them go to a file).
-    line_numbers: also give the 1-based line of each position.
+    max_positions: positions listed per pattern in the result.
+    positions: one of POSITIONS: none (counts only), json (the first max_positions in the
+    result), files (also all of them in positions_<i>.npy / lines_<i>.npy).
+    line_numbers: also give the 1-based line of each position (listed or written).
     fused: one pass over the text for all patterns (a multi-pattern Rabin-Karp: the
     optimized variant only, with algorithm auto or rabin_karp).
     """
@@ -87,6 +95,7 @@ class SearchParams:
     max_positions: int = 1000
     line_numbers: bool = False
     fused: bool = False
+    positions: str = DEFAULT_POSITIONS
 
     def __post_init__(self) -> None:
         patterns = self.patterns
@@ -111,6 +120,8 @@ class SearchParams:
         if self.streams is not None:
             _check_int("streams", self.streams, 1, MAX_STREAMS)
         _check_int("max_positions", self.max_positions, 0, MAX_POSITIONS_LIMIT)
+        if not isinstance(self.positions, str) or self.positions not in POSITIONS:
+            raise ParamError("positions", f"must be one of {', '.join(POSITIONS)}; got {self.positions!r}")
         for name in ("line_numbers", "fused"):
             if not isinstance(getattr(self, name), bool):
                 raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
@@ -127,6 +138,12 @@ class SearchParams:
                     "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the "
                     "optimized variant only",
                 )
+
+    @property
+    def positions_wanted(self) -> int | None:
+        """Positions of each pattern a search must bring back: all (None), the first
+        max_positions, or none (0)."""
+        return {"none": 0, "json": self.max_positions, "files": None}[self.positions]
 
     @property
     def stream_count(self) -> int:
@@ -190,6 +207,7 @@ class SearchJob:
             "max_positions": p.max_positions,
             "line_numbers": p.line_numbers,
             "fused": p.fused,
+            "positions": p.positions,
         }
         if self.corpus is not None:
             c = self.corpus
@@ -219,6 +237,7 @@ class SearchJob:
             max_positions=stored["max_positions"],
             line_numbers=stored["line_numbers"],
             fused=stored["fused"],
+            positions=stored.get("positions", STORED_POSITIONS),
         )
         n = stored["text_bytes"]
         if stored["source"] != "corpus":
@@ -324,18 +343,38 @@ def plan_launch(params: SearchParams, algorithm: str, pattern_length: int) -> La
     return Launch(g, threads, slots)
 
 
+READ_MARGIN = 16  # bytes a block may read past its last window: the optimized tile's 16-byte loads round up
+
+
+def blocks_ready(uploaded: int, n: int, launch: Launch, m_max: int, blocks: int) -> int:
+    """How many leading logical blocks of a pass can be counted once the first `uploaded`
+    of the text's n bytes are on the device: block b owns start positions [b B, (b + 1) B)
+    (B = launch.block_positions) and reads their windows, up to (b + 1) B + m_max - 1
+    bytes, plus READ_MARGIN. Every block (`blocks`) once the text is complete. A match
+    across the edge of an upload belongs to the block it starts in, which waits for it."""
+    if uploaded >= n:
+        return blocks
+    return max(0, min(blocks, (uploaded - (m_max - 1) - READ_MARGIN) // launch.block_positions))
+
+
 # ------------------------------------------------------------------ results --
 
 
 @dataclass
 class PatternResult:
-    """One pattern's answer: every start position (int64, increasing, overlapping
-    occurrences included), the 1-based line of each (int64) when asked, and the
-    algorithm that ran."""
+    """One pattern's answer: its start positions (int64, increasing, overlapping
+    occurrences included): all of them, or the first ones only when the search was asked
+    for fewer (SearchParams.positions_wanted); the 1-based line of each (int64) when
+    asked; the algorithm that ran; and `count`, every occurrence (None: positions.size)."""
 
     positions: np.ndarray
     lines: np.ndarray | None
     algorithm: str
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count is None:
+            self.count = int(self.positions.size)
 
 
 @dataclass

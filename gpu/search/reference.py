@@ -232,7 +232,9 @@ def line_numbers(buffer, positions: np.ndarray) -> np.ndarray:
 
 def search(buffer, params: SearchParams, progress: Callable[[float], None] | None = None) -> SearchOutput:
     """The CPU backend: every pattern of `params` in `buffer` (bytes or an mmap), block by
-    block; `progress(fraction)` is called between blocks (it may raise to cancel)."""
+    block; `progress(fraction)` is called between blocks (it may raise to cancel). Each
+    result keeps the positions the search returns (params.positions_wanted: all, the
+    first max_positions or none) and their lines; its count is every occurrence."""
     n = len(buffer)
     start_time = time.perf_counter()
     results = []
@@ -247,9 +249,12 @@ def search(buffer, params: SearchParams, progress: Callable[[float], None] | Non
             step += 1
             if progress is not None:
                 progress(step / total_steps)
-        positions = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        lines = line_numbers(buffer, positions) if params.line_numbers else None
-        results.append(PatternResult(positions, lines, CPU_ALGORITHM))
+        found = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        positions = found[: params.positions_wanted]
+        lines = None
+        if params.line_numbers:
+            lines = line_numbers(buffer, positions) if positions.size else np.zeros(0, np.int64)
+        results.append(PatternResult(positions, lines, CPU_ALGORITHM, int(found.size)))
     elapsed = (time.perf_counter() - start_time) * 1000
     return SearchOutput(results, n, {"search": elapsed})
 

@@ -5,7 +5,11 @@
 //
 // Two passes per search, so that matches are compacted on the device:
 //   count_*  each block counts its matches (counts[block]) and keeps up to `slots` of
-//            them (block-relative offsets, in order); flags[block] says which:
+//            them (block-relative offsets, in order); one launch over every block of a
+//            resident text, or, while a text is streamed to the device, one per uploaded
+//            chunk over the blocks whose bytes have all arrived (first_block onwards: a
+//            block owns its start positions, so a match across a chunk edge is counted
+//            once, by the block it starts in); flags[block] says which:
 //            BLOCK_EMPTY (no match), BLOCK_KEPT, or BLOCK_RESCAN (the block found more
 //            than `slots`, or, single pattern, a thread more than it keeps);
 //   offsets  inclusive prefix sums of counts (CUB through CuPy for one pattern,
@@ -121,10 +125,13 @@ __device__ __forceinline__ int table_bytes_of(int algo, int m) {
 
 // A 16-byte copy from global to shared memory that does not wait for the load (cp.async);
 // copies_wait() waits for all of the thread's. Both addresses 16-byte aligned.
-// Before sm_80 (and in the CPU emulation) a plain copy.
+// Before sm_80 a plain copy; the CPU emulation lands it late, at copies_wait
+// (tests/gpu/emulator/emu.h).
 __device__ __forceinline__ void copy16_async(void* shared_dst, const void* global_src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(shared_dst)), "l"(global_src) : "memory");
+#elif defined(CUDA_EMULATION)
+    emu_copy_async(shared_dst, global_src, 16);
 #else
     *reinterpret_cast<uint4*>(shared_dst) = *reinterpret_cast<const uint4*>(global_src);
 #endif
@@ -133,6 +140,8 @@ __device__ __forceinline__ void copy16_async(void* shared_dst, const void* globa
 __device__ __forceinline__ void copies_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+#elif defined(CUDA_EMULATION)
+    emu_async_wait_all();
 #endif
 }
 
@@ -717,13 +726,16 @@ __device__ __forceinline__ void scan(const Block<ALGO, OPT>& blk, i64 n, int m, 
     }
 }
 
-// Count pass. counts: [patterns][blocks] (int32); flags, slots: per block.
+// Count pass over the logical blocks first_block .. first_block + gridDim.x - 1 (a
+// launch may cover all of them, or, while a text is being uploaded, those whose bytes
+// have arrived). counts: [patterns][blocks] (int32); flags, slots: per logical block.
 template <int ALGO, bool OPT>
 __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat, int pattern_bytes, int m, int m_max, const void* table,
-                           u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {
-    Block<ALGO, OPT> blk = setup<ALGO, OPT>(blockIdx.x, text, n, end, g, pat, pattern_bytes, m_max, table);
+                           u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K, int first_block) {
+    const int b = first_block + (int)blockIdx.x;
+    Block<ALGO, OPT> blk = setup<ALGO, OPT>(b, text, n, end, g, pat, pattern_bytes, m_max, table);
     const int t = threadIdx.x;
-    u32* const block_slots = slots + (i64)blockIdx.x * K;
+    u32* const block_slots = slots + (i64)b * K;
     if constexpr (ALGO == FUSED) {
         const int lane = t & 31;
         WarpCountEmit emit;
@@ -742,11 +754,11 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
         if (!overflow) {
             for (u32 k = lane; k < emit.count; k += 32) block_slots[before + k] = emit.record(k);
         }
-        if (t == 0) flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+        if (t == 0) flags[b] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
         if (t < blk.fused.P()) {  // warp 0: the block's count of pattern t
             u32 sum = 0u;
             for (int w = 0; w < (int)(blockDim.x >> 5); ++w) sum += warp_counts[w * WARP_WORDS + t];
-            counts[(i64)t * blocks + blockIdx.x] = (int)sum;
+            counts[(i64)t * blocks + b] = (int)sum;
         }
     } else {
         CountEmit emit{0u, RECORDS_PER_THREAD, blk.records};
@@ -758,8 +770,8 @@ __device__ void count_pass(const u8* text, i64 n, i64 end, int g, const u8* pat,
             for (u32 k = 0; k < emit.count; ++k) block_slots[before + k] = emit.records[k];
         }
         if (t == 0) {
-            flags[blockIdx.x] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
-            counts[blockIdx.x] = (int)total;
+            flags[b] = total == 0u ? BLOCK_EMPTY : overflow ? BLOCK_RESCAN : BLOCK_KEPT;
+            counts[b] = (int)total;
         }
     }
 }
@@ -892,8 +904,9 @@ extern "C" __global__ void block_offsets(const int* counts, int blocks, int segm
 
 #define SINGLE_KERNELS(NAME, ALGO, OPT)                                                                                          \
     extern "C" __global__ void count_##NAME(const u8* text, i64 n, i64 end, int g, const u8* pat, int m, const short* table,      \
-                                            u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K) {        \
-        count_pass<ALGO, OPT>(text, n, end, g, pat, m, m, m, table, target, power, counts, blocks, flags, slots, K);              \
+                                            u32 target, u32 power, int* counts, int blocks, u8* flags, u32* slots, int K,          \
+                                            int first_block) {                                                                    \
+        count_pass<ALGO, OPT>(text, n, end, g, pat, m, m, m, table, target, power, counts, blocks, flags, slots, K, first_block); \
     }                                                                                                                             \
     extern "C" __global__ void write_##NAME(const u8* text, i64 n, i64 end, int g, const u8* pat, int m, const short* table,      \
                                             u32 target, u32 power, const int* counts, int blocks, const u8* flags,                 \
@@ -912,8 +925,8 @@ SINGLE_KERNELS(boyer_moore_optimized, BOYER_MOORE, true)
 // Fused: patterns concatenated (pattern_bytes in all), table = filter u8[FILTER_SIZE] +
 // coarse u32[32] + meta int32[META_INTS]; end = n - shortest + 1; counts, offsets: [P][blocks].
 extern "C" __global__ void count_fused(const u8* text, i64 n, i64 end, int g, const u8* patterns, int pattern_bytes, int m_max,
-                                       const u8* table, int* counts, int blocks, u8* flags, u32* slots, int K) {
-    count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K);
+                                       const u8* table, int* counts, int blocks, u8* flags, u32* slots, int K, int first_block) {
+    count_pass<FUSED, true>(text, n, end, g, patterns, pattern_bytes, 0, m_max, table, 0u, 0u, counts, blocks, flags, slots, K, first_block);
 }
 
 // out: every pattern's positions, pattern after pattern (pattern q's totals[q] of them

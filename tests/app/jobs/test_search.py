@@ -64,27 +64,37 @@ def as_json_pattern(pattern: bytes, rng) -> str | dict:
 def check_result(
     client, result: dict, text: bytes, patterns: list[bytes], max_positions: int, line_numbers: bool
 ) -> None:
+    """The result against brute force, for the `positions` mode it reports: none (counts
+    only), json (the first max_positions listed, no file) or files (also every one)."""
     body = result["result"]
     assert body["text_bytes"] == len(text)
     assert len(body["patterns"]) == len(patterns)
+    mode = body["positions"]
+    listed = 0 if mode == "none" else max_positions
     for i, (pattern, entry) in enumerate(zip(patterns, body["patterns"], strict=True)):
         expected = ref.brute_force(text, pattern)
-        context = f"pattern {i} {pattern[:30]!r}"
+        context = f"pattern {i} {pattern[:30]!r}, positions {mode}"
         assert entry["index"] == i and entry["length"] == len(pattern), context
         assert base64.b64decode(entry["pattern_base64"]) == pattern, context
         assert entry["count"] == expected.size, context
-        assert entry["positions"] == expected[:max_positions].tolist(), context
-        assert entry["positions_truncated"] == (expected.size > max_positions), context
-        positions = fetch_npy(client, result["files"][entry["positions_file"]])
-        assert positions.dtype == np.int64, context
-        np.testing.assert_array_equal(positions, expected, err_msg=context)
-        if line_numbers:
+        assert entry["positions"] == expected[:listed].tolist(), context
+        assert entry["positions_truncated"] == (expected.size > listed), context
+        if mode == "files":
+            positions = fetch_npy(client, result["files"][entry["positions_file"]])
+            assert positions.dtype == np.int64, context
+            np.testing.assert_array_equal(positions, expected, err_msg=context)
+        else:
+            assert entry["positions_file"] is None and f"positions_{i}.npy" not in result["files"], context
+        if line_numbers and mode != "none":
             newlines = np.flatnonzero(np.frombuffer(text, np.uint8) == ord("\n"))
             lines = np.searchsorted(newlines, expected).astype(np.int64) + 1  # newlines before each match, plus one
-            assert entry["lines"] == lines[:max_positions].tolist(), context
-            np.testing.assert_array_equal(
-                fetch_npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context
-            )
+            assert entry["lines"] == lines[:listed].tolist(), context
+            if mode == "files":
+                np.testing.assert_array_equal(
+                    fetch_npy(client, result["files"][entry["lines_file"]]), lines, err_msg=context
+                )
+            else:
+                assert "lines_file" not in entry and f"lines_{i}.npy" not in result["files"], context
         else:
             assert "lines" not in entry and "lines_file" not in entry, context
 
@@ -118,12 +128,14 @@ def test_search_jobs_find_what_brute_force_finds(make_client, rng, name):
         "algorithm": algorithm,
         "max_positions": 25,
         "line_numbers": True,
+        "positions": "files",
     }
     if granularity:
         body["granularity"] = granularity
     result = result_of(client, body)
     check_result(client, result, text, patterns, 25, True)
     out = result["result"]
+    assert out["positions"] == "files"
     assert (out["backend"], out["source"], out["corpus_id"], out["algorithm"]) == (
         "cpu",
         "corpus",
@@ -148,6 +160,7 @@ def test_inline_texts_utf8_and_base64(make_client, rng):
         },
     )
     check_result(client, result, text, patterns, 3, True)
+    assert result["result"]["positions"] == "json" and result["files"] == {}  # the default: no file
     assert result["result"]["source"] == "text" and result["result"]["corpus_id"] is None
     assert [e["pattern"] for e in result["result"]["patterns"]] == [p.decode() for p in patterns]
     binary = rng.integers(0, 3, 3000, dtype=np.uint8).tobytes()  # NUL-heavy
@@ -166,13 +179,15 @@ def test_inline_texts_utf8_and_base64(make_client, rng):
     assert result["result"]["patterns"][2]["pattern"] is None  # not UTF-8: given as base64 only
 
 
-def test_eight_patterns_each_algorithm(make_client, rng):
+def test_eight_patterns_each_algorithm_and_positions_mode(make_client, rng):
     client = admin(make_client)
     text = english(30_000, rng)
     corpus_id = store_corpus(client, text)
     patterns = [b"the", b"e", b"Python", b"The ", text[100:116], text[5000:5064], b"\n", b"not in the text at all"]
-    for algorithm in ALGORITHMS:
-        for variant in ("naive", "optimized"):
+    modes = ("none", "json", "files")
+    for k, algorithm in enumerate(ALGORITHMS):
+        for j, variant in enumerate(("naive", "optimized")):
+            positions = modes[(2 * k + j) % 3]
             result = result_of(
                 client,
                 {
@@ -182,9 +197,12 @@ def test_eight_patterns_each_algorithm(make_client, rng):
                     "variant": variant,
                     "streams": 8,
                     "max_positions": 10,
+                    "line_numbers": True,
+                    "positions": positions,
                 },
             )
-            check_result(client, result, text, patterns, 10, False)
+            assert result["result"]["positions"] == positions
+            check_result(client, result, text, patterns, 10, True)
 
 
 @pytest.mark.parametrize(
@@ -208,6 +226,8 @@ def test_eight_patterns_each_algorithm(make_client, rng):
         ({"patterns": ["a"], "granularity": "16"}, 422, "invalid_parameter", "granularity"),
         ({"patterns": ["a"], "streams": 9}, 422, "invalid_parameter", "streams"),
         ({"patterns": ["a"], "max_positions": -1}, 422, "invalid_parameter", "max_positions"),
+        ({"patterns": ["a"], "positions": "all"}, 422, "invalid_parameter", "positions"),
+        ({"patterns": ["a"], "positions": True}, 422, "invalid_parameter", "positions"),
         ({"patterns": ["a"], "line_numbers": "yes"}, 422, "invalid_parameter", "line_numbers"),
         ({"patterns": ["a"], "fused": True, "algorithm": "kmp"}, 422, "invalid_parameter", "fused"),
         ({"patterns": ["a"], "pattern": "typo"}, 422, "invalid_parameter", "pattern"),
@@ -312,6 +332,7 @@ def test_search_jobs_on_the_gpu_keep_the_corpus_resident(make_client, rng):
                     "streams": 3,
                     "line_numbers": True,
                     "max_positions": 20,
+                    "positions": ("json", "files")[len(results) % 2],
                 },
             )
             check_result(client, result, text, patterns, 20, True)

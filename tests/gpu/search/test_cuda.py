@@ -77,14 +77,18 @@ class Expected:
 
 
 def check(output, expected: Expected | bytes, params: SearchParams, context: str) -> None:
+    """Every count, and the positions the search was asked to bring back (all, the first
+    max_positions or none: params.positions_wanted) with their lines."""
     expected = expected if isinstance(expected, Expected) else Expected(expected)
     assert len(output.patterns) == len(params.patterns), context
+    wanted = params.positions_wanted
     for i, (pattern, result) in enumerate(zip(params.patterns, output.patterns, strict=True)):
-        where = f"{context}, pattern {i} {pattern[:24]!r} (m={len(pattern)})"
+        where = f"{context}, pattern {i} {pattern[:24]!r} (m={len(pattern)}), positions {params.positions}"
         assert result.positions.dtype == np.int64, where
-        np.testing.assert_array_equal(result.positions, expected.positions(pattern), err_msg=where)
-        if params.line_numbers:
-            np.testing.assert_array_equal(result.lines, expected.lines(pattern), err_msg=where)
+        assert result.count == expected.positions(pattern).size, where
+        np.testing.assert_array_equal(result.positions, expected.positions(pattern)[:wanted], err_msg=where)
+        if params.line_numbers and wanted != 0:
+            np.testing.assert_array_equal(result.lines, expected.lines(pattern)[:wanted], err_msg=where)
         else:
             assert result.lines is None, where
 
@@ -106,6 +110,7 @@ def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, le
                 granularity=g,
                 streams=streams,
                 line_numbers=(g is None),
+                positions="files",
             )
             output = cuda.search_device(device_text, params, lease)
             check(output, expected, params, f"{name}: {algorithm}/{variant} streams={streams} g={g}")
@@ -120,7 +125,7 @@ def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
     subsets = [patterns, patterns[:1], patterns[::-1][:3], [patterns[-1]] * 2]
     for g in [None, 1, 16, 333, 2048] + ([built_for] if built_for else []):
         for subset in subsets:
-            params = SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True)
+            params = SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True, positions="files")
             check(
                 cuda.search_device(device_text, params, lease),
                 expected,
@@ -131,7 +136,7 @@ def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
 
 def test_auto_runs_what_it_chose(cuda, lease, rng):
     text = english(50_000, rng)
-    params = SearchParams((b"aaaa", b"ACGTACGTAA", b"the", b"quick brown"), streams=2)
+    params = SearchParams((b"aaaa", b"ACGTACGTAA", b"the", b"quick brown"), streams=2, positions="files")
     output = cuda.search_device(cuda.text_from_host(text, lease)[0], params, lease)
     assert [r.algorithm for r in output.patterns] == ["kmp", "rabin_karp", "kmp", "boyer_moore"]
     check(output, text, params, "auto")
@@ -158,11 +163,11 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
     expected = np.asarray(starts, np.int64)
     expected_lines = np.asarray([1 + sum(p < s for p in newlines) for s in starts], np.int64)
     runs = [
-        SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True)
+        SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True, positions="files")
         for a in ALGORITHMS
         for v in VARIANTS
     ]
-    runs.append(SearchParams((needle, b"\x01\x02"), fused=True, line_numbers=True))
+    runs.append(SearchParams((needle, b"\x01\x02"), fused=True, line_numbers=True, positions="files"))
     for params in runs:
         output = cuda.search_device(text, params, lease)
         context = f"{params.algorithm}/{params.variant} fused={params.fused}"
@@ -174,7 +179,8 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
 
 
 def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
-    monkeypatch.setattr(cuda, "UPLOAD_PIECE", 1 << 20)  # many pieces, reader threads and buffers reused
+    monkeypatch.setattr(cuda, "STREAM_PIECE", 1 << 20)  # many pieces, reader threads and ring slots reused
+    monkeypatch.setattr(cuda, "STREAM_RING", 3)
     data = rng.integers(0, 256, 7 * (1 << 20) + 12_345, dtype=np.uint8).tobytes()
     path = tmp_path / "corpus.bin"
     path.write_bytes(data)
@@ -188,11 +194,62 @@ def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
 def test_newline_index_and_line_numbers(cuda, lease, rng):
     text = bytes(rng.choice(np.frombuffer(b"ab\n", np.uint8), 300_001, p=[0.45, 0.45, 0.1]))
     device_text, _ = cuda.text_from_host(text, lease)
-    params = SearchParams((b"a", b"\n", b"ab\nb"), line_numbers=True)
+    params = SearchParams((b"a", b"\n", b"ab\nb"), line_numbers=True, positions="files")
     check(cuda.search_device(device_text, params, lease), text, params, "lines")
-    segment_before = device_text.segment_before.get()
+    segment_before = device_text.segment_before(lease).get()
     counts = np.add.reduceat(np.frombuffer(text, np.uint8) == 10, np.arange(0, len(text), cuda.LINE_SEGMENT))
     np.testing.assert_array_equal(segment_before, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
+@pytest.mark.parametrize("name", ["english", "boundaries", "runs", "long_pattern", "nul_bytes"])
+def test_a_text_streamed_in_while_searched_finds_each_match_once(cuda, lease, rng, monkeypatch, name):
+    """The first search of a corpus: the text streamed in by pieces of a few KiB (at
+    random), count launches every chunk of one to three pieces, so that launches start at
+    later blocks and matches cross the chunks' edges; every algorithm x variant, fused, and
+    each positions mode; the text kept is byte exact and a search of it finds the same."""
+    text, patterns, built_for = cases(rng, size=300_000)[name]
+    piece = int(rng.integers(1000, 20_000))
+    monkeypatch.setattr(cuda, "STREAM_PIECE", piece)
+    monkeypatch.setattr(cuda, "STREAM_CHUNK", piece * int(rng.integers(1, 4)))
+    monkeypatch.setattr(cuda, "STREAM_RING", 3)
+    expected = Expected(text)
+    array = np.frombuffer(text, np.uint8)
+    modes = ("files", "json", "none")
+    runs = [
+        SearchParams(
+            tuple(patterns),
+            algorithm=a,
+            variant=v,
+            granularity=g,
+            streams=3,
+            line_numbers=True,
+            positions=modes[k % 3],
+            max_positions=int(rng.integers(0, 100)),
+        )
+        for k, (a, v, g) in enumerate(
+            (a, v, g) for a in ALGORITHMS for v in VARIANTS for g in [None, 1] + ([built_for] if built_for else [])
+        )
+    ]
+    runs.append(SearchParams(tuple(patterns), fused=True, line_numbers=True, positions="files"))
+    for params in runs:
+        context = f"{name} streamed by {piece} bytes: {params.algorithm}/{params.variant} g={params.granularity}"
+        whole, output = cuda.search_streamed(cuda._host_reader(array), len(text), params, lease)
+        check(output, expected, params, context)
+        assert output.times_ms["upload"] > 0 and set(output.times_ms) == {"upload", "kernels", "download"}
+    assert whole.data[: len(text)].get().tobytes() == text and not whole.data[len(text) :].get().any()
+    check(cuda.search_device(whole, runs[0], lease), expected, runs[0], f"{name}: the streamed text, resident")
+
+
+def test_a_failed_read_is_raised_and_the_next_search_is_right(cuda, lease, rng, tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda, "STREAM_PIECE", 1 << 16)
+    text = english(1_000_000, rng)
+    path = tmp_path / "short.txt"
+    path.write_bytes(text[:700_000])  # shorter than the job says: the read fails at its end
+    params = SearchParams((b"the",), positions="files")
+    with pytest.raises(OSError, match="ended at byte 700000"):
+        cuda.search_file(lease, path, len(text), params)
+    path.write_bytes(text)
+    check(cuda.search_file(lease, path, len(text), params), text, params, "after a failed read")
 
 
 def test_streams_are_distinct_and_per_lease(cuda, pool):

@@ -15,12 +15,14 @@ from gpu.search import reference as ref
 from gpu.search.params import (
     GRANULARITY_MAX,
     MAX_PATTERN_BYTES,
+    READ_MARGIN,
     RK_BASE,
     SLOTS_MAX,
     THREADS,
     TILE_BYTES,
     ParamError,
     SearchParams,
+    blocks_ready,
     choose_algorithm,
     default_granularity,
     odd_multiple_of_16,
@@ -178,7 +180,7 @@ def test_line_numbers_count_the_newlines_before_each_position(rng, monkeypatch):
 def test_cpu_backend_searches_block_by_block_with_progress(rng, monkeypatch, tmp_path, use_mmap):
     monkeypatch.setattr(ref, "BLOCK_BYTES", 997)  # blocks much smaller than the text: matches straddle them
     text, patterns, _ = cases(rng)["english"]
-    params = SearchParams(tuple(patterns), line_numbers=True)
+    params = SearchParams(tuple(patterns), line_numbers=True, positions="files")
     seen = []
     path = tmp_path / "corpus.bin"
     path.write_bytes(text)
@@ -219,7 +221,11 @@ def test_params_defaults_and_stream_count():
         params.max_positions,
         params.line_numbers,
         params.fused,
-    ) == ("auto", "optimized", None, 1000, False, False)
+        params.positions,
+    ) == ("auto", "optimized", None, 1000, False, False, "json")
+    assert params.positions_wanted == 1000
+    assert SearchParams((b"a",), positions="none", max_positions=7).positions_wanted == 0
+    assert SearchParams((b"a",), positions="files", max_positions=7).positions_wanted is None
     assert params.stream_count == 2
     assert SearchParams((b"x",) * 8).stream_count == 4
     assert SearchParams((b"x",) * 8, streams=8).stream_count == 8
@@ -250,6 +256,8 @@ def test_params_defaults_and_stream_count():
         ({"line_numbers": 1}, "line_numbers"),
         ({"fused": True, "algorithm": "kmp"}, "fused"),
         ({"fused": True, "variant": "naive"}, "fused"),
+        ({"positions": "all"}, "positions"),
+        ({"positions": None}, "positions"),
     ],
 )
 def test_bad_params_name_the_parameter(kwargs, name):
@@ -294,3 +302,40 @@ def test_launch_plan_geometry(variant, algorithm, m, granularity):
     else:
         assert launch.granularity == requested and launch.threads == THREADS
     assert launch.blocks(1) == 1 and launch.blocks(launch.block_positions + 1) == 2
+
+
+@pytest.mark.parametrize("variant", ["naive", "optimized"])
+@pytest.mark.parametrize("m", [1, 7, 64, 4096])
+def test_blocks_ready_only_once_their_windows_have_arrived(rng, variant, m):
+    """Uploads that end anywhere: the blocks counted so far only ever grow, each reads only
+    bytes that have arrived (its windows and READ_MARGIN), and a block is held back only
+    while they have not: so every start position is counted exactly once, by its block,
+    after the bytes of its window are on the device."""
+    params = SearchParams((b"x" * m,), variant=variant, granularity=int(rng.integers(1, 300)))
+    launch = plan_launch(params, "kmp", m)
+    n = int(rng.integers(m, 40 * launch.block_positions))
+    end = n - m + 1
+    blocks = launch.blocks(end)
+    counted = 0
+    for uploaded in sorted(rng.integers(0, n, 30).tolist()) + [n]:
+        ready = blocks_ready(uploaded, n, launch, m, blocks)
+        assert counted <= ready <= blocks, (uploaded, ready)
+        if ready < blocks:
+            reads_up_to = ready * launch.block_positions + m - 1 + READ_MARGIN  # exclusive, block ready - 1
+            assert ready == 0 or reads_up_to <= uploaded, (uploaded, ready)
+            next_needs = (ready + 1) * launch.block_positions + m - 1 + READ_MARGIN
+            assert next_needs > uploaded, (uploaded, ready)  # the next block waits only for missing bytes
+        counted = ready
+    assert counted == blocks
+
+
+def test_cpu_backend_returns_the_positions_asked_for(rng):
+    text = english(30_000, rng)
+    expected = ref.find_all(text, b"e")
+    assert expected.size > 100
+    for mode, listed in (("none", 0), ("json", 40), ("files", expected.size)):
+        params = SearchParams((b"e",), positions=mode, max_positions=40, line_numbers=True)
+        (result,) = ref.search(text, params).patterns
+        assert result.count == expected.size, mode
+        np.testing.assert_array_equal(result.positions, expected[:listed], err_msg=mode)
+        np.testing.assert_array_equal(result.lines, ref.line_numbers(text, expected[:listed]), err_msg=mode)

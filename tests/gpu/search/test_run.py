@@ -17,7 +17,7 @@ from tests.gpu.jobkit import stored_and_back, written
 def test_an_inline_text_round_trips_and_every_occurrence_is_found(tmp_path, rng):
     text = search_cases.english(20_000, rng)
     patterns = (b"the", text[5000:5012], b"\xff\xfe no such bytes")
-    params = search.SearchParams(patterns, max_positions=5, line_numbers=True)
+    params = search.SearchParams(patterns, max_positions=5, line_numbers=True, positions="files")
     job = stored_and_back(search.SearchJob.inline(params, text), tmp_path / "in")
     assert job.to_json()["source"] == "text" and job.text_bytes == len(text)
     result = search.run(job)
@@ -54,3 +54,31 @@ def test_an_empty_inline_text_is_refused():
     with pytest.raises(ParamError) as caught:
         search.SearchJob.inline(search.SearchParams((b"a",)), b"", "text_base64")
     assert caught.value.field == "text_base64"
+
+
+def test_positions_json_lists_them_and_none_counts_only_without_files(tmp_path, rng):
+    text = search_cases.english(20_000, rng)
+    expected = brute_force(text, b"the")
+    assert expected.size > 5
+    for mode, listed in (("json", 5), ("none", 0)):
+        params = search.SearchParams((b"the",), max_positions=5, line_numbers=True, positions=mode)
+        job = stored_and_back(search.SearchJob.inline(params, text), tmp_path / mode)
+        assert job.params.positions == mode
+        result = search.run(job)
+        (entry,) = result.summary["patterns"]
+        assert result.files == {} and result.summary["positions"] == mode
+        assert entry["count"] == expected.size and entry["positions"] == expected[:listed].tolist()
+        assert entry["positions_truncated"] and entry["positions_file"] is None
+        assert ("lines" in entry) == (mode == "json")
+        if mode == "json":
+            assert entry["lines"] == [text.count(b"\n", 0, p) + 1 for p in expected[:5]]
+
+
+def test_a_job_stored_before_the_positions_option_still_writes_its_files(tmp_path, rng):
+    text = search_cases.english(5000, rng)
+    job = search.SearchJob.inline(search.SearchParams((b"e",)), text)
+    stored = job.to_json()
+    del stored["positions"]
+    (tmp_path / "text.bin").write_bytes(text)
+    back = search.SearchJob.from_json(stored, {"text.bin": tmp_path / "text.bin"})
+    assert back.params.positions == "files"

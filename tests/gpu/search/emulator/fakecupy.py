@@ -1,13 +1,18 @@
 """A stand-in for the few parts of CuPy that gpu/search/cuda.py uses, over NumPy, whose
 RawKernels run gpu/search/search.cu in the C++ emulator (emu.cpp, built by the test).
-Device arrays are host arrays; streams and events do nothing (the emulator runs each
-launch to its end); kernel arguments must be arrays or NumPy scalars of the exact C type,
-as with CuPy (a mismatch in size is an error here: tests/gpu/emulator/library.py)."""
+Device arrays are host arrays, filled with 0xFF bytes when made (cupy.empty); a kernel
+launch runs to its end at once. Host-to-device copies (memcpyAsync) land late: each waits
+in its stream's queue until an event recorded after it is synchronized or waited for by
+another stream, or its stream is synchronized, so that a kernel launched on a stream that
+did not wait for the upload of its bytes reads 0xFF instead of the text. Kernel arguments
+must be arrays or NumPy scalars of the exact C type, as with CuPy (a mismatch in size is
+an error here: tests/gpu/emulator/library.py)."""
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 import types
 
 import numpy as np
@@ -29,9 +34,18 @@ class ndarray(np.ndarray):  # CuPy's name
         return np.array(self.view(np.ndarray))
 
 
+_streams: dict[int, Stream] = {}
+
+
 class Stream:
+    """Its queue holds the copies not landed yet; `done` of them have landed."""
+
     def __init__(self, non_blocking=False, priority=0):
         self.ptr = id(self)
+        self.queue: list = []
+        self.done = 0
+        self.lock = threading.Lock()  # reader threads synchronize events too
+        _streams[self.ptr] = self
 
     def __enter__(self):
         return self
@@ -39,22 +53,31 @@ class Stream:
     def __exit__(self, *exc):
         return False
 
+    def land(self, upto: int) -> None:
+        """Carry out the queued copies up to number `upto`."""
+        with self.lock:
+            while self.done < upto:
+                self.queue[self.done]()
+                self.done += 1
+
     def synchronize(self):
-        pass
+        self.land(len(self.queue))
 
     def wait_event(self, event):
-        pass
+        event.synchronize()
 
 
 class Event:
     def __init__(self, block=False, disable_timing=False, interprocess=False):
-        pass
+        self.stream, self.upto = None, 0
 
     def record(self, stream=None):
-        pass
+        self.stream = stream
+        self.upto = len(stream.queue) if stream is not None else 0
 
     def synchronize(self):
-        pass
+        if self.stream is not None:
+            self.stream.land(self.upto)
 
 
 class Device:
@@ -79,7 +102,7 @@ class _Runtime:
 
     @staticmethod
     def memcpyAsync(dst, src, size, kind, stream):
-        ctypes.memmove(dst, src, size)
+        _streams[stream].queue.append(lambda: ctypes.memmove(dst, src, size))
 
     @staticmethod
     def memGetInfo():
@@ -89,6 +112,12 @@ class _Runtime:
 class _MemoryPool:
     def get_limit(self):
         return 1 << 34
+
+
+def _empty(shape, dtype=np.float64):
+    array = np.empty(shape, dtype)
+    array.view(np.uint8).fill(0xFF)
+    return array.view(ndarray)
 
 
 class RawKernel:
@@ -107,7 +136,7 @@ def install(library_path: str):
     cupy.ndarray = ndarray
     for name in ("uint8", "int16", "int32", "int64", "uint32", "uint64"):
         setattr(cupy, name, getattr(np, name))
-    cupy.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(ndarray)
+    cupy.empty = _empty
     cupy.zeros = lambda shape, dtype=np.float64: np.zeros(shape, dtype).view(ndarray)
     cupy.asarray = lambda a, dtype=None: np.array(a, dtype=dtype).view(ndarray)
     cupy.ascontiguousarray = lambda a: np.ascontiguousarray(a).view(ndarray)
@@ -137,6 +166,11 @@ class Lease:
 
     def __init__(self):
         self.stream, self.side_stream = Stream(), Stream()
+        self._staging: dict[str, np.ndarray] = {}
 
     def staging(self, name: str, nbytes: int) -> np.ndarray:
-        return np.empty(nbytes, np.uint8)
+        """Kept per name, as the pool's (copies in flight read from it)."""
+        buffer = self._staging.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self._staging[name] = np.empty(nbytes, np.uint8)
+        return buffer[:nbytes]
