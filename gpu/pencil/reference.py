@@ -299,34 +299,52 @@ def auto_brightening() -> np.ndarray:
     return table
 
 
+@lru_cache(maxsize=1)
+def auto_fit_systems() -> tuple[np.ndarray, np.ndarray]:
+    """The constant half of fit_tone's KKT systems, for every dark layer and TONE_SUPPORTS
+    entry: (len(AUTO_DARK_LAYERS), 7, 4, 4) float64 inverses of the systems in (w0, w1,
+    w2, lambda), rows i in the support sum_j G_ij w_j + lambda = r_i, rows i outside it
+    w_i = 0, the last row sum w = 1; and the (7, 3) bool support masks. Only the right-hand
+    side r depends on the photo, so a fit is one batched product (a loop of 112 small
+    solves held the GIL for 1.9 ms, which the video pipeline's threads wait on)."""
+    grams = auto_layer_grams()
+    masks = np.zeros((len(TONE_SUPPORTS), 3), bool)
+    systems = np.zeros((len(grams), len(TONE_SUPPORTS), 4, 4))
+    for s, support in enumerate(TONE_SUPPORTS):
+        masks[s, list(support)] = True
+        inside = np.outer(masks[s], masks[s])
+        systems[:, s, :3, :3] = np.where(inside, grams, 0.0) + np.diag(~masks[s])
+        systems[:, s, :3, 3] = systems[:, s, 3, :3] = masks[s]
+    inverses = np.linalg.inv(systems)
+    inverses.setflags(write=False)
+    masks.setflags(write=False)
+    return inverses, masks
+
+
 def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     """Stage 7 for tone="auto": the dark layer (an index into AUTO_DARK_LAYERS) and the (3,)
     float64 weights (bright, mid, dark), >= 0 and summing to 1, whose mixture has the CDF
     closest in least squares to the CDF F of the photo's brightened values (auto_brightening):
     minimise sum_v (F(v) - sum_i w_i G_i(v))^2. Three unknowns on a simplex: each support
     (TONE_SUPPORTS) is solved exactly (equality-constrained least squares by its KKT
-    system), and the best feasible fit over every dark layer is kept (the first on a tie).
-    gpu/pencil/pencil.cu fit_tone does the same."""
+    system, auto_fit_systems), and the best feasible fit over every dark layer is kept
+    (the first, layer by layer and support by support, on a tie). gpu/pencil/pencil.cu
+    fit_tone does the same."""
     brightened = np.bincount(auto_brightening(), weights=source_counts.astype(np.float64), minlength=256)
     source = np.cumsum(brightened)
     source /= source[-1]
-    best_layer, best, best_cost = 0, np.array([1.0, 0.0, 0.0]), np.inf
-    for layer, (layers, gram) in enumerate(zip(auto_layer_cdfs(), auto_layer_grams(), strict=True)):
-        rhs = layers @ source
-        for support in TONE_SUPPORTS:
-            k = len(support)
-            system = np.zeros((k + 1, k + 1))
-            system[:k, :k] = gram[np.ix_(support, support)]
-            system[:k, k] = system[k, :k] = 1.0
-            solution = np.linalg.solve(system, np.append(rhs[list(support)], 1.0))
-            if np.any(solution[:k] < 0.0):
-                continue
-            weights = np.zeros(3)
-            weights[list(support)] = solution[:k]
-            cost = weights @ gram @ weights - 2.0 * rhs @ weights
-            if cost < best_cost:
-                best_layer, best, best_cost = layer, weights, cost
-    return best_layer, best
+    inverses, masks = auto_fit_systems()
+    grams = auto_layer_grams()
+    rhs = auto_layer_cdfs() @ source  # (layers, 3): G_i . F
+    right = np.zeros(inverses.shape[:3])
+    right[..., :3] = np.where(masks, rhs[:, None, :], 0.0)
+    right[..., 3] = 1.0
+    weights = np.where(masks, np.einsum("lsij,lsj->lsi", inverses, right)[..., :3], 0.0)
+    feasible = ~np.any(weights < 0.0, axis=2)
+    cost = np.einsum("lsi,lij,lsj->ls", weights, grams, weights) - 2.0 * np.einsum("li,lsi->ls", rhs, weights)
+    best = int(np.argmin(np.where(feasible, cost, np.inf)))  # the first of equal costs
+    layer, support = divmod(best, len(TONE_SUPPORTS))
+    return layer, weights[layer, support]
 
 
 # bench/quality.py, on the paper of photos of ordinary exposure against the light preset
