@@ -3,16 +3,17 @@ time base (each frame keeps its input pts), the audio stream copied (remuxed pac
 re-encoded) when its codec is one MP4 players read (MP4_AUDIO), else re-encoded to AAC
 (PCM from a MOV or AVI, say).
 
-x264 runs with PRESET "superfast" at CRF 19, measured on the CPU. Pencil drawings are hard
+x264 runs with PRESET "superfast" at CRF 19 on its frame threads. Pencil drawings are hard
 to compress (the paper texture is fine grain everywhere): on 60 drawn 1280x720 frames, one
 x264 thread encoded 182 (ultrafast), 82 (superfast) and 49 (veryfast) frames/s on this
-project's 2-core CPU machine, 344, 137 and 84 with 2 threads (1.7x). If x264's frame
-threads go on scaling so (not measured past 2 cores), 16 cores encode superfast 720p at
-about 1000 frames/s and veryfast at about 600: at the video job's 300 frames/s, superfast
-leaves 3/4 of the host to decoding, RGB conversion and the service, veryfast half. At CRF
-19, superfast gives 35.0 dB PSNR at 13.6 Mbit/s (30 frames/s) on those frames, veryfast at
-CRF 20 35.2 dB at 11.9 Mbit/s: the faster preset costs about 14 % more bits for the same
-quality, and ultrafast (no CABAC, no deblocking) needs 50 % more.
+project's 2-core CPU machine. On an H100 host's 16 cores (bench/video.py and its probes),
+superfast alone encodes 614 frames/s on frame threads and 286 on PyAV's default slice
+threads; ultrafast 788 (50 % larger files), veryfast 333; four independent encoders on
+segments of the clip were no faster (547-653): the encoder is bound by the host's cores,
+not by its threading. At CRF 19, superfast gives 35.0 dB PSNR at 13.6 Mbit/s (30
+frames/s) on those frames, veryfast at CRF 20 35.2 dB at 11.9 Mbit/s: the faster preset
+costs about 14 % more bits for the same quality, and ultrafast (no CABAC, no deblocking)
+needs 50 % more.
 """
 
 from __future__ import annotations
