@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 
+from tests.gpu.emulator import fake_lease
 from tests.gpu.emulator import library as emulator
 
 
@@ -159,18 +160,8 @@ def install(library_path: str):
     return cuda
 
 
-class Lease:
-    """A gpu.pool.Lease without CUDA: device 0, fake streams, plain host staging buffers."""
-
-    device, slot = 0, 0
+class Lease(fake_lease.Lease):
+    """A gpu.pool.Lease without CUDA, with this stand-in's streams."""
 
     def __init__(self):
-        self.stream, self.side_stream = Stream(), Stream()
-        self._staging: dict[str, np.ndarray] = {}
-
-    def staging(self, name: str, nbytes: int) -> np.ndarray:
-        """Kept per name, as the pool's (copies in flight read from it)."""
-        buffer = self._staging.get(name)
-        if buffer is None or buffer.nbytes < nbytes:
-            buffer = self._staging[name] = np.empty(nbytes, np.uint8)
-        return buffer[:nbytes]
+        super().__init__(Stream)
