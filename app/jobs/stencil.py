@@ -30,13 +30,25 @@ from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
 from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import stencil
-from gpu.stencil.params import MAX_RECEIVERS, MAX_STEPS, MIN_SIDE, VARIANT_CHOICES, StencilParams, check_velocity_array
+from gpu.stencil.params import (
+    ABSORBING_DEFAULT,
+    BOUNDARIES,
+    DEFAULT_BOUNDARY_WIDTH,
+    MAX_RECEIVERS,
+    MAX_STEPS,
+    MIN_SIDE,
+    VARIANT_CHOICES,
+    StencilParams,
+    check_velocity_array,
+)
 
 # Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
 if TYPE_CHECKING:
     VariantChoice = str
+    BoundaryChoice = str
 else:
     VariantChoice = Literal[VARIANT_CHOICES]
+    BoundaryChoice = Literal[BOUNDARIES]
 
 
 # ----------------------------------------------------------------- the request --
@@ -116,8 +128,29 @@ class StencilRequest(_Strict):
         ge=0,
         description="wavefield snapshot every this many steps (at most 100); default 4 over the run; 0: none",
     )
+    boundary: BoundaryChoice | None = Field(
+        None,
+        description=(
+            "what lies inside the 2-cell Dirichlet border: none (reflecting walls), sponge (a damping layer) or "
+            "cpml (a convolutional PML: reflects about 100x less, costs GPts/s; BENCHMARKS.md); given, it wins "
+            "over sponge"
+        ),
+    )
+    boundary_width: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            f"cells of the absorbing layer; alone it asks for {ABSORBING_DEFAULT}; default with a boundary "
+            f"named: sponge's value, else {DEFAULT_BOUNDARY_WIDTH} (at most what the grid holds)"
+        ),
+    )
     sponge: int = Field(
-        0, ge=0, description="absorbing sponge width in cells inside the 2-cell Dirichlet border; 0: reflecting walls"
+        0,
+        ge=0,
+        description=(
+            "the older form: a damping sponge of this many cells ({boundary: sponge, boundary_width: N}); "
+            "0: reflecting walls. Ignored (with a warning) when boundary is given"
+        ),
     )
 
 
@@ -133,7 +166,9 @@ class StencilResult(ResultModel):
     model: dict[str, Any] = Field(description="type, v_min, v_max (m/s)")
     source: list[int]
     receivers: int
-    sponge: int
+    boundary: str = Field(description="none, sponge or cpml")
+    boundary_width: int = Field(description="cells of the absorbing layer (0: none)")
+    sponge: int = Field(description="the sponge's width (0 unless boundary is sponge)")
     eta_max: float
     variant: str = Field(description="the kernel that ran (reference on the CPU)")
     variant_requested: str
@@ -165,7 +200,8 @@ EXAMPLE = {
     "source": [100, 50, 16],
     "receivers": {"start": [16, 50, 16], "end": [183, 50, 16], "count": 168},
     "model": {"type": "layered", "depths": [0, 400, 700], "velocities": [1500, 2500, 3200]},
-    "sponge": 12,
+    "boundary": "cpml",
+    "boundary_width": 12,
     "snapshot_every": 250,
     "variant": "auto",
 }

@@ -96,6 +96,8 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
         },
         "source": [x, y, z],
         "receivers": len(params.receivers),
+        "boundary": params.boundary,
+        "boundary_width": params.boundary_width,
         "sponge": params.sponge,
         "eta_max": params.eta_max,
         "variant": variant,
@@ -119,36 +121,45 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
         },
         "snapshot_steps": [s.step for s in shot.snapshots],
         "files": sorted(files),
-        "warnings": _warnings(params, shot),
+        "warnings": _warnings(params, shot, job.request),
     }
     return JobResult(summary, files)
 
 
-def _warnings(params: StencilParams, shot) -> list[str]:
+def _warnings(params: StencilParams, shot, request) -> list[str]:
     warnings = []
+    sponge = request.get("sponge")
+    if sponge and (params.boundary != "sponge" or params.sponge != sponge):
+        warnings.append(
+            f"sponge: {sponge} was ignored: boundary {params.boundary}"
+            + (f" of {params.boundary_width} cells" if params.boundary_width else "")
+            + " was given and wins"
+        )
     if params.points_per_wavelength < MIN_POINTS_PER_WAVELENGTH:
         warnings.append(
             f"{params.points_per_wavelength:.1f} grid points per shortest wavelength (v_min / 2.5 f0): fewer "
             f"than {MIN_POINTS_PER_WAVELENGTH:g}, expect numerical dispersion; lower f0 or h"
         )
+    width = params.boundary_width
     inside = [
         name
         for name, points in (("the source", [params.source]), ("receivers", params.receivers))
-        if params.sponge and any(_in_sponge(point, params) for point in points)
+        if width and any(_in_layer(point, params) for point in points)
     ]
     if inside:
         warnings.append(
-            f"{' and '.join(inside)} lie inside the {params.sponge}-cell sponge, where waves are damped: place "
-            f"them at least {2 + params.sponge} cells from every face"
+            f"{' and '.join(inside)} lie inside the {width}-cell {params.boundary}, where waves are damped: place "
+            f"them at least {2 + width} cells from every face"
         )
     if not np.isfinite(shot.record).all():
         warnings.append("the shot record has non-finite values")
     return warnings
 
 
-def _in_sponge(point: tuple[int, int, int], params: StencilParams) -> bool:
+def _in_layer(point: tuple[int, int, int], params: StencilParams) -> bool:
     return any(
-        min(v - 2, n - 3 - v) < params.sponge for v, n in zip(point, (params.nx, params.ny, params.nz), strict=True)
+        min(v - 2, n - 3 - v) < params.boundary_width
+        for v, n in zip(point, (params.nx, params.ny, params.nz), strict=True)
     )
 
 

@@ -3,15 +3,19 @@ readonly x plain / int_z / int_z_reg), launched through CuPy on a lease's stream
 
 One shot, on the lease's main stream:
 
-    upload c = (v dt / h)^2, zero p and pp -> [auto: time each variant, once per grid]
-    -> per step: stencil kernel (pp <- p^(n+1), then swap) -> gather the receivers into
+    upload c = (v dt / h)^2, zero p and pp (and the CPML's psi, zeta) -> [auto: time each
+       variant, once per grid and boundary]
+    -> per step: [CPML: cpml_psi] stencil kernel (pp <- p^(n+1), then swap) -> gather the receivers into
        row n of the record [-> copy the snapshot slices]
     -> in batches of steps: wait for the previous batch's event, report progress (the
        cancel checkpoint), so the GPU always has a batch queued
     -> download record and snapshots.
 
 Energy is read from NVML over the stepping loop (gpu/stencil/energy.py). The kernels
-agree with gpu/stencil/reference.py bit for bit (same operations, same order, no FMA).
+agree with gpu/stencil/reference.py bit for bit (same operations, same order, no FMA),
+on normal floats: the GPU flushes subnormals to zero (measured on the H100), so a run from
+rest whose wavefront's faint leading edge survives (walls, the CPML; not the sponge)
+differs from the reference by a few ulps.
 
 Importing this module needs CuPy; app code imports it inside the job's run.
 """
@@ -31,6 +35,7 @@ import cupy
 import numpy as np
 
 from gpu import kernels
+from gpu.stencil import cpml as cpml_profile
 from gpu.stencil import geometry, reference
 from gpu.stencil.energy import EnergyMeter, EnergyReading
 from gpu.stencil.params import RADIUS, VARIANTS, StencilParams
@@ -68,8 +73,9 @@ def _launches(
     sponge: int,
     zchunk: int | None,
     max_points: int,
+    cpml: int,
 ) -> tuple[geometry.Launch, ...]:
-    return tuple(geometry.launches(variant, shape, source, sponge, zchunk, resident_blocks, max_points))
+    return tuple(geometry.launches(variant, shape, source, sponge, zchunk, resident_blocks, max_points, cpml))
 
 
 def launches(
@@ -78,6 +84,7 @@ def launches(
     source: tuple[int, int, int] = (RADIUS, RADIUS, RADIUS),
     sponge: int = 0,
     zchunk: int | None = None,
+    cpml: int = 0,
 ) -> tuple[geometry.Launch, ...]:
     """The launches of one step on the current device (geometry.launches with this device's
     residency): one per z slab, each with its grid and, for the z-marching variants, its
@@ -86,7 +93,9 @@ def launches(
         raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
     if zchunk is not None and zchunk < 1:
         raise ValueError(f"zchunk must be >= 1, got {zchunk}")
-    return _launches(cupy.cuda.Device().id, variant, tuple(shape), tuple(source), sponge, zchunk, geometry.MAX_INDEX)
+    return _launches(
+        cupy.cuda.Device().id, variant, tuple(shape), tuple(source), sponge, zchunk, geometry.MAX_INDEX, cpml
+    )
 
 
 _ramps: OrderedDict[tuple, cupy.ndarray] = OrderedDict()
@@ -112,6 +121,31 @@ def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | No
     return table
 
 
+@dataclass
+class CpmlBuffers:
+    """The CPML's state on the device (gpu/stencil/cpml.py): psi and zeta of the three axes
+    in its layers only (float32, the slab layout of cpml.slab_sizes, zero at the start), the
+    profile table (a then b of x, y, z) and the width in cells."""
+
+    psi: cupy.ndarray
+    zeta: cupy.ndarray
+    profile: cupy.ndarray
+    width: int
+
+    @classmethod
+    def of(cls, params: StencilParams) -> CpmlBuffers | None:
+        """Zeroed buffers for the shot's CPML, None without one."""
+        if not params.cpml:
+            return None
+        cells = sum(cpml_profile.slab_sizes(params))
+        profile = cupy.asarray(cpml_profile.profile_table(params))
+        return cls(cupy.zeros(cells, np.float32), cupy.zeros(cells, np.float32), profile, params.cpml)
+
+    def reset(self) -> None:
+        self.psi.fill(0)
+        self.zeta.fill(0)
+
+
 def launch(
     variant: str,
     p: cupy.ndarray,
@@ -123,32 +157,44 @@ def launch(
     sponge: int = 0,
     eta_max: float = 0.0,
     zchunk: int | None = None,
+    cpml: CpmlBuffers | None = None,
 ) -> None:
     """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
     p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
-    source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params);
+    source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params), or
+    the CPML's buffers (psi advanced by cpml_psi first, zeta in the stencil kernel);
     zchunk: planes per block of the z-marching variants (default: march_plan's waves).
     Grids of 2^31 points or more run as z slabs (geometry.slabs), one launch each."""
     nz, ny, nx = shape
     plane = nx * ny
-    for step in launches(variant, shape, source, sponge, zchunk):
+    width = cpml.width if cpml is not None else 0
+    if cpml is not None:
+        blocks = kernels.div_up(cpml.psi.size, geometry.THREADS)
+        _k("cpml_psi")(
+            (blocks,),
+            (geometry.THREADS,),
+            (p, cpml.psi, cpml.profile, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(width)),
+        )
+    for step in launches(variant, shape, source, sponge, zchunk, width):
         views = (
             (p, pp, c)
             if (step.lo, step.hi) == (0, nz)
             else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
         )
-        ramps = (
-            ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]
-        )  # not read without a sponge
-        args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), ramps)
+        if cpml is not None:
+            tables, layers = cpml.profile, (cpml.psi, cpml.zeta, np.int32(width))
+        else:  # neither is read without a sponge or a CPML
+            tables = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]
+            layers = (views[2], views[1], np.int32(0))
+        args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), tables, *layers)
         _k(step.kernel)(step.grid, BLOCK, args)
 
 
 def march_plan(
-    variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0
+    variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0, cpml: int = 0
 ) -> geometry.MarchPlan | None:
     """The blocks of a z-marching variant's (first) launch on this device, None for plain."""
-    return launches(variant, shape, sponge=sponge, zchunk=zchunk)[0].plan
+    return launches(variant, shape, sponge=sponge, zchunk=zchunk, cpml=cpml)[0].plan
 
 
 # ---------------------------------------------------------------------- a shot --
@@ -179,6 +225,7 @@ class GpuShot:
         self.receivers = cupy.asarray(np.array([(z * ny + y) * nx + x for x, y, z in params.receivers], np.int64))
         self.record = cupy.full((params.steps, len(params.receivers)), np.nan, np.float32)
         self.eta_max = float(np.float32(params.eta_max))
+        self.cpml = CpmlBuffers.of(params)
 
     def set_fields(self, p0: np.ndarray, p_prev: np.ndarray) -> None:
         """Start from (p^0, p^-1) instead of zeros: (nz, ny, nx) float32, zero border."""
@@ -197,7 +244,15 @@ class GpuShot:
             self.params.sponge,
             self.eta_max,
             self.zchunk,
+            self.cpml,
         )
+
+    def reset(self) -> None:
+        """Zero fields (and CPML state): the start of a shot."""
+        self.p.fill(0)
+        self.pp.fill(0)
+        if self.cpml is not None:
+            self.cpml.reset()
 
     def step(self, variant: str, n: int) -> None:
         """Step n: p^(n+1), swap, and row n of the record."""
@@ -246,10 +301,10 @@ def time_variants(shot: GpuShot, variants=VARIANTS, min_ms: float = TRIAL_MS) ->
 
 def choose_variant(shot: GpuShot) -> tuple[str, dict[str, float] | None]:
     """The fastest variant for this grid on this device: timed once per (device, grid,
-    sponge, zchunk) on the shot's (zero) buffers, then cached. Returns (variant, the
+    boundary, zchunk) on the shot's (zero) buffers, then cached. Returns (variant, the
     trial's ms per step, or None when it came from the cache)."""
     params = shot.params
-    key = (cupy.cuda.Device().id, params.shape, params.sponge > 0, shot.zchunk)
+    key = (cupy.cuda.Device().id, params.shape, params.boundary, shot.zchunk)
     with _chosen_lock:
         found = _chosen.get(key)
     if found is not None:
@@ -306,8 +361,7 @@ def simulate(
         trial = None
         if variant == "auto":
             variant, trial = choose_variant(shot)
-            shot.p.fill(0)
-            shot.pp.fill(0)
+            shot.reset()
         elif variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}")
         if initial is not None:
@@ -363,7 +417,7 @@ def simulate(
         previous = shot.pp.reshape(shot.shape).get()
         shots = [reference.Snapshot(step, xz.get(), xy.get()) for step, xz, xy in snapshots]
         stream.synchronize()
-        plan = march_plan(variant, params.shape, shot.zchunk, params.sponge)
+        plan = march_plan(variant, params.shape, shot.zchunk, params.sponge, params.cpml)
     if energy is None:
         energy = EnergyReading(None, wall_seconds, None, None, 0, "energy not measured")
     zchunk = None if plan is None else (plan.zb if plan.tiles > plan.tiles_a else plan.za)

@@ -156,8 +156,9 @@ class Launch:
     """One kernel launch of a step: `kernel` on the arrays' planes [lo, hi) (a view of
     hi - lo planes), `grid` blocks of BX x BY threads, and the kernel's integer arguments
     after the three arrays: nx, ny, planes, tiles_x, tiles_a, za, zb, sx, sy, sz (the
-    source's z in the view). The float arguments (amp, eta_max) and the sponge's ramp
-    table (fx, fy, fz of planes lo .. hi) come after them."""
+    source's z in the view). The float arguments (amp, eta_max), the sponge's ramp table
+    (fx, fy, fz of planes lo .. hi) or the CPML's profile, and the CPML's psi, zeta and
+    width come after them."""
 
     kernel: str
     lo: int
@@ -167,9 +168,14 @@ class Launch:
     plan: MarchPlan | None
 
 
-def kernel_name(variant: str, sponge: int) -> str:
-    """stencil_<variant>, or stencil_<variant>_sponge (the update with the damping term)."""
-    return f"stencil_{variant}_sponge" if sponge > 0 else f"stencil_{variant}"
+def kernel_name(variant: str, sponge: int, cpml: int = 0) -> str:
+    """stencil_<variant>, stencil_<variant>_sponge (the update with the damping term) or
+    stencil_<variant>_cpml (with the CPML's terms)."""
+    if sponge > 0 and cpml > 0:
+        raise ValueError("a sponge or a CPML, not both")
+    return (
+        f"stencil_{variant}_sponge" if sponge > 0 else f"stencil_{variant}_cpml" if cpml > 0 else f"stencil_{variant}"
+    )
 
 
 def launches(
@@ -180,16 +186,21 @@ def launches(
     zchunk: int | None,
     resident: Callable[[str], int],
     max_points: int = MAX_INDEX,
+    cpml: int = 0,
 ) -> list[Launch]:
-    """The launches of one step of `variant` on a (nz, ny, nx) grid: one per z slab.
+    """The launches of one step of `variant` on a (nz, ny, nx) grid: one per z slab (the
+    CPML's only one: its layers' state is laid out for the whole grid).
     resident(kernel): blocks the device runs at once (for march_plan; unused with zchunk)."""
     nz, ny, nx = shape
-    name = kernel_name(variant, sponge)
+    name = kernel_name(variant, sponge, cpml)
     kind = marching(variant)
     sx, sy, sz = source
     tx, ty = tiles(nx, ny)
     out = []
-    for lo, hi in slabs(nx, ny, nz, max_points):
+    parts = slabs(nx, ny, nz, max_points)
+    if cpml and len(parts) > 1:
+        raise ValueError(f"the CPML runs a grid in one launch; {nx} x {ny} x {nz} needs {len(parts)} z slabs")
+    for lo, hi in parts:
         planes = hi - lo
         if kind is None:
             plan, grid, march = None, (tx, ty, planes - 2 * RADIUS), (tx, 0, 1, 1)

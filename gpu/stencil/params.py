@@ -51,9 +51,14 @@ MIN_PERIOD_STEPS, MAX_PERIOD_STEPS = (
 MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
 MAX_PLANE = ((1 << 31) - 1) // 5  # nx * ny: the kernels index a launch's planes (at least 5) with 32-bit integers
 SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
+BOUNDARIES = ("none", "sponge", "cpml")  # the request's `boundary`
+ABSORBING_DEFAULT = "cpml"  # the layer a request gets from `boundary_width` alone (it reflects less: BENCHMARKS.md)
+DEFAULT_BOUNDARY_WIDTH = 20  # cells, when `boundary` names a layer without a width (at most what the grid holds)
+CPML_MAX_POINTS = (1 << 31) - 1  # the CPML kernels run grids in one launch (no z slabs)
 RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
 GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
 CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
+CPU_CPML_BYTES_PER_POINT = 28  # the reference's CPML: psi and zeta of 3 axes and the sum of its terms, whole-grid
 
 
 def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -273,8 +278,9 @@ class StencilParams:
     (Hz); model: the velocities; dt: time step (s; default DEFAULT_CFL h / v_max);
     source: [x, y, z] (default the grid's centre); receivers: [x, y, z] points (default
     every interior x on the line through the source, thinned to MAX_RECEIVERS evenly
-    spaced); sponge: width in cells of the
-    absorbing layer inside the Dirichlet border (0: none); snapshot_every: wavefield
+    spaced); sponge: width in cells of the damping sponge inside the Dirichlet border (0:
+    none); cpml: width in cells of the convolutional PML there instead (gpu/stencil/cpml.py;
+    0: none; not both); snapshot_every: wavefield
     snapshots every this many steps (default: 4 over the run; 0: none); variant: the CUDA
     kernel, or "auto" (the fastest on the device; the CPU runs the reference).
     """
@@ -291,6 +297,7 @@ class StencilParams:
     source: tuple[int, int, int] = None  # type: ignore[assignment]
     receivers: tuple[tuple[int, int, int], ...] = None  # type: ignore[assignment]
     sponge: int = 0
+    cpml: int = 0
     snapshot_every: int | None = None
     variant: str = "auto"
     v_min: float = field(init=False, default=0.0)
@@ -373,8 +380,17 @@ class StencilParams:
                 f"the shot record would hold steps x receivers = {self.steps} x {len(receivers)} values, more "
                 f"than {MAX_RECORD_VALUES:,}",
             )
-        max_sponge = (min(shape_xyz) - 2 * RADIUS) // 2
-        _int("sponge", self.sponge, 0, max_sponge)
+        max_layer = self.max_boundary_width
+        _int("sponge", self.sponge, 0, max_layer)
+        _int("cpml", self.cpml, 0, max_layer)
+        if self.sponge and self.cpml:
+            raise ParamError("boundary", f"a sponge ({self.sponge} cells) or a CPML ({self.cpml} cells), not both")
+        if self.cpml and self.points > CPML_MAX_POINTS:
+            raise ParamError(
+                "boundary",
+                f"the CPML runs grids of at most {CPML_MAX_POINTS:,} points; this one has {self.points:,} "
+                "(use the sponge)",
+            )
         if self.snapshot_every is None:
             object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
         _int("snapshot_every", self.snapshot_every, 0)
@@ -402,6 +418,21 @@ class StencilParams:
     def interior_points(self) -> int:
         """Points updated each step (all but the Dirichlet border)."""
         return (self.nx - 2 * RADIUS) * (self.ny - 2 * RADIUS) * (self.nz - 2 * RADIUS)
+
+    @property
+    def max_boundary_width(self) -> int:
+        """The widest absorbing layer the grid holds: half the interior of its shortest axis."""
+        return (min(self.nx, self.ny, self.nz) - 2 * RADIUS) // 2
+
+    @property
+    def boundary(self) -> str:
+        """'sponge', 'cpml' or 'none'."""
+        return "sponge" if self.sponge else "cpml" if self.cpml else "none"
+
+    @property
+    def boundary_width(self) -> int:
+        """Cells of the absorbing layer inside the Dirichlet border (0: none)."""
+        return self.sponge or self.cpml
 
     @property
     def cfl(self) -> float:
@@ -449,10 +480,16 @@ class StencilParams:
         return self.velocity(z, z + 1)[0]
 
     def gpu_bytes(self) -> int:
-        """Device memory a CUDA run holds: fields and coefficients, record, snapshots."""
+        """Device memory a CUDA run holds: fields and coefficients, the CPML's psi and zeta
+        (in its layers only), record, snapshots."""
         snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
+        interior = [n - 2 * RADIUS for n in (self.nx, self.ny, self.nz)]
+        layer_cells = (
+            2 * self.cpml * (interior[0] * interior[1] + interior[1] * interior[2] + interior[0] * interior[2])
+        )
         return (
             GPU_BYTES_PER_POINT * self.points
+            + 2 * 4 * layer_cells
             + self.steps * len(self.receivers) * 4
             + len(self.receivers) * 8
             + snapshots
@@ -461,7 +498,8 @@ class StencilParams:
     def cpu_bytes(self) -> int:
         """Host memory a CPU (NumPy) run holds at its peak."""
         snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
-        return CPU_BYTES_PER_POINT * self.points + self.steps * len(self.receivers) * 4 + snapshots
+        per_point = CPU_BYTES_PER_POINT + (CPU_CPML_BYTES_PER_POINT if self.cpml else 0)
+        return per_point * self.points + self.steps * len(self.receivers) * 4 + snapshots
 
 
 # ------------------------------------------------------------------------ the job --
@@ -489,6 +527,44 @@ def velocity_model(spec: Mapping[str, Any] | None, array: np.ndarray | None = No
             "JSON in the field 'params'",
         )
     raise ParamError("model", f"required: {MODEL_CHOICES}")
+
+
+def boundary_widths(request: Mapping[str, Any]) -> tuple[int, int]:
+    """(sponge, cpml) widths in cells of a request's absorbing layer.
+
+    `boundary` ("none", "sponge" or "cpml") with `boundary_width` (cells) is the way to ask;
+    `sponge: N` alone (older requests and stored jobs) keeps meaning a sponge of N cells.
+    When `boundary` is given it wins over `sponge` (which then only supplies the width if
+    `boundary_width` is absent). `boundary_width` alone asks for ABSORBING_DEFAULT; a named
+    layer without a width gets DEFAULT_BOUNDARY_WIDTH cells, or as many as the grid holds."""
+    kind, width, sponge = request.get("boundary"), request.get("boundary_width"), request.get("sponge")
+    if kind is None:
+        if width is None:
+            return (sponge or 0), 0
+        kind = ABSORBING_DEFAULT if width else "none"
+    if kind not in BOUNDARIES:
+        raise ParamError("boundary", f"must be one of {', '.join(BOUNDARIES)}; got {kind!r}")
+    if kind == "none":
+        if width:
+            raise ParamError("boundary_width", f"boundary none has no layer; got boundary_width {width}")
+        return 0, 0
+    if width is None:
+        width = sponge or min(DEFAULT_BOUNDARY_WIDTH, max(1, _layer_room(request)))
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 1:
+        raise ParamError("boundary_width", f"expected a width of at least 1 cell for boundary {kind}; got {width!r}")
+    return (int(width), 0) if kind == "sponge" else (0, int(width))
+
+
+def _layer_room(request: Mapping[str, Any]) -> int:
+    """The widest layer the request's grid holds (0 if its sizes are not yet valid: the
+    grid's own checks then name the problem)."""
+    sides = []
+    for name in ("nx", "ny", "nz"):
+        n = request.get(name)
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            return 0
+        sides.append(int(n))
+    return (min(sides) - 2 * RADIUS) // 2
 
 
 @dataclass(frozen=True)
@@ -519,6 +595,7 @@ class StencilJob:
             "source": tuple(source) if source is not None else None,
             "receivers": receivers,
         }
+        sponge, cpml = boundary_widths(request)
         params = StencilParams(
             nx=request["nx"],
             ny=request["ny"],
@@ -527,7 +604,8 @@ class StencilJob:
             steps=request["steps"],
             f0=request["f0"],
             model=velocity,
-            sponge=request.get("sponge", 0),
+            sponge=sponge,
+            cpml=cpml,
             snapshot_every=request.get("snapshot_every"),
             variant=request.get("variant", "auto"),
             **defaults_or_given,
@@ -540,6 +618,8 @@ class StencilJob:
             "dt": params.dt,
             "source": list(params.source),
             "snapshot_every": params.snapshot_every,
+            "boundary": params.boundary,  # stored resolved: a later ABSORBING_DEFAULT does not change the job
+            "boundary_width": params.boundary_width,
         }
         if isinstance(velocity, ArrayModel):
             resolved["model"] = {"type": "upload"}

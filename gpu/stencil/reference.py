@@ -7,13 +7,16 @@ Lap4 is the 4th-order 13-point Laplacian, along each axis (-1/12, 4/3, -5/2, 4/3
 p = 0 on the outer 2 cells of every face (Dirichlet; never updated). The source is a
 Ricker wavelet w(t) = (1 - 2 r^2) exp(-r^2), r = pi f0 (t - 1/f0). An optional sponge of
 W cells inside the border solves p_tt + 2 sigma p_t = v^2 Lap p there (central
-differences), with eta = sigma dt growing quadratically towards the border.
+differences), with eta = sigma dt growing quadratically towards the border. Or, instead,
+a convolutional PML of W cells (gpu/stencil/cpml.py): memory variables psi, zeta per axis
+in its layers add sum_axes (D1 psi + zeta) to h^2 Lap4 p there.
 
 Time: p^0 = p^-1 = 0; step n (0-based) makes p^(n+1), the field at time (n + 1) dt, from
 w(n dt). Row n of the shot record is p^(n+1) at the receivers.
 
 Arithmetic is float32, each operation rounded as written (no fused multiply-add), in
-the order of gpu/stencil/stencil.cu, so that the CUDA kernels agree with this bit for bit:
+the order of gpu/stencil/stencil.cu, so that the CUDA kernels agree with this bit for bit
+(on normal floats; the GPU flushes subnormals: gpu/stencil/cuda.py):
 
     s1  = ((((p[x-1] + p[x+1]) + p[y-1]) + p[y+1]) + p[z-1]) + p[z+1]     (s2: distance 2)
     lap = (C0 p + C1 s1) + C2 s2              C0 = -15/2, C1 = 4/3, C2 = -1/12   (= h^2 Lap4 p)
@@ -21,6 +24,7 @@ the order of gpu/stencil/stencil.cu, so that the CUDA kernels agree with this bi
     num = num + a_n at the source             a_n = float32(dt^2 v_src^2 w(n dt))
     p_next = num / (1 + eta)                  (num itself where eta = 0)
     eta = eta_max ((fx^2 + fy^2) + fz^2),     f = (W - d) / W for d < W cells from the border, else 0
+    CPML: num = (2 p - p_prev) + c (lap + e),  e = (e_x + e_y) + e_z  (cpml.py; 0 outside its layers)
 
 The stepping works on flat arrays: every neighbour of the interior points is a constant
 offset (1, nx, nx ny), so each term is one contiguous slice. The border cells inside that
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpu.stencil.cpml import CpmlLayers
 from gpu.stencil.params import RADIUS, StencilParams
 
 C0 = np.float32(-7.5)  # 3 axes x (-5/2)
@@ -202,6 +207,8 @@ class Propagator:
         if eta is not None:
             self.one_minus_eta = xp.asarray((np.float32(1) - eta).ravel()[self.lo : self.hi])
             self.one_plus_eta = xp.asarray((np.float32(1) + eta).ravel()[self.lo : self.hi])
+        self.cpml = CpmlLayers(params, xp) if params.cpml else None
+        self.cpml_terms = xp.zeros(params.points, np.float32) if params.cpml else None  # e, whole-grid
         if initial is None:
             self.p = xp.zeros(params.points, np.float32)
             self.pp = xp.zeros(params.points, np.float32)
@@ -232,6 +239,11 @@ class Propagator:
         xp.add(t, s1, out=t)
         xp.multiply(s2, C2, out=s2)
         xp.add(t, s2, out=t)  # h^2 Lap4 p
+        if self.cpml is not None:
+            shape = self.params.shape
+            self.cpml.update_psi(p.reshape(shape))
+            self.cpml.add_terms(p.reshape(shape), self.cpml_terms.reshape(shape))
+            xp.add(t, self.cpml_terms[lo:hi], out=t)  # + 0 outside the layers: lap unchanged
         xp.multiply(t, self.c[lo:hi], out=t)
         xp.add(centre, centre, out=s1)
         if self.one_minus_eta is not None:

@@ -13,9 +13,11 @@
 //                int_z_reg the z-march keeping p's z column in registers: one new plane
 //                          value per step along z, loads issued several planes ahead
 //
-// Each variant has two kernels, stencil_<variant> (no sponge: eta = 0, and the operations
-// (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference) and
-// stencil_<variant>_sponge; the registers of each are allocated for its own path.
+// Each variant has three kernels, stencil_<variant> (no sponge: eta = 0, and the operations
+// (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference),
+// stencil_<variant>_sponge and stencil_<variant>_cpml (the convolutional PML's terms added
+// to the Laplacian in its layers, after cpml_psi has advanced psi: gpu/stencil/cpml.py);
+// the registers of each are allocated for its own path.
 //
 // Fields are (nz, ny, nx) float32, x fastest. Ping-pong: p is p^n (read only), pp holds
 // p^(n-1) on entry and receives p^(n+1) (each point read, then written, by one thread),
@@ -71,6 +73,7 @@ constexpr float C2 = -1.0f / 12.0f;
 
 enum Memory { NAIVE = 0, SHARED = 1, READONLY = 2 };
 enum March { PLAIN = 0, INT_Z = 1, INT_Z_REG = 2 };
+enum Boundary { WALLS = 0, SPONGE = 1, CPML = 2 };  // what lies inside the Dirichlet border
 
 struct Step {
     int nx, ny, nz;
@@ -78,7 +81,12 @@ struct Step {
     int sx, sy, sz;  // source point
     float amp;       // source term of this step, dt^2 v_src^2 w(n dt)
     float eta_max;   // sigma dt at the sponge's outer edge (sponge kernels)
-    const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp
+    const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp;
+                                      // CPML kernels: a of x, y, z then b of x, y, z (cpml.profile_table)
+    const float* __restrict__ p;      // CPML kernels: p^n, psi^n (cpml_psi's), zeta (read and written)
+    const float* __restrict__ psi;    // and the layers' width in cells
+    float* __restrict__ zeta;
+    int width;
 };
 
 template <int M>
@@ -109,7 +117,7 @@ struct Point {
     float fxy;    // fx^2 + fy^2 of the sponge (sponge kernels)
 };
 
-template <bool SPONGE>
+template <int B>
 __device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
     Point q;
     q.x = x0 + static_cast<int>(threadIdx.x);
@@ -118,7 +126,7 @@ __device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
     q.own = min(q.y, s.ny - 1) * s.nx + min(q.x, s.nx - 1);
     q.source = q.x == s.sx && q.y == s.sy;
     q.fxy = 0.0f;
-    if constexpr (SPONGE) {
+    if constexpr (B == SPONGE) {
         // (W - d) / W within W cells of the border, else 0, from the table (no division
         // here); clamped like the loads, values of outside threads are never used.
         const float fx = __ldg(s.ramps + min(q.x, s.nx - 1)), fy = __ldg(s.ramps + s.nx + min(q.y, s.ny - 1));
@@ -127,12 +135,100 @@ __device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
     return q;
 }
 
-// p^(n+1) at the point's plane z from the centre value, p^(n-1), c, and the neighbour sums
-// at distance 1 (s1) and 2 (s2).
-template <bool SPONGE>
-__device__ __forceinline__ float update(float centre, float prev, float c, float s1, float s2, int z, const Point& q, const Step& s) {
+// ------------------------------------------------------------------- the CPML --
+// (gpu/stencil/cpml.py.) psi and zeta live only in the layers: axis x's cells as (nz-4,
+// ny-4, 2W), y's as (nz-4, 2W, nx-4), z's as (2W, ny-4, nx-4), one array after the other;
+// along its own axis a cell's slot is d (0 .. W-1) in the low layer, 2W-1-d in the high one
+// (d: cells from the first interior cell of the nearer face).
+
+// The slot of coordinate v (of n) in its axis's layers, -1 outside them.
+__device__ __forceinline__ int slot(int v, int n, int w) {
+    const int low = v - R, high = n - 1 - R - v;
+    if (low >= 0 && low < w) return low;
+    if (high >= 0 && high < w) return 2 * w - 1 - high;
+    return -1;
+}
+
+// The coordinate of a slot (slot's inverse).
+__device__ __forceinline__ int coordinate(int l, int n, int w) { return l < w ? R + l : n - R - 2 * w + l; }
+
+// (8 (f[+1] - f[-1]) - (f[+2] - f[-2])) / 12
+__device__ __forceinline__ float d1(float m2, float m1, float p1, float p2) {
+    return __fmul_rn(__fsub_rn(__fmul_rn(8.0f, __fsub_rn(p1, m1)), __fsub_rn(p2, m2)), 1.0f / 12.0f);
+}
+
+// A cell seen along one axis: its coordinate v of n points and p's stride; where its psi and
+// zeta are (the axis's slab offset, the cell's index there with slot 0, a slot's stride);
+// the axis's offset into the profile tables.
+struct Axis {
+    int v, n, stride;
+    int slab, base, step;
+    int table;
+};
+
+__device__ __forceinline__ Axis axis_x(int x, int y, int z, const Step& s) {
+    return Axis{x, s.nx, 1, 0, ((z - R) * (s.ny - 2 * R) + (y - R)) * 2 * s.width, 1, 0};
+}
+
+__device__ __forceinline__ Axis axis_y(int x, int y, int z, const Step& s) {
+    const int ix = s.nx - 2 * R;
+    return Axis{y, s.ny, s.nx, (s.nz - 2 * R) * (s.ny - 2 * R) * 2 * s.width, (z - R) * 2 * s.width * ix + (x - R), ix, s.nx};
+}
+
+__device__ __forceinline__ Axis axis_z(int x, int y, int z, const Step& s) {
+    const int ix = s.nx - 2 * R, iy = s.ny - 2 * R, iz = s.nz - 2 * R;
+    return Axis{z, s.nz, s.nx * s.ny, (iz * iy + iz * ix) * 2 * s.width, (y - R) * ix + (x - R), iy * ix, s.nx + s.ny};
+}
+
+// psi of the axis's cell at v + k: 0 outside the layers. The load is unconditional (slot 0
+// stands in outside), so that the compiler can issue the four of a D1 together.
+__device__ __forceinline__ float psi_at(const Axis& a, int k, const Step& s) {
+    const int l = slot(a.v + k, a.n, s.width);
+    const float value = __ldg(s.psi + (a.slab + a.base + max(l, 0) * a.step));
+    return l < 0 ? 0.0f : value;
+}
+
+// e = D1 psi + zeta^n of point i along one axis, with zeta^n = b zeta + a (D2 p + D1 psi)
+// stored; 0 (and nothing stored) outside the axis's layers.
+__device__ __forceinline__ float cpml_axis(const Axis& a, int i, const Step& s) {
+    const int l = slot(a.v, a.n, s.width);
+    if (l < 0) return 0.0f;
+    const float* __restrict__ p = s.p + i;
+    const float one = __fadd_rn(__ldg(p - a.stride), __ldg(p + a.stride));
+    const float two = __fadd_rn(__ldg(p - 2 * a.stride), __ldg(p + 2 * a.stride));
+    const float d2 = __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, __ldg(p)), __fmul_rn(C1, one)), __fmul_rn(C2, two));
+    const float g = d1(psi_at(a, -2, s), psi_at(a, -1, s), psi_at(a, 1, s), psi_at(a, 2, s));
+    const int total = s.nx + s.ny + s.nz;
+    const float ca = __ldg(s.ramps + (a.table + a.v)), cb = __ldg(s.ramps + (total + a.table + a.v));
+    float* zeta = s.zeta + (a.slab + a.base + l * a.step);
+    const float z = __fadd_rn(__fmul_rn(cb, __ldcs(zeta)), __fmul_rn(ca, __fadd_rn(d2, g)));
+    __stcs(zeta, z);
+    return __fadd_rn(g, z);
+}
+
+// (e_x + e_y) + e_z of point i at (x, y, z): the CPML's addition to h^2 Lap4 p there.
+__device__ __forceinline__ float cpml_terms(int i, int x, int y, int z, const Step& s) {
+    const float ex = cpml_axis(axis_x(x, y, z, s), i, s);
+    const float ey = cpml_axis(axis_y(x, y, z, s), i, s);
+    return __fadd_rn(__fadd_rn(ex, ey), cpml_axis(axis_z(x, y, z, s), i, s));
+}
+
+__device__ __forceinline__ bool in_layers(int x, int y, int z, const Step& s) {
+    return slot(x, s.nx, s.width) >= 0 || slot(y, s.ny, s.width) >= 0 || slot(z, s.nz, s.width) >= 0;
+}
+
+// p^(n+1) at the point's plane z (flat index i) from the centre value, p^(n-1), c, and the
+// neighbour sums at distance 1 (s1) and 2 (s2).
+template <int B>
+__device__ __forceinline__ float update(float centre, float prev, float c, float s1, float s2, int z, int i, const Point& q, const Step& s) {
     const float lap = __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
-    if constexpr (SPONGE) {
+    if constexpr (B == CPML) {
+        float term = lap;
+        if (in_layers(q.x, q.y, z, s)) term = __fadd_rn(lap, cpml_terms(i, q.x, q.y, z, s));
+        float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), prev), __fmul_rn(c, term));
+        if (q.source && z == s.sz) num = __fadd_rn(num, s.amp);
+        return num;
+    } else if constexpr (B == SPONGE) {
         const float fz = __ldg(s.ramps + s.nx + s.ny + z);
         const float eta = __fmul_rn(s.eta_max, __fadd_rn(q.fxy, __fmul_rn(fz, fz)));
         float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), __fmul_rn(__fsub_rn(1.0f, eta), prev)), __fmul_rn(c, lap));
@@ -239,9 +335,9 @@ __device__ __forceinline__ float tile_s2(const Tile& t, int tx, int ty, float zm
 
 // ------------------------------------------------- plain and int_z: naive, readonly --
 
-template <int M, bool SPONGE>
+template <int M, int B>
 __device__ __forceinline__ void global_plain_or_int_z(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Block& b, const Step& s) {
-    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    const Point q = point<B>(b.x0, b.y0, s);
     if (!q.active) return;
     const int sy = s.nx, sz = s.nx * s.ny;  // 2 sz < 2^31 (cuda.py: at least 5 planes a launch)
 #pragma unroll 1
@@ -250,16 +346,16 @@ __device__ __forceinline__ void global_plain_or_int_z(const float* __restrict__ 
         const float* __restrict__ a = p + i;  // all 13 points through the variant's load path
         const float s1 = sum6(load<M>(a - 1), load<M>(a + 1), load<M>(p + (i - sy)), load<M>(p + (i + sy)), load<M>(p + (i - sz)), load<M>(p + (i + sz)));
         const float s2 = sum6(load<M>(a - 2), load<M>(a + 2), load<M>(p + (i - 2 * sy)), load<M>(p + (i + 2 * sy)), load<M>(p + (i - 2 * sz)), load<M>(p + (i + 2 * sz)));
-        __stcs(pp + i, update<SPONGE>(load<M>(a), __ldcs(pp + i), __ldcs(c + i), s1, s2, z, q, s));
+        __stcs(pp + i, update<B>(load<M>(a), __ldcs(pp + i), __ldcs(c + i), s1, s2, z, i, q, s));
     }
 }
 
 // ------------------------------------------------------ plain and int_z: shared --
 
-template <bool SPONGE>
+template <int B>
 __device__ __forceinline__ void shared_plain_or_int_z(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, Tile& tile, const Block& b, const Step& s) {
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    const Point q = point<B>(b.x0, b.y0, s);
     const Ring r = ring(b.x0, b.y0, s);
     const int sz = s.nx * s.ny;
 #pragma unroll 1
@@ -272,7 +368,7 @@ __device__ __forceinline__ void shared_plain_or_int_z(const float* __restrict__ 
         if (q.active) {
             const float s1 = tile_s1(tile, tx, ty, __ldcg(p + (i - sz)), __ldcg(p + (i + sz)));
             const float s2 = tile_s2(tile, tx, ty, __ldcg(p + (i - 2 * sz)), __ldcg(p + (i + 2 * sz)));
-            __stcs(pp + i, update<SPONGE>(tile[ty + R][tx + R], __ldcs(pp + i), __ldcs(c + i), s1, s2, z, q, s));
+            __stcs(pp + i, update<B>(tile[ty + R][tx + R], __ldcs(pp + i), __ldcs(c + i), s1, s2, z, i, q, s));
         }
     }
 }
@@ -281,10 +377,10 @@ __device__ __forceinline__ void shared_plain_or_int_z(const float* __restrict__ 
 
 // The z-march with p's column in registers, for the three memory paths of p's in-plane
 // neighbours: naive (L2), readonly (L1), shared (the double-buffered tile).
-template <int M, bool SPONGE>
+template <int M, int B>
 __device__ __forceinline__ void march_reg(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, Tile* tiles, const Block& b, const Step& s) {
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const Point q = point<SPONGE>(b.x0, b.y0, s);
+    const Point q = point<B>(b.x0, b.y0, s);
     const Ring r = ring(b.x0, b.y0, s);
     const int sy = s.nx, sz = s.nx * s.ny;
     const int halo = r.off - q.own;  // the halo value's index minus the point's
@@ -327,14 +423,14 @@ __device__ __forceinline__ void march_reg(const float* __restrict__ p, float* __
                     if (q.active) {
                         const float s1 = tile_s1(t, tx, ty, zm1, zp1);
                         const float s2 = tile_s2(t, tx, ty, zm2, zp2);
-                        __stcs(pp + o, update<SPONGE>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, q, s));
+                        __stcs(pp + o, update<B>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, o, q, s));
                     }
                 } else {
                     if (q.active) {
                         const float* __restrict__ a = p + o;  // p at the point, plane z
                         const float s1 = sum6(load<M>(a - 1), load<M>(a + 1), load<M>(p + (o - sy)), load<M>(p + (o + sy)), zm1, zp1);
                         const float s2 = sum6(load<M>(a - 2), load<M>(a + 2), load<M>(p + (o - 2 * sy)), load<M>(p + (o + 2 * sy)), zm2, zp2);
-                        __stcs(pp + o, update<SPONGE>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, q, s));
+                        __stcs(pp + o, update<B>(zc, queue_pp[u % Q], queue_c[u % Q], s1, s2, z, o, q, s));
                     }
                 }
             }
@@ -358,52 +454,92 @@ __device__ __forceinline__ void march_reg(const float* __restrict__ p, float* __
 
 // ------------------------------------------------------------------ dispatch --
 
-template <int M, int Z, bool SPONGE>
+template <int M, int Z, int B>
 __device__ __forceinline__ void variant(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Step& s) {
     Tile* tiles = nullptr;
     if constexpr (M == SHARED) tiles = shared_tiles;
     const Block b = Z == PLAIN ? plain_block() : march_block(s);
     if constexpr (Z == INT_Z_REG) {
-        march_reg<M, SPONGE>(p, pp, c, tiles, b, s);
+        march_reg<M, B>(p, pp, c, tiles, b, s);
     } else if constexpr (M == SHARED) {
-        shared_plain_or_int_z<SPONGE>(p, pp, c, tiles[0], b, s);
+        shared_plain_or_int_z<B>(p, pp, c, tiles[0], b, s);
     } else {
-        global_plain_or_int_z<M, SPONGE>(p, pp, c, b, s);
+        global_plain_or_int_z<M, B>(p, pp, c, b, s);
     }
 }
 
 }  // namespace
 
-// ------------------------------------------------------- the kernels (9 x 2) --
+// ------------------------------------------------------- the kernels (9 x 3) --
 
 #define STENCIL_ARGS                                                                                              \
     const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz,     \
         int tiles_x, int tiles_a, int za, int zb, int sx, int sy, int sz, float amp, float eta_max,               \
-        const float* __restrict__ ramps
-#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps}
+        const float* __restrict__ ramps, const float* __restrict__ psi, float* __restrict__ zeta, int width
+#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps, p, psi, zeta, width}
 
 // Occupancy (blocks of 256 threads per SM, registers per thread): plain and int_z 8 (32);
 // int_z_reg 6 (40): its queues hold 20 registers; the sponge kernels of int_z and int_z_reg
-// one block less (the IEEE division's call needs registers). No spills (nvcc --resource-usage).
-#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS)                                                          \
+// one block less (the IEEE division's call needs registers); the CPML kernels 8 (32) plain,
+// 4 (64) z-marching: the layer terms' addresses and loads, inlined (a call instead spills
+// the Step to the stack; 5 or 6 blocks spill the z-marching ones). No spills (nvcc
+// --resource-usage).
+#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS, CPML_BLOCKS)                                              \
     __global__ void __launch_bounds__(THREADS, BLOCKS) stencil_##NAME(STENCIL_ARGS) {                               \
-        variant<MEMORY, MARCH, false>(p, pp, c, STEP);                                                                 \
+        variant<MEMORY, MARCH, WALLS>(p, pp, c, STEP);                                                                 \
     }                                                                                                                 \
     __global__ void __launch_bounds__(THREADS, SPONGE_BLOCKS) stencil_##NAME##_sponge(STENCIL_ARGS) {               \
-        variant<MEMORY, MARCH, true>(p, pp, c, STEP);                                                                  \
+        variant<MEMORY, MARCH, SPONGE>(p, pp, c, STEP);                                                                \
+    }                                                                                                                 \
+    __global__ void __launch_bounds__(THREADS, CPML_BLOCKS) stencil_##NAME##_cpml(STENCIL_ARGS) {                   \
+        variant<MEMORY, MARCH, CPML>(p, pp, c, STEP);                                                                  \
     }
 
 extern "C" {
 
-KERNELS(naive, NAIVE, PLAIN, 8, 8)
-KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6)
-KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5)
-KERNELS(shared, SHARED, PLAIN, 8, 8)
-KERNELS(shared_int_z, SHARED, INT_Z, 8, 6)
-KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5)
-KERNELS(readonly, READONLY, PLAIN, 8, 8)
-KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6)
-KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5)
+KERNELS(naive, NAIVE, PLAIN, 8, 8, 8)
+KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6, 4)
+KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5, 4)
+KERNELS(shared, SHARED, PLAIN, 8, 8, 8)
+KERNELS(shared_int_z, SHARED, INT_Z, 8, 6, 4)
+KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5, 4)
+KERNELS(readonly, READONLY, PLAIN, 8, 8, 8)
+KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6, 4)
+KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5, 4)
+
+// The CPML's first half step: psi^n = b psi^(n-1) + a D1 p^n for every cell of the layers
+// (the slab layout above: k < x cells, then y's, then z's), one thread a cell.
+__global__ void __launch_bounds__(THREADS) cpml_psi(const float* __restrict__ p, float* __restrict__ psi, const float* __restrict__ profile, int nx, int ny, int nz, int width) {
+    const int k = static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x);
+    const int ix = nx - 2 * R, iy = ny - 2 * R, iz = nz - 2 * R, two_w = 2 * width;
+    const int cells_x = iz * iy * two_w, cells_y = iz * two_w * ix, cells_z = two_w * iy * ix;
+    int x, y, z, v, stride, table;
+    if (k < cells_x) {
+        const int row = k / two_w;
+        x = coordinate(k - row * two_w, nx, width);
+        y = R + row % iy;
+        z = R + row / iy;
+        v = x, stride = 1, table = 0;
+    } else if (k < cells_x + cells_y) {
+        const int j = k - cells_x, row = j / ix;
+        x = R + (j - row * ix);
+        y = coordinate(row % two_w, ny, width);
+        z = R + row / two_w;
+        v = y, stride = nx, table = nx;
+    } else if (k < cells_x + cells_y + cells_z) {
+        const int j = k - cells_x - cells_y, row = j / ix;
+        x = R + (j - row * ix);
+        y = R + row % iy;
+        z = coordinate(row / iy, nz, width);
+        v = z, stride = nx * ny, table = nx + ny;
+    } else {
+        return;
+    }
+    const float* __restrict__ a = p + ((z * ny + y) * nx + x);
+    const float g = d1(__ldg(a - 2 * stride), __ldg(a - stride), __ldg(a + stride), __ldg(a + 2 * stride));
+    const float ca = __ldg(profile + (table + v)), cb = __ldg(profile + (nx + ny + nz + table + v));
+    __stcs(psi + k, __fadd_rn(__fmul_rn(cb, __ldcs(psi + k)), __fmul_rn(ca, g)));
+}
 
 // The shot record: out[k] = p[index[k]] for k < n (one row of the record per step).
 __global__ void gather_receivers(const float* __restrict__ p, const long long* __restrict__ index, int n, float* __restrict__ out) {

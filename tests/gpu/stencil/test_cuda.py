@@ -1,5 +1,5 @@
 """gpu/stencil/cuda.py and stencil.cu against gpu/stencil/reference.py: all nine variants
-(18 kernels: with and without the sponge) on small odd-sized grids (not multiples of the
+(27 kernels: no layer, the sponge, the CPML, and the CPML's cpml_psi) on small odd-sized grids (not multiples of the
 32 x 8 block; nx a multiple of 32; a second x tile holding only the border; several z
 chunkings, down to one plane a block), from random fields in random velocity models, over
 100+ steps; the source on tile and chunk edges; z slabs (forced with a small index limit);
@@ -49,9 +49,10 @@ def cuda():
 def random_case(
     rng: np.random.Generator,
     shape_xyz: tuple[int, int, int],
-    sponge: int,
+    sponge: int = 0,
     steps: int = STEPS,
     source: tuple[int, int, int] | None = None,
+    cpml: int = 0,
 ) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
     """Random velocities (1500-4000 m/s) at dt near the largest stable step, a random source
     (unless given) and receivers, random initial fields (zero border)."""
@@ -75,6 +76,7 @@ def random_case(
         source=points[0],
         receivers=points[1:],
         sponge=sponge,
+        cpml=cpml,
         snapshot_every=steps // 3,
     )
     fields = []
@@ -108,15 +110,21 @@ def compare(run, expected: ref.Shot, what: str) -> None:
         )
 
 
-# every shape without a sponge, and with a 2-cell sponge where there is room for one
-SPONGE_CASES = [(shape, 0) for shape in SHAPES] + [(shape, 2) for shape in SHAPES if min(shape) >= 9]
+# every shape without a layer, and with a 2-cell sponge and a 2-cell CPML where there is room
+BOUNDARY_CASES = [(shape, "none") for shape in SHAPES] + [
+    (shape, boundary) for shape in SHAPES if min(shape) >= 9 for boundary in ("sponge", "cpml")
+]
+
+
+def widths(boundary: str, width: int = 2) -> dict[str, int]:
+    return {"sponge": width if boundary == "sponge" else 0, "cpml": width if boundary == "cpml" else 0}
 
 
 @pytest.mark.parametrize(
-    ("shape", "sponge"), SPONGE_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else f"sponge{v}"
+    ("shape", "boundary"), BOUNDARY_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v
 )
-def test_every_variant_matches_the_reference(cuda, lease, rng, shape, sponge):
-    params, initial = random_case(rng, shape, sponge)
+def test_every_variant_matches_the_reference(cuda, lease, rng, shape, boundary):
+    params, initial = random_case(rng, shape, **widths(boundary))
     expected = ref.simulate(params, initial=initial)
     for variant in VARIANTS:
         for zchunk in (None, 1, 5) if "int_z" in variant else (None,):
@@ -129,24 +137,45 @@ def test_every_variant_matches_the_reference(cuda, lease, rng, shape, sponge):
 def test_the_variants_agree_bit_for_bit(cuda, lease, rng):
     """The kernels round every operation as the reference does (no FMA contraction): the
     results are identical, not just close."""
-    params, initial = random_case(rng, (45, 19, 23), sponge=3, steps=100)
+    for boundary in ("sponge", "cpml"):
+        params, initial = random_case(rng, (45, 19, 23), steps=100, **widths(boundary, 3))
+        expected = ref.simulate(params, initial=initial)
+        for variant in VARIANTS:
+            run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
+            np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} {boundary}")
+            np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=f"{variant} {boundary}")
+
+
+def test_the_cpml_run_matches_the_reference_where_its_layers_meet(cuda, lease, rng):
+    """The widest CPML a grid holds (the two layers of the shortest axis touch: psi is read
+    across), from random fields over many crossings of the layers: bit for bit. Then the
+    job's case, from rest with the Ricker source: within rounding (relative L2 1e-5).
+    From rest, the wavefront's leading edge passes through subnormal floats, which the GPU
+    and the host treat differently (measured: the same run on the host with subnormals
+    flushed to zero differs from the reference as the GPU's does, by a few ulps); the
+    sponge damps that edge away, the CPML (and bare walls) carry it on."""
+    params, initial = random_case(rng, (40, 23, 29), steps=300, cpml=(23 - 4) // 2, source=(20, 11, 14))
     expected = ref.simulate(params, initial=initial)
     for variant in VARIANTS:
         run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
-        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=variant)
         np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=variant)
+        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=variant)
+    from_rest = ref.simulate(params)
+    assert np.abs(from_rest.record).max() > 0
+    for variant in VARIANTS:
+        compare(cuda.simulate(lease, params, variant=variant, measure_energy=False), from_rest, f"{variant} from rest")
 
 
-@pytest.mark.parametrize("sponge", [0, 2])
+@pytest.mark.parametrize("boundary", ["none", "sponge", "cpml"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
+def test_no_write_outside_the_interior(cuda, lease, rng, variant, boundary):
     """One launch on arrays that sit inside NaN-filled guard zones, with the Dirichlet
     border of pp and c NaN too (the update never needs them): the guards and pp's border
     stay NaN (a store there would replace it), a read outside the arrays or of pp / c off
     the interior would bring NaN in, and the interior equals one reference step."""
     import cupy
 
-    params, (p0, p_prev) = random_case(rng, (41, 15, 13), sponge=sponge, steps=1)
+    params, (p0, p_prev) = random_case(rng, (41, 15, 13), steps=1, **widths(boundary))
     guard = 4096
     n = params.points
     interior = (slice(2, -2),) * 3
@@ -164,6 +193,7 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
     amp = float(ref.source_amplitudes(params)[0])
     for zchunk in (None, 3) if "int_z" in variant else (None,):
         pp[...] = cupy.asarray(poisoned_prev.ravel())
+        layers = cuda.CpmlBuffers.of(params)
         cuda.launch(
             variant,
             p,
@@ -175,6 +205,7 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
             params.sponge,
             float(np.float32(params.eta_max)),
             zchunk=zchunk,
+            cpml=layers,
         )
         for b in buffers:
             assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), (
@@ -193,8 +224,9 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, sponge):
 def test_source_on_tile_and_chunk_edges(cuda, lease, rng, variant):
     """The source at the first and last column of an x tile (31, 32), the first and last
     row of a y tile (9, 10), a corner of the grid, a z chunk's first plane, the sponge."""
-    for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
-        params, initial = random_case(rng, (41, 20, 15), sponge=3, steps=30, source=source)
+    for index, source in enumerate(((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10))):
+        boundary = "sponge" if index % 2 == 0 else "cpml"
+        params, initial = random_case(rng, (41, 20, 15), steps=30, source=source, **widths(boundary, 3))
         expected = ref.simulate(params, initial=initial)
         run = cuda.simulate(
             lease,
@@ -220,14 +252,17 @@ def test_z_slabs(cuda, lease, rng, monkeypatch, variant):
         assert len(cuda.launches(variant, params.shape, params.source, params.sponge)) > 1
         run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
         np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} slabs of {planes} planes")
+        with pytest.raises(ValueError, match="CPML runs a grid in one launch"):
+            cuda.launches(variant, params.shape, params.source, 0, cpml=2)
 
 
 def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
-    """NVRTC's build of the 18 kernels keeps everything in registers (no local memory), and
-    the z-marching plans are made for the blocks the device holds at once."""
+    """NVRTC's build of the 27 kernels and cpml_psi keeps everything in registers (no local
+    memory), and the z-marching plans are made for the blocks the device holds at once."""
+    assert cuda._k("cpml_psi").local_size_bytes == 0
     for variant in VARIANTS:
-        for sponge in (0, 3):
-            name = cuda.kernel_name(variant, sponge)
+        for sponge, cpml in ((0, 0), (3, 0), (0, 3)):
+            name = cuda.kernel_name(variant, sponge, cpml)
             kernel = cuda._k(name)
             resident = cuda.resident_blocks(name)
             print(
@@ -236,7 +271,7 @@ def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
             )
             assert kernel.local_size_bytes == 0, f"{name} spills {kernel.local_size_bytes} bytes"
             assert resident >= 4 * cuda.kernels.device_attribute("MultiProcessorCount")
-            plan = cuda.march_plan(variant, (260, 260, 1028), sponge=sponge)
+            plan = cuda.march_plan(variant, (260, 260, 1028), sponge=sponge, cpml=cpml)
             if plan is not None:
                 assert plan == geometry.march_plan(1028, 260, 260, resident, geometry.marching(variant))
 
@@ -253,6 +288,11 @@ def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):
     second = cuda.simulate(lease, params, variant="auto", initial=initial, measure_energy=False)
     assert second.variant == first.variant and second.trial_ms is None
     np.testing.assert_array_equal(second.shot.record, first.shot.record)
+    with_cpml, initial = random_case(rng, (57, 29, 33), 0, steps=101, cpml=6)
+    expected = ref.simulate(with_cpml, initial=initial)
+    third = cuda.simulate(lease, with_cpml, variant="auto", initial=initial, measure_energy=False)
+    assert third.trial_ms is not None, "the CPML's kernels are timed on their own"
+    compare(third, expected, "auto with the CPML")  # the trial left no trace in psi and zeta either
 
 
 def test_a_shot_from_rest_matches_the_reference(cuda, lease):

@@ -3,10 +3,12 @@ CUDA shim (tests/gpu/stencil/emulator/emulator.cpp), launched exactly as cuda.la
 launches it (geometry.launches: slabs, wave plans, grids, arguments), against
 gpu/stencil/reference.py bit for bit.
 
-What this checks without a GPU: the index arithmetic of all 18 kernels (9 variants, with
-and without the sponge) on odd sizes, partial tiles, one-point grids, every kind of z
+What this checks without a GPU: the index arithmetic of all 27 kernels (9 variants: no
+layer, the sponge, the CPML) and of cpml_psi, with the production blocks (32 x 8 threads;
+cpml_psi 256), on odd sizes, partial tiles, one-point grids, every kind of z
 chunking (uniform, two-phase plans, chunks shorter than the register pipeline), z slabs;
-that no load leaves the arrays and no store leaves pp (the emulator bounds-checks each);
+that no load leaves the arrays and no store leaves pp, or the CPML's zeta and psi, each of
+whose cells is stored once a launch (the emulator bounds-checks and counts each);
 that the Dirichlet border and p are never written; that barriers are block-uniform and
 shared memory is never read before it is written in a block (poisoned with NaN); and, by
 running each block's threads in forward, reverse and shuffled order between barriers,
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpu.stencil import cpml as layers
 from gpu.stencil import geometry
 from gpu.stencil import reference as ref
 from gpu.stencil.params import VARIANTS, ArrayModel, StencilParams
@@ -72,6 +75,10 @@ def emulator(tmp_path_factory):
         ctypes.c_longlong,
         FLOAT_P,
         ctypes.c_longlong,
+        FLOAT_P,
+        FLOAT_P,
+        ctypes.c_longlong,
+        ctypes.c_int,
         ctypes.POINTER(ctypes.c_int),
         ctypes.c_float,
         ctypes.c_float,
@@ -83,12 +90,54 @@ def emulator(tmp_path_factory):
         ctypes.c_char_p,
         ctypes.c_int,
     ]
+    lib.emulate_psi.restype = ctypes.c_int
+    lib.emulate_psi.argtypes = [
+        FLOAT_P,
+        FLOAT_P,
+        ctypes.c_longlong,
+        FLOAT_P,
+        *(ctypes.c_int,) * 5,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
     return lib
 
 
 def _pointer(a: np.ndarray):
     assert a.dtype == np.float32 and a.flags.c_contiguous
     return a.ctypes.data_as(FLOAT_P)
+
+
+class CpmlState:
+    """The CPML's buffers as cuda.CpmlBuffers holds them, in NumPy: psi, zeta (slab layout,
+    zero at the start), the profile table, the width."""
+
+    def __init__(self, params: StencilParams):
+        cells = sum(layers.slab_sizes(params))
+        self.psi, self.zeta = np.zeros(cells, np.float32), np.zeros(cells, np.float32)
+        self.profile = layers.profile_table(params)
+        self.width = params.cpml
+
+
+def emulated_psi(lib, p: np.ndarray, shape, state: CpmlState) -> None:
+    """cpml_psi as cuda.launch launches it, on the emulator."""
+    nz, ny, nx = shape
+    message = ctypes.create_string_buffer(512)
+    blocks = -(-state.psi.size // geometry.THREADS)
+    rc = lib.emulate_psi(
+        _pointer(p),
+        _pointer(state.psi),
+        state.psi.size,
+        _pointer(state.profile),
+        nx,
+        ny,
+        nz,
+        state.width,
+        blocks,
+        message,
+        len(message),
+    )
+    assert rc == 0, f"cpml_psi: {message.value.decode()}"
 
 
 def emulated_launch(
@@ -107,14 +156,21 @@ def emulated_launch(
     max_points: int = geometry.MAX_INDEX,
     order: int = 0,
     seed: int = 0,
+    cpml: CpmlState | None = None,
 ) -> None:
     """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the emulator."""
     nz, ny, nx = shape
     plane = nx * ny
-    for step in geometry.launches(variant, shape, source, sponge, zchunk, lambda _name: resident, max_points):
+    width = cpml.width if cpml is not None else 0
+    if cpml is not None:
+        emulated_psi(lib, p, shape, cpml)
+    for step in geometry.launches(variant, shape, source, sponge, zchunk, lambda _name: resident, max_points, width):
         part = slice(step.lo * plane, step.hi * plane)
         views = p[part], pp[part], c[part]
-        ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
+        if cpml is not None:
+            ramps = cpml.profile
+        else:
+            ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
         ints = (ctypes.c_int * 10)(*step.ints)
         message = ctypes.create_string_buffer(512)
         rc = lib.emulate(
@@ -123,6 +179,10 @@ def emulated_launch(
             views[0].size,
             _pointer(ramps) if ramps is not None else None,
             0 if ramps is None else ramps.size,
+            _pointer(cpml.psi) if cpml is not None else None,
+            _pointer(cpml.zeta) if cpml is not None else None,
+            cpml.psi.size if cpml is not None else 0,
+            width,
             ints,
             amp,
             eta_max,
@@ -138,9 +198,9 @@ def emulated_launch(
         )
 
 
-def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None):
+def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None, cpml: int = 0):
     """Random velocities near the CFL limit, random fields (zero border), a source (random
-    unless given) and its amplitudes."""
+    unless given) and its amplitudes; a sponge or a CPML of the given widths."""
     nx, ny, nz = shape_xyz
     velocity = rng.uniform(1500, 4000, (nz, ny, nx)).astype(np.float32)
     dt = 0.499 * 10.0 / float(velocity.max())
@@ -158,6 +218,7 @@ def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, so
         source=source,
         receivers=[source],
         sponge=sponge,
+        cpml=cpml,
         snapshot_every=0,
     )
     fields = []
@@ -176,10 +237,22 @@ def run_emulated(
     p, pp = p0.ravel().copy(), p_prev.ravel().copy()
     amplitudes = ref.source_amplitudes(params)
     eta_max = float(np.float32(params.eta_max))
+    state = CpmlState(params) if params.cpml else None
     for n in range(params.steps):
         before = p.copy()
         emulated_launch(
-            lib, variant, p, pp, c, params.shape, params.source, float(amplitudes[n]), params.sponge, eta_max, **launch
+            lib,
+            variant,
+            p,
+            pp,
+            c,
+            params.shape,
+            params.source,
+            float(amplitudes[n]),
+            params.sponge,
+            eta_max,
+            cpml=state,
+            **launch,
         )
         np.testing.assert_array_equal(p, before, err_msg="p^n was written")
         p, pp = pp, p
@@ -189,7 +262,7 @@ def run_emulated(
 def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **launch) -> np.ndarray:
     expected = ref.simulate(params, initial=(p0, p_prev))
     field, previous = run_emulated(lib, variant, params, p0, p_prev, **launch)
-    label = f"{variant} {params.shape} sponge {params.sponge} {launch} {what}"
+    label = f"{variant} {params.shape} {params.boundary} {params.boundary_width} {launch} {what}"
     border = field.copy()
     border[2:-2, 2:-2, 2:-2] = 0
     assert not border.any(), f"{label}: the Dirichlet border was written"
@@ -207,14 +280,22 @@ def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **laun
 SHAPES = [(37, 21, 19), (64, 11, 12), (33, 13, 9), (5, 5, 5), (9, 27, 30), (70, 6, 17)]
 
 
-@pytest.mark.parametrize("sponge", [0, 2])
+@pytest.mark.parametrize("boundary", ["none", "sponge", "cpml"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_kernel_matches_the_reference(emulator, rng, variant, sponge):
+def test_every_kernel_matches_the_reference(emulator, rng, variant, boundary):
+    """Every shape; with a 2-cell layer where there is room for one (5 x 5 x 5 has none),
+    and with the widest CPML a shape holds (its two layers meet in the middle of the
+    shortest axis: psi read across from one into the other)."""
     for shape in SHAPES:
-        if sponge and min(shape) < 9:
+        room = (min(shape) - 4) // 2
+        if boundary != "none" and room < 2:
             continue
-        params, p0, p_prev = random_case(rng, shape, sponge, steps=2)
-        assert_matches(emulator, variant, params, p0, p_prev)
+        widths = {"none": [0], "sponge": [2], "cpml": sorted({2, room})}[boundary]
+        for width in widths:
+            params, p0, p_prev = random_case(
+                rng, shape, width if boundary == "sponge" else 0, steps=3, cpml=width if boundary == "cpml" else 0
+            )
+            assert_matches(emulator, variant, params, p0, p_prev)
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if "int_z" in v])
@@ -226,6 +307,9 @@ def test_every_z_chunking(emulator, rng, variant):
     interior = params.nz - 4
     for zchunk in (1, 2, 3, 4, 5, 7, 8, 9, 16, interior, interior + 5):
         assert_matches(emulator, variant, params, p0, p_prev, zchunk=zchunk)
+    with_cpml, p0_cpml, p_prev_cpml = random_case(rng, (45, 19, 27), sponge=0, steps=2, cpml=4)
+    for zchunk in (1, 3, 5, 8, 9, interior + 5):
+        assert_matches(emulator, variant, with_cpml, p0_cpml, p_prev_cpml, zchunk=zchunk)
     tiles = np.prod(geometry.tiles(params.nx, params.ny))
     for resident in (1, 3, 5, int(tiles) - 1, int(tiles) + 1, 1000):
         plan = geometry.march_plan(params.nx, params.ny, params.nz, resident, geometry.marching(variant))
@@ -236,14 +320,15 @@ def test_every_z_chunking(emulator, rng, variant):
 def test_no_shared_memory_race(emulator, rng, variant):
     """The block's threads in reverse and shuffled order between barriers give the same
     result as in order (a race would make it depend on the order)."""
-    params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=2, steps=1)
-    fields = [
-        run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
-        for zchunk in (None, 3)
-        for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))
-    ]
-    for f in fields[1:]:
-        np.testing.assert_array_equal(f, fields[0], err_msg=variant)
+    for sponge, cpml in ((2, 0), (0, 3)):
+        params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=sponge, steps=1, cpml=cpml)
+        fields = [
+            run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
+            for zchunk in (None, 3)
+            for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))
+        ]
+        for f in fields[1:]:
+            np.testing.assert_array_equal(f, fields[0], err_msg=f"{variant} {params.boundary}")
 
 
 @pytest.mark.parametrize("variant", ["naive", "shared_int_z", "readonly_int_z_reg", "shared_int_z_reg"])
@@ -261,8 +346,9 @@ def test_z_slabs(emulator, rng, variant):
 def test_source_on_tile_and_chunk_edges(emulator, rng, variant):
     """The source at the first and last column of an x tile, the first and last row of a
     y tile, the first plane of a z chunk, and inside the sponge."""
-    for source in ((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10)):
-        params, p0, p_prev = random_case(rng, (41, 20, 15), sponge=3, steps=2, source=source)
+    for index, source in enumerate(((31, 9, 6), (32, 10, 7), (2, 2, 2), (38, 17, 12), (33, 3, 10))):
+        sponge, cpml = (3, 0) if index % 2 == 0 else (0, 3)
+        params, p0, p_prev = random_case(rng, (41, 20, 15), sponge=sponge, steps=2, source=source, cpml=cpml)
         assert_matches(
             emulator, variant, params, p0, p_prev, what=f"source {source}", zchunk=5 if "int_z" in variant else None
         )
@@ -291,6 +377,10 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         p.size,
         _pointer(short),
         short.size,
+        None,
+        None,
+        0,
+        0,
         (ctypes.c_int * 10)(*step.ints),
         0.0,
         1.0,
@@ -311,6 +401,10 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         p.size,
         None,
         0,
+        None,
+        None,
+        0,
+        0,
         (ctypes.c_int * 10)(*fewer.ints),
         0.0,
         0.0,
@@ -321,3 +415,54 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         len(message),
     )
     assert rc == 1 and b"not written" in message.value
+
+
+def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
+    """A psi launch one block short leaves the last layer cells unwritten; a stencil launch
+    missing its last plane leaves zeta cells unwritten: both are reported."""
+    params, p0, _ = random_case(rng, (37, 12, 11), sponge=0, steps=1, cpml=3)
+    nz, ny, nx = params.shape
+    state = CpmlState(params)
+    p = p0.ravel().copy()
+    message = ctypes.create_string_buffer(512)
+    blocks = -(-state.psi.size // geometry.THREADS)
+    rc = emulator.emulate_psi(
+        _pointer(p),
+        _pointer(state.psi),
+        state.psi.size,
+        _pointer(state.profile),
+        nx,
+        ny,
+        nz,
+        3,
+        blocks - 1,
+        message,
+        len(message),
+    )
+    assert rc == 1 and b"CPML cell" in message.value and b"not written" in message.value, message.value
+    pp, c = np.zeros_like(p), ref.coefficients(params.velocity(), params.dt, params.h).ravel()
+    step = geometry.launches("naive", params.shape, params.source, 0, None, lambda _name: 792, cpml=3)[0]
+    rc = emulator.emulate(
+        step.kernel.encode(),
+        _pointer(p),
+        _pointer(pp),
+        _pointer(c),
+        p.size,
+        _pointer(state.profile),
+        state.profile.size,
+        _pointer(state.psi),
+        _pointer(state.zeta),
+        state.psi.size,
+        3,
+        (ctypes.c_int * 10)(*step.ints),
+        0.0,
+        0.0,
+        step.grid[0],
+        step.grid[1],
+        step.grid[2] - 1,
+        0,
+        0,
+        message,
+        len(message),
+    )
+    assert rc == 1 and b"not written" in message.value, message.value

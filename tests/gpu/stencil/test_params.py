@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from gpu.stencil.params import (
+    ABSORBING_DEFAULT,
     CFL_LIMIT,
+    DEFAULT_BOUNDARY_WIDTH,
     DEFAULT_CFL,
     MAX_RECORD_VALUES,
     MAX_SNAPSHOTS,
@@ -18,7 +20,9 @@ from gpu.stencil.params import (
     ConstantModel,
     LayeredModel,
     ParamError,
+    StencilJob,
     StencilParams,
+    boundary_widths,
     receiver_line,
 )
 
@@ -112,6 +116,8 @@ def test_receiver_line():
         ({"f0": 0.0}, "f0: must be > 0"),
         ({"sponge": 9}, r"sponge: must be <= 8"),
         ({"sponge": -1}, "sponge: must be >= 0"),
+        ({"cpml": 9}, r"cpml: must be <= 8"),
+        ({"cpml": 2, "sponge": 2}, "boundary: a sponge .* or a CPML .*, not both"),
         ({"snapshot_every": 0.5}, "snapshot_every: expected an integer"),
         ({"variant": "fast"}, "variant: must be one of auto, naive"),
         ({"model": 2000.0}, "model: expected a constant"),
@@ -255,3 +261,69 @@ def test_slabs_and_sections_are_the_whole_grid(rng):
         )
         np.testing.assert_array_equal(params.velocity_xz(5), whole[:, 5, :])
         np.testing.assert_array_equal(params.velocity_xy(9), whole[9])
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "expected"),
+    [
+        ({}, (0, 0)),
+        ({"sponge": 0}, (0, 0)),
+        ({"sponge": 6}, (6, 0)),  # older requests and stored jobs: the sponge they asked for
+        ({"boundary": "cpml"}, (0, DEFAULT_BOUNDARY_WIDTH)),
+        ({"boundary": "cpml", "boundary_width": 7}, (0, 7)),
+        ({"boundary": "sponge", "boundary_width": 7}, (7, 0)),
+        ({"boundary": "cpml", "sponge": 5}, (0, 5)),  # boundary wins; sponge gives the width
+        ({"boundary": "cpml", "sponge": 5, "boundary_width": 9}, (0, 9)),
+        ({"boundary": "none", "sponge": 5}, (0, 0)),
+        ({"boundary_width": 4}, (4, 0) if ABSORBING_DEFAULT == "sponge" else (0, 4)),
+        ({"boundary_width": 0}, (0, 0)),
+    ],
+)
+def test_the_boundary_a_request_asks_for(request_fields, expected):
+    assert boundary_widths({"nx": 60, "ny": 50, "nz": 48, **request_fields}) == expected
+
+
+def test_a_named_layer_gets_at_most_what_the_grid_holds():
+    assert boundary_widths({"nx": 40, "ny": 30, "nz": 20, "boundary": "cpml"}) == (0, 8)
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "match"),
+    [
+        ({"boundary": "pml"}, "boundary: must be one of none, sponge, cpml"),
+        ({"boundary": "none", "boundary_width": 3}, "boundary_width: boundary none has no layer"),
+        ({"boundary": "cpml", "boundary_width": 0}, "boundary_width: expected a width of at least 1"),
+        ({"boundary": "sponge", "boundary_width": 2.5}, "boundary_width: expected a width"),
+    ],
+)
+def test_bad_boundaries_are_refused(request_fields, match):
+    with pytest.raises(ParamError, match=match):
+        boundary_widths({"nx": 40, "ny": 30, "nz": 20, **request_fields})
+
+
+def test_a_stored_job_keeps_its_boundary():
+    """The stored request holds the resolved boundary and width: it comes back the same
+    even if ABSORBING_DEFAULT changes later."""
+    base = {
+        "nx": 40,
+        "ny": 30,
+        "nz": 20,
+        "h": 10.0,
+        "steps": 10,
+        "f0": 10.0,
+        "model": {"type": "constant", "velocity": 2000.0},
+    }
+    job = StencilJob.from_request({**base, "boundary_width": 5})
+    stored = job.to_json()
+    assert stored["boundary"] == ABSORBING_DEFAULT and stored["boundary_width"] == 5
+    again = StencilJob.from_json(stored, {})
+    assert (again.params.sponge, again.params.cpml) == (job.params.sponge, job.params.cpml)
+    legacy = StencilJob.from_request({**base, "sponge": 4})
+    assert (legacy.params.boundary, legacy.params.boundary_width) == ("sponge", 4)
+
+
+def test_the_cpml_memory_is_its_layers():
+    plain, with_cpml = make(), make(cpml=4)
+    layer_cells = 2 * 4 * (36 * 26 + 26 * 16 + 36 * 16)
+    assert with_cpml.gpu_bytes() - plain.gpu_bytes() == 2 * 4 * layer_cells
+    assert with_cpml.cpu_bytes() > plain.cpu_bytes()

@@ -4,7 +4,9 @@
 //
 // - every global load is bounds-checked against the launch's arrays; every store must hit
 //   an interior point of pp (2 <= x, y, z <= n-3), and each interior point is written
-//   exactly once per launch; the first offence is reported with the thread and block;
+//   exactly once per launch; the CPML's stores (zeta in the stencil kernels, psi in
+//   cpml_psi) must hit their array, each cell exactly once per launch; the first offence
+//   is reported with the thread and block;
 // - one fiber (ucontext) per CUDA thread; __syncthreads switches fibers, so barriers
 //   really separate the block's phases. A barrier reached while other threads of the
 //   block have exited is reported (the kernels keep barriers block-uniform);
@@ -56,11 +58,14 @@ struct Range {
     const float* hi;
 };
 
-static Range readable[4];
+static Range readable[6];
 static int readables = 0;
 static float* out = nullptr;  // pp
 static int nx = 0, ny = 0, nz = 0;
 static std::vector<unsigned char> writes;  // stores per point of pp
+static float* state = nullptr;  // the CPML's zeta or psi: `cells` floats, each stored once
+static long long cells = 0;
+static std::vector<unsigned char> state_writes;
 static std::string error;  // the first offence
 
 static void offence(const char* what, const float* a) {
@@ -80,6 +85,11 @@ static float read(const float* a) {
 }
 
 static void write(float* a, float v) {
+    if (state != nullptr && a >= state && a < state + cells) {
+        if (++state_writes[a - state] > 1) offence("CPML cell stored twice", a);
+        *a = v;
+        return;
+    }
     const long long i = a - out, plane = static_cast<long long>(nx) * ny;
     if (i < 0 || i >= plane * nz) {
         offence("store outside pp", a);
@@ -190,7 +200,7 @@ void __syncthreads() {
 
 // ------------------------------------------------------------------ the ABI --
 
-using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, float, float, const float*);
+using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, float, float, const float*, const float*, float*, int);
 
 #define ENTRY(NAME) {#NAME, NAME}
 static const struct {
@@ -200,7 +210,9 @@ static const struct {
     ENTRY(stencil_naive), ENTRY(stencil_naive_int_z), ENTRY(stencil_naive_int_z_reg), ENTRY(stencil_shared), ENTRY(stencil_shared_int_z), ENTRY(stencil_shared_int_z_reg),
     ENTRY(stencil_readonly), ENTRY(stencil_readonly_int_z), ENTRY(stencil_readonly_int_z_reg), ENTRY(stencil_naive_sponge), ENTRY(stencil_naive_int_z_sponge),
     ENTRY(stencil_naive_int_z_reg_sponge), ENTRY(stencil_shared_sponge), ENTRY(stencil_shared_int_z_sponge), ENTRY(stencil_shared_int_z_reg_sponge),
-    ENTRY(stencil_readonly_sponge), ENTRY(stencil_readonly_int_z_sponge), ENTRY(stencil_readonly_int_z_reg_sponge),
+    ENTRY(stencil_readonly_sponge), ENTRY(stencil_readonly_int_z_sponge), ENTRY(stencil_readonly_int_z_reg_sponge), ENTRY(stencil_naive_cpml),
+    ENTRY(stencil_naive_int_z_cpml), ENTRY(stencil_naive_int_z_reg_cpml), ENTRY(stencil_shared_cpml), ENTRY(stencil_shared_int_z_cpml), ENTRY(stencil_shared_int_z_reg_cpml),
+    ENTRY(stencil_readonly_cpml), ENTRY(stencil_readonly_int_z_cpml), ENTRY(stencil_readonly_int_z_reg_cpml),
 };
 
 struct Arguments {
@@ -211,21 +223,39 @@ struct Arguments {
     int ints[10];
     float amp, eta_max;
     const float* ramps;
+    const float* psi;
+    float* zeta;
+    int width;
 };
 static Arguments launch_args;
 
 static void call() {
     const Arguments& a = launch_args;
-    a.kernel(a.p, a.pp, a.c, a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], a.ints[6], a.ints[7], a.ints[8], a.ints[9], a.amp, a.eta_max, a.ramps);
+    a.kernel(a.p, a.pp, a.c, a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], a.ints[6], a.ints[7], a.ints[8], a.ints[9], a.amp, a.eta_max, a.ramps, a.psi, a.zeta, a.width);
+}
+
+// The CPML's check after a launch: every cell of `state` stored exactly once.
+static void check_state() {
+    for (long long k = 0; k < emu::cells && emu::error.empty(); ++k) {
+        if (emu::state_writes[k] != 1) emu::error = "CPML cell " + std::to_string(k) + " not written";
+    }
+}
+
+static void use_state(float* state, long long cells) {
+    emu::state = state;
+    emu::cells = state == nullptr ? 0 : cells;
+    emu::state_writes.assign(emu::cells, 0);
 }
 
 // One launch of kernel `name` on a grid (gx, gy, gz) of 32 x 8 threads. p, pp, c: `points`
-// floats each; ramps: `ramp_count` floats (or null). ints: the kernel's 10 integer
-// arguments (nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz). order: 0 forward, 1
-// reverse, 2 shuffled (seed) between barriers. Returns 0, or 1 with the first offence in
-// `message`, 2 for an unknown kernel, 3 if nx ny nz != points.
-extern "C" int emulate(const char* name, const float* p, float* pp, const float* c, long long points, const float* ramps, long long ramp_count, const int* ints, float amp,
-                       float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message, int message_size) {
+// floats each; ramps: `ramp_count` floats (or null: the sponge's ramps or the CPML's
+// profile). CPML kernels: psi and zeta, `cells` floats each, and the width (else null, 0).
+// ints: the kernel's 10 integer arguments (nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy,
+// sz). order: 0 forward, 1 reverse, 2 shuffled (seed) between barriers. Returns 0, or 1
+// with the first offence in `message`, 2 for an unknown kernel, 3 if nx ny nz != points.
+extern "C" int emulate(const char* name, const float* p, float* pp, const float* c, long long points, const float* ramps, long long ramp_count, const float* psi, float* zeta,
+                       long long cells, int width, const int* ints, float amp, float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message,
+                       int message_size) {
     Kernel kernel = nullptr;
     for (const auto& entry : KERNELS_TABLE) {
         if (std::strcmp(entry.name, name) == 0) kernel = entry.kernel;
@@ -237,13 +267,16 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
     emu::readable[emu::readables++] = {pp, pp + points};
     emu::readable[emu::readables++] = {c, c + points};
     if (ramps != nullptr) emu::readable[emu::readables++] = {ramps, ramps + ramp_count};
+    if (psi != nullptr) emu::readable[emu::readables++] = {psi, psi + cells};
+    if (zeta != nullptr) emu::readable[emu::readables++] = {zeta, zeta + cells};
+    use_state(zeta, cells);
     emu::out = pp;
     emu::nx = ints[0];
     emu::ny = ints[1];
     emu::nz = ints[2];
     if (static_cast<long long>(emu::nx) * emu::ny * emu::nz != points) return 3;
     emu::writes.assign(points, 0);
-    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps};
+    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps, psi == nullptr ? c : psi, zeta == nullptr ? pp : zeta, width};
     std::memcpy(launch_args.ints, ints, sizeof launch_args.ints);
     emu::body = call;
     blockDim = {32, 8, 1};
@@ -261,6 +294,44 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
             if (interior && emu::writes[i] != 1) emu::error = "interior point (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ") not written";
         }
     }
+    if (emu::error.empty()) check_state();
+    use_state(nullptr, 0);
+    if (emu::error.empty()) return 0;
+    std::snprintf(message, message_size, "%s", emu::error.c_str());
+    return 1;
+}
+
+static struct {
+    const float* p;
+    float* psi;
+    const float* profile;
+    int nx, ny, nz, width;
+} psi_args;
+
+static void call_psi() {
+    const auto& a = psi_args;
+    cpml_psi(a.p, a.psi, a.profile, a.nx, a.ny, a.nz, a.width);
+}
+
+// One launch of cpml_psi on `blocks` blocks of 256 threads: p (nx ny nz floats), psi
+// (`cells`), profile (2 (nx + ny + nz)). Returns 0, or 1 with the first offence in `message`.
+extern "C" int emulate_psi(const float* p, float* psi, long long cells, const float* profile, int nx, int ny, int nz, int width, int blocks, char* message, int message_size) {
+    emu::error.clear();
+    emu::readables = 0;
+    const long long points = static_cast<long long>(nx) * ny * nz;
+    emu::readable[emu::readables++] = {p, p + points};
+    emu::readable[emu::readables++] = {psi, psi + cells};
+    emu::readable[emu::readables++] = {profile, profile + 2 * (nx + ny + nz)};
+    use_state(psi, cells);
+    emu::out = nullptr;  // no store outside psi is allowed
+    emu::nx = emu::ny = emu::nz = 0;
+    psi_args = {p, psi, profile, nx, ny, nz, width};
+    emu::body = call_psi;
+    blockDim = {256, 1, 1};
+    gridDim = {static_cast<unsigned>(blocks), 1, 1};
+    for (int b = 0; b < blocks && emu::error.empty(); ++b) emu::run_block(256, b, 0, 0, 0, 0);
+    if (emu::error.empty()) check_state();
+    use_state(nullptr, 0);
     if (emu::error.empty()) return 0;
     std::snprintf(message, message_size, "%s", emu::error.c_str());
     return 1;
