@@ -41,8 +41,8 @@ class SvdOptions(BaseModel):
     method: MethodName = Field(
         "auto",
         description=(
-            "auto: on a GPU the faster method measured for the shape and dtype (ours for float32 from "
-            "4096 columns, else cuSOLVER), LAPACK on the CPU"
+            "auto: on a GPU the faster method measured for the shape and dtype (ours for float32 with "
+            "vectors from 4096 columns, else cuSOLVER), LAPACK on the CPU"
         ),
     )
 
@@ -55,7 +55,11 @@ class MatrixSpec(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     seed: int = Field(0, ge=0, description="random seed: the same spec gives the same matrix")
     kind: MatrixKind = Field(
-        "gaussian", description="gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); low_rank"
+        "gaussian",
+        description=(
+            "gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); clustered (the same "
+            "with min(m, n) // 6 values equal to 1 and as many equal to 1/cond); low_rank"
+        ),
     )
     cond: float = Field(1e6, ge=1.0, allow_inf_nan=False, description="condition number of an ill_conditioned matrix")
     rank: int | None = Field(None, ge=1, description="rank of a low_rank matrix (default min(m, n) / 4)")

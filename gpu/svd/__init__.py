@@ -13,7 +13,7 @@ from typing import Any
 
 from gpu.errors import ParamError
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
-from gpu.svd.params import METHODS, MatrixSpec, SvdJob, SvdParams, auto_gpu_method
+from gpu.svd.params import GPU_METHODS, METHODS, MatrixSpec, SvdJob, SvdParams, auto_gpu_method
 
 __all__ = ["METHODS", "MatrixSpec", "SvdJob", "SvdParams", "auto_gpu_method", "run"]
 
@@ -23,13 +23,12 @@ VALUES_IN_JSON = 1024  # singular values listed in the JSON result; all of them 
 def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
     """U diag(s) V^T of the job's matrix. Summary: m, n, dtype, method, backend,
     singular_values (the first VALUES_IN_JSON), singular_values_count, condition_number,
-    accuracy {resid, orth_u, orth_v} (with vectors), times_ms; files s.npy, u.npy, vt.npy."""
+    accuracy {resid, orth_u, orth_v} (with vectors), times_ms; files s.npy, u.npy, vt.npy.
+    On a GPU lease a spec's matrix is generated on the device, and the accuracy ratios are
+    computed there too."""
     from gpu.svd import reference
 
     times: dict[str, float] = {}
-    start = time.perf_counter()
-    a = job.load()
-    times["load"] = (time.perf_counter() - start) * 1000
     method = job.resolve_method(on_gpu=lease is not None)
     params = SvdParams(
         compute_uv=job.params.compute_uv,
@@ -37,31 +36,30 @@ def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> Job
         method=method,
         block_size=job.params.block_size,
     )
-    progress(0.05)
-    start = time.perf_counter()
-    if method in ("cusolver", "golub_reinsch") and lease is not None:
-        from gpu.svd import cuda
-
-        u, s, vt = (
-            cuda.cusolver_svd(a, params, lease) if method == "cusolver" else cuda.svd(a, params, lease, timings=times)
-        )
+    if method in GPU_METHODS and lease is not None:
+        shape, dtype, (u, s, vt), accuracy = _run_on_gpu(job, params, lease, times, progress)
     elif method == "cusolver":
         raise ParamError("method", "cusolver needs a GPU; this job ran on the CPU")
     else:
+        start = time.perf_counter()
+        a = job.load()
+        times["load"] = (time.perf_counter() - start) * 1000
+        progress(0.05)
+        start = time.perf_counter()
         u, s, vt = reference.svd(a, params, timings=times)
-    times["svd"] = (time.perf_counter() - start) * 1000
+        times["svd"] = (time.perf_counter() - start) * 1000
+        k = min(a.shape)
+        accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :]) if params.compute_uv else None
+        shape, dtype = a.shape, a.dtype
     progress(0.9)
     files = {"s.npy": npy_file(s)}
-    accuracy = None
     if params.compute_uv:
         files.update({"u.npy": npy_file(u), "vt.npy": npy_file(vt)})
-        k = min(a.shape)
-        accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :])
-    m, n = a.shape
+    m, n = shape
     summary = {
         "m": m,
         "n": n,
-        "dtype": str(a.dtype),
+        "dtype": str(dtype),
         "method": method,
         "backend": backend_name(lease),
         "singular_values": s[:VALUES_IN_JSON].astype(float).tolist(),
@@ -71,3 +69,32 @@ def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> Job
         "times_ms": {key: round(value, 3) for key, value in times.items()},
     }
     return JobResult(summary, files)
+
+
+def _run_on_gpu(job: SvdJob, params: SvdParams, lease: Any, times: dict[str, float], progress: Progress):
+    """The job on the lease's device, from the matrix's upload (or its generation there)
+    to the host copies of the factors: (shape, dtype, (u, s, vt), accuracy or None)."""
+    import cupy
+
+    from gpu.svd import cuda, reference
+
+    with cupy.cuda.Device(lease.device), lease.stream:
+        start = time.perf_counter()
+        a = job.load(cupy)
+        lease.stream.synchronize()
+        times["load"] = (time.perf_counter() - start) * 1000
+        progress(0.05)
+        start = time.perf_counter()
+        if params.method == "cusolver":
+            factors = cuda.cusolver_on_device(a, params)
+        else:
+            factors = cuda.svd_on_device(a, params, lease, times, {})
+        lease.stream.synchronize()
+        times["svd"] = (time.perf_counter() - start) * 1000
+        u, s, vt = factors
+        accuracy = None
+        if params.compute_uv:
+            k = min(a.shape)
+            accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :], xp=cupy)
+        host = tuple(None if x is None else x.get() for x in factors)
+    return a.shape, a.dtype, host, accuracy

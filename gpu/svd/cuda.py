@@ -11,9 +11,10 @@ gpu/svd/reference.py, on a lease of the device pool:
    to the host. Six launches per column: the host's launch time, not the GPU, sets the
    pace below a few thousand columns.
 2. Diagonalization: one warp runs the scalar bulge chase of reference.bidiagonal_svd
-   (the paper runs it on the host; here it avoids a copy per sweep): the sweep itself is
-   a chain of dependent operations, the block search and the convergence test are split
-   over the 32 lanes. It logs each sweep's rotations. The log is applied to U and V^T on
+   (the paper runs it on the host; here it avoids a copy per sweep), in float64 whatever
+   the matrix's dtype (CHASE_DTYPE): the sweep itself is a chain of dependent operations,
+   the block search and the convergence test are split over the 32 lanes. It logs each
+   sweep's rotations. The log, rounded to the vectors' dtype, is applied to U and V^T on
    the side stream in batches of up to SWEEPS_PER_BATCH sweeps, each element read and
    written once per batch, while the chase goes on with the next chunk of sweeps.
 3. Signs and the descending order are fixed on the host's copy of s and applied to the
@@ -32,7 +33,7 @@ import numpy as np
 from gpu import kernels
 from gpu.svd import blas
 from gpu.svd.params import SvdParams
-from gpu.svd.reference import check_matrix
+from gpu.svd.reference import CHASE_TOLERANCE, check_matrix
 
 SOURCE = Path(__file__).with_name("svd.cu")
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -49,7 +50,15 @@ APPLY_THREADS = 64  # columns per block when applying rotations: few columns, ma
 SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
 # Sweeps the chase runs at once, pipelined on the lanes of its warp, each with its own
 # shift (svd.cu, "Multishift"); 1 is the classic one sweep at a time of the reference.
-MULTISHIFT = 32
+# Float64 matrices take 16: each sweep adds its rounding errors, and more shifts at once
+# cost more sweeps (H100, exact chase, gaussian n = 1024 / 2048: 32 shifts 1.6 / 1.3x
+# cuSOLVER's error, 16 shifts 0.9 / 1.0x, chase 65 -> 76 / 167 -> 226 ms).
+MULTISHIFT = {np.dtype(np.float32): 32, np.dtype(np.float64): 16}
+# The precision of the bulge chase for both input dtypes (reference.CHASE_DTYPE; svd.cu,
+# "bidiagonal QR", says what a float32 chase loses), and its kernel for each: float64
+# matrices need the exact rotations (svd.cu, "givens").
+CHASE_DTYPE = np.dtype(np.float64)
+CHASE_KERNEL = {np.dtype(np.float32): "bidiagonal_qr_f64_fast", np.dtype(np.float64): "bidiagonal_qr_f64_exact"}
 
 
 class NoConvergence(np.linalg.LinAlgError):
@@ -259,8 +268,20 @@ def accumulate(reflectors: Reflectors, m: int, n: int, full: bool) -> tuple[cupy
 @dataclass
 class _Log:
     sweeps: cupy.ndarray  # (SWEEPS_PER_CHUNK, 4) int32: first pair, count, step, offset
-    rot_vt: cupy.ndarray  # (capacity, 2): (c, s) per rotation, for the rows of V^T
+    rot_vt: cupy.ndarray  # (capacity, 2) CHASE_DTYPE: (c, s) per rotation, for the rows of V^T
     rot_u: cupy.ndarray  # the same for the rows of U^T
+    vt_rounded: cupy.ndarray | None  # rot_vt in the vectors' dtype (None: the same dtype)
+    u_rounded: cupy.ndarray | None
+
+    def in_dtype_of_vectors(self, headers: np.ndarray) -> tuple[cupy.ndarray, cupy.ndarray]:
+        """The rotations of the logged sweeps (headers) in the vectors' dtype, on the
+        current stream: (for V^T, for U^T)."""
+        if self.vt_rounded is None or self.u_rounded is None:
+            return self.rot_vt, self.rot_u
+        used = int(np.max(headers[:, 3] + headers[:, 1]))
+        self.vt_rounded[:used] = self.rot_vt[:used]
+        self.u_rounded[:used] = self.rot_u[:used]
+        return self.vt_rounded, self.u_rounded
 
 
 def _batches(headers: np.ndarray, per_batch: int):
@@ -290,12 +311,13 @@ def _batches(headers: np.ndarray, per_batch: int):
 
 def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy.ndarray | None) -> None:
     """Apply the logged sweeps to the rows of ut and vt (row-major), on the current stream."""
-    apply = _k("apply_sweeps", log.rot_vt.dtype)
+    rot_vt, rot_u = log.in_dtype_of_vectors(headers)
+    apply = _k("apply_sweeps", rot_vt.dtype)
     vt_width = 0 if vt is None else vt.shape[1]
     ut_width = 0 if ut is None else ut.shape[1]
     null = np.uint64(0)
     grid_x = (max(vt_width, ut_width) + APPLY_THREADS - 1) // APPLY_THREADS
-    for start, stop, first_row, elements, step in _batches(headers, SWEEPS_PER_BATCH[log.rot_vt.dtype]):
+    for start, stop, first_row, elements, step in _batches(headers, SWEEPS_PER_BATCH[rot_vt.dtype]):
         apply(
             (grid_x, 2),
             (APPLY_THREADS,),
@@ -311,8 +333,8 @@ def _apply_log(log: _Log, headers: np.ndarray, ut: cupy.ndarray | None, vt: cupy
                 np.int32(step),
                 _at(log.sweeps, 4 * start),
                 np.int32(stop - start),
-                log.rot_vt,
-                log.rot_u,
+                rot_vt,
+                rot_u,
             ),
         )
 
@@ -327,7 +349,7 @@ def diagonalize(
     counts: dict[str, int] | None = None,
 ) -> cupy.ndarray:
     """Singular values of the upper bidiagonal (d (n,), e (n-1,)), descending and non-negative
-    (device (n,)); d and e are destroyed. The left and right rotations go to the first n
+    (device (n,), dtype of d), computed in CHASE_DTYPE. The left and right rotations go to the first n
     rows of ut = U^T and to the rows of vt = V^T (row-major, C-contiguous), in place, on
     `side` (default: the current stream), which is joined back before returning. The chase
     runs on the current stream. Raises NoConvergence after max_sweeps (default 30 n) sweeps.
@@ -335,28 +357,32 @@ def diagonalize(
     convergence tests, the GPU clock ticks the chase spent finding blocks, testing them and
     sweeping, and the milliseconds of the chase's and the rotations' kernels."""
     n = d.shape[0]
-    dtype = d.dtype
+    dtype = d.dtype  # of the values returned and of the vectors
+    d, e = d.astype(CHASE_DTYPE), e.astype(CHASE_DTYPE)  # copies: the chase works in place
     max_sweeps = 30 * n if max_sweeps is None else max_sweeps
     main = cupy.cuda.get_current_stream()
     side = main if side is None else side
     vectors = ut is not None or vt is not None
-    shared = (2 * n + 1) * dtype.itemsize  # d, e with one entry to spare, a scratch slot
+    shared = (2 * n + 1) * CHASE_DTYPE.itemsize  # d, e with one entry to spare, a scratch slot
     if shared > kernels.max_shared_bytes():
         raise ValueError(f"the bidiagonal of {n} columns does not fit in shared memory ({shared} bytes)")
     if n > 1:
         state = cupy.zeros(STATE_INTS, np.int32)
-        thresh = cupy.zeros(1, dtype)
+        thresh = cupy.zeros(1, CHASE_DTYPE)
         capacity = SWEEPS_PER_CHUNK * max(n - 1, 1)  # a sweep has at most n - 1 rotations
+        rounded = dtype != CHASE_DTYPE
         logs = [
             _Log(
                 cupy.empty((SWEEPS_PER_CHUNK, 4), np.int32),
-                cupy.empty((capacity, 2), dtype),
-                cupy.empty((capacity, 2), dtype),
+                cupy.empty((capacity, 2), CHASE_DTYPE),
+                cupy.empty((capacity, 2), CHASE_DTYPE),
+                cupy.empty((capacity, 2), dtype) if rounded else None,
+                cupy.empty((capacity, 2), dtype) if rounded else None,
             )
             for _ in range(2 if vectors else 0)
         ]
         applied: list[cupy.cuda.Event | None] = [None, None]
-        chase = _k("bidiagonal_qr", dtype)
+        chase = kernels.kernel(SOURCE, CHASE_KERNEL[dtype])
         cycles = cupy.zeros(3, np.int64) if counts is not None else None
         chunk = 0
         null = np.uint64(0)
@@ -382,7 +408,8 @@ def diagonalize(
                     null if log is None else log.rot_u,
                     np.int32(capacity),
                     np.int32(max_sweeps),
-                    np.int32(MULTISHIFT),
+                    np.int32(MULTISHIFT[dtype]),
+                    np.float64(CHASE_TOLERANCE[dtype]),
                     null if cycles is None else cycles,
                 ),
                 shared_mem=shared,
@@ -434,10 +461,67 @@ def diagonalize(
     if ut is not None and np.any(order != np.arange(n)):
         gather = cupy.asarray(order)
         ut[:n] = ut[gather]
-    return cupy.asarray(values[order])
+    return cupy.asarray(values[order].astype(dtype))
 
 
 # ------------------------------------------------------------------------- the SVD --
+
+
+# A matrix at least this many times taller than wide is first reduced to its n x n R
+# (A = QR; the SVD of R; U = Q U_R): the bidiagonalization and the rotations then work
+# on n rows instead of m (LAPACK's xGESVD switches at about 1.6; measured by bench/svd.py).
+QR_FIRST_RATIO = 2
+
+
+def svd_on_device(a: cupy.ndarray, params: SvdParams, lease, timings: dict[str, float], counts: dict[str, int]):
+    """A = U diag(s) V^T of a device (m, n) float32/float64 matrix, on the lease's streams
+    (the caller has entered the lease's device and main stream): device (u, s, vt) in the
+    dtype of `a`, u (m, k) and vt (k, n) (k = min(m, n); m x m and n x n with
+    full_matrices), u and vt None without compute_uv. `a` is not modified. timings gets
+    the milliseconds of each phase (CUDA events), counts those of `diagonalize`."""
+    main, side = lease.stream, lease.side_stream
+    m, n = a.shape
+    matrix = a.T if m < n else a  # a wide matrix: the SVD of its transpose
+    rows, cols = matrix.shape
+    marks = {name: cupy.cuda.Event() for name in ("start", "qr", "bidiagonalized", "diagonalized", "end")}
+    marks["start"].record(main)
+    q = None
+    qr_first = rows >= QR_FIRST_RATIO * cols and not params.full_matrices
+    if qr_first:
+        if params.compute_uv:
+            q, matrix = cupy.linalg.qr(matrix, mode="reduced")
+        else:
+            matrix = cupy.linalg.qr(matrix, mode="r")
+        matrix = cupy.triu(matrix)  # R, (cols, cols)
+        rows = cols
+    marks["qr"].record(main)
+    d, e, reflectors = bidiagonalize(matrix, params.block_size, vectors=params.compute_uv)
+    marks["bidiagonalized"].record(main)
+    ut = vt = None
+    if reflectors is not None:
+        with side:
+            side.wait_event(marks["bidiagonalized"])
+            ut, vt = accumulate(reflectors, rows, cols, params.full_matrices)
+            accumulated = side.record()
+    s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side, counts=counts)
+    marks["diagonalized"].record(main)
+    u = None
+    if ut is not None:
+        u = ut.T if q is None else q @ ut.T  # U = Q U_R
+        if m < n:  # A^T = U S V^T
+            u, vt = vt.T, u.T
+        u, vt = cupy.ascontiguousarray(u), cupy.ascontiguousarray(vt)
+    marks["end"].record(main)
+    marks["end"].synchronize()
+    if qr_first:
+        timings["qr"] = cupy.cuda.get_elapsed_time(marks["start"], marks["qr"])
+    timings["bidiagonalization"] = cupy.cuda.get_elapsed_time(marks["qr"], marks["bidiagonalized"])
+    if reflectors is not None:
+        timings["accumulation"] = cupy.cuda.get_elapsed_time(marks["bidiagonalized"], accumulated)
+    timings["diagonalization"] = cupy.cuda.get_elapsed_time(marks["bidiagonalized"], marks["diagonalized"])
+    timings["vectors"] = cupy.cuda.get_elapsed_time(marks["diagonalized"], marks["end"])
+    timings["total"] = cupy.cuda.get_elapsed_time(marks["start"], marks["end"])
+    return u, s, vt
 
 
 def svd(
@@ -449,47 +533,31 @@ def svd(
 ):
     """A = U diag(s) V^T on the lease's device: (u, s, vt) as host arrays in the dtype of
     `a`, shaped as reference.svd returns them (u, vt None without compute_uv).
-    timings, if given, gets the milliseconds of each phase (CUDA events); statistics the
-    counts of the bulge chase (see `diagonalize`)."""
+    timings, if given, gets the milliseconds of each phase (`svd_on_device`, and the
+    upload and download); statistics the counts of the bulge chase (see `diagonalize`)."""
     a = check_matrix(a)
     timings = {} if timings is None else timings
-    m, n = a.shape
+    counts: dict[str, int] = {}
     with cupy.cuda.Device(lease.device), lease.stream:
-        main, side = lease.stream, lease.side_stream
-        marks = [cupy.cuda.Event() for _ in range(4)]
-        marks[0].record(main)
-        device_a = cupy.asarray(a)
-        matrix = device_a.T if m < n else device_a  # a wide matrix: the SVD of its transpose
-        rows, cols = matrix.shape
-        marks[1].record(main)
-        d, e, reflectors = bidiagonalize(matrix, params.block_size, vectors=params.compute_uv)
-        marks[2].record(main)
-        ut = vt = None
-        if reflectors is not None:
-            with side:
-                side.wait_event(marks[2])
-                ut, vt = accumulate(reflectors, rows, cols, params.full_matrices)
-                accumulated = side.record()
-        counts: dict[str, int] = {}
-        s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side, counts=counts)
-        marks[3].record(main)
         start = time.perf_counter()
-        u = vt_out = None
-        if params.compute_uv:
-            u, vt_out = ut.T.get(), vt.get()  # U = (U^T)^T
-            if m < n:  # A^T = U S V^T
-                u, vt_out = vt_out.T, u.T
-            u, vt_out = np.ascontiguousarray(u), np.ascontiguousarray(vt_out)
-        values = s.get()
-        timings["upload"] = cupy.cuda.get_elapsed_time(marks[0], marks[1])
-        timings["bidiagonalization"] = cupy.cuda.get_elapsed_time(marks[1], marks[2])
-        if reflectors is not None:
-            timings["accumulation"] = cupy.cuda.get_elapsed_time(marks[2], accumulated)
-        timings["diagonalization"] = cupy.cuda.get_elapsed_time(marks[2], marks[3])
+        device_a = cupy.asarray(a)
+        lease.stream.synchronize()
+        timings["upload"] = (time.perf_counter() - start) * 1000
+        u, s, vt = svd_on_device(device_a, params, lease, timings, counts)
+        start = time.perf_counter()
+        u, values, vt = (None if x is None else x.get() for x in (u, s, vt))
         timings["download"] = (time.perf_counter() - start) * 1000
     if statistics is not None:
         statistics.update(counts)
-    return u, values, vt_out
+    return u, values, vt
+
+
+def cusolver_on_device(a: cupy.ndarray, params: SvdParams):
+    """cuSOLVER's SVD (cupy.linalg.svd, gesvd) of a device matrix on the current stream:
+    device (u, s, vt) as `svd_on_device` returns them."""
+    if params.compute_uv:
+        return cupy.linalg.svd(a, full_matrices=params.full_matrices, compute_uv=True)
+    return None, cupy.linalg.svd(a, compute_uv=False), None
 
 
 def cusolver_svd(a: np.ndarray, params: SvdParams, lease):

@@ -28,15 +28,17 @@ GPU_METHODS = ("golub_reinsch", "cusolver")
 # chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
 # are refused there rather than left to hold a job stream for an hour.
 GOLUB_REINSCH_CPU_MAX_SIDE = 512
-# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER on the H200
-# (BENCHMARKS.md, 2026-11-22): float32 from 4096 columns (the smaller side) on, with
-# vectors (1.12x) and without (1.06x); cuSOLVER elsewhere (float64: 0.93-0.98x; 2048:
-# 0.79x with vectors, a tie without). Both pass LAPACK's accuracy ratios.
+# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER, with vectors (H100,
+# 2026-11-26, after the float64 chase and QR first): float32 from 4096 columns on (1.01x;
+# 0.73x at 1024, 0.68x at 2048, 0.82x at 8192x512, 0.94x at 16384x1024); float64 0.70-0.98x
+# below 4096, 1.04x at 4096 (one run: left to cuSOLVER). Values only: not measured since
+# the chase went to float64, so cuSOLVER. Both pass LAPACK's accuracy ratios.
 AUTO_GOLUB_REINSCH_MIN_SIDE = 4096
 MATRIX_FILE = "matrix.npy"
 BLOCK_SIZE_MIN, BLOCK_SIZE_MAX = 1, 512  # columns per panel of the blocked bidiagonalization
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-MATRIX_KINDS = ("gaussian", "ill_conditioned", "low_rank")
+MATRIX_KINDS = ("gaussian", "ill_conditioned", "clustered", "low_rank")
+CLUSTER_FRACTION = 6  # a clustered matrix's clusters each hold min(m, n) // 6 equal singular values
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
@@ -73,14 +75,31 @@ class SvdParams:
         _check_int("block_size", self.block_size, BLOCK_SIZE_MIN, BLOCK_SIZE_MAX)
 
 
-def make_matrix(m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank: int | None = None) -> np.ndarray:
+def singular_values(kind: str, k: int, cond: float) -> np.ndarray:
+    """The k prescribed singular values (float64, descending) of an ill_conditioned or
+    clustered matrix: logspaced from 1 down to 1 / cond; for clustered, the first and the
+    last k // CLUSTER_FRACTION of them equal to 1 and to 1 / cond, the rest logspaced."""
+    if kind == "ill_conditioned":
+        return np.logspace(0.0, -math.log10(cond), k)
+    cluster = k // CLUSTER_FRACTION
+    middle = np.logspace(0.0, -math.log10(cond), k - 2 * cluster)
+    return np.concatenate([np.ones(cluster), middle, np.full(cluster, 1 / cond)])
+
+
+def make_matrix(
+    m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank: int | None = None, xp: Any = np
+) -> Any:
     """An (m, n) test matrix of `dtype` (float32 or float64), the same for the same seed.
 
     gaussian: i.i.d. standard normal entries.
     ill_conditioned: U diag(s) V^T with U, V random orthonormal (QR of Gaussians) and the
     min(m, n) singular values logspaced from 1 down to 1 / cond.
+    clustered: the same with clusters of min(m, n) // 6 equal values at both ends
+    (`singular_values`): graded and clustered, the hard case of a bidiagonal QR.
     low_rank: the product of (m, r) and (r, n) Gaussians, r = rank or max(1, min(m, n) // 4).
-    Drawn in float64 and rounded once to `dtype`.
+    Drawn in float64 by NumPy and rounded once to `dtype`. xp: the array module that does
+    the products and QR factorizations and holds the result (numpy, or cupy: the same
+    matrix to rounding, on the current device).
     """
     _check_int("m", m, 1)
     _check_int("n", n, 1)
@@ -95,24 +114,24 @@ def make_matrix(m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank:
     rng = np.random.default_rng(seed)
     k = min(m, n)
     if kind == "gaussian":
-        a = rng.standard_normal((m, n))
-    elif kind == "ill_conditioned":
+        a = xp.asarray(rng.standard_normal((m, n)))
+    elif kind in ("ill_conditioned", "clustered"):
         if isinstance(cond, bool) or not isinstance(cond, numbers.Real) or not math.isfinite(cond) or cond < 1:
             raise ParamError("cond", f"must be a finite number >= 1; got {cond!r}")
-        u, _ = np.linalg.qr(rng.standard_normal((m, k)))
-        v, _ = np.linalg.qr(rng.standard_normal((n, k)))
-        s = np.logspace(0.0, -math.log10(cond), k)
-        a = (u * s) @ v.T
+        u, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((m, k))))
+        v, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((n, k))))
+        a = (u * xp.asarray(singular_values(kind, k, cond))) @ v.T
     else:
         r = max(1, k // 4) if rank is None else rank
         _check_int("rank", r, 1, k)
-        a = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
-    return np.ascontiguousarray(a, dtype=dtype)
+        a = xp.asarray(rng.standard_normal((m, r))) @ xp.asarray(rng.standard_normal((r, n)))
+    return xp.ascontiguousarray(a, dtype=dtype)
 
 
-def auto_gpu_method(m: int, n: int, dtype) -> str:
+def auto_gpu_method(m: int, n: int, dtype, compute_uv: bool = True) -> str:
     """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
-    return "golub_reinsch" if np.dtype(dtype) == np.float32 and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE else "cusolver"
+    ours = compute_uv and np.dtype(dtype) == np.float32 and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE
+    return "golub_reinsch" if ours else "cusolver"
 
 
 @dataclass(frozen=True)
@@ -145,9 +164,9 @@ class MatrixSpec:
         if self.rank is not None:
             _check_int("spec.rank", self.rank, 1, min(self.m, self.n))
 
-    def build(self) -> np.ndarray:
-        """The (m, n) matrix, the same for the same spec."""
-        return make_matrix(self.m, self.n, self.dtype, self.seed, self.kind, cond=self.cond, rank=self.rank)
+    def build(self, xp: Any = np) -> Any:
+        """The (m, n) matrix, the same for the same spec (to rounding with xp = cupy)."""
+        return make_matrix(self.m, self.n, self.dtype, self.seed, self.kind, cond=self.cond, rank=self.rank, xp=xp)
 
 
 @dataclass(frozen=True)
@@ -207,11 +226,14 @@ class SvdJob:
         """The method that runs: `auto` becomes the faster GPU method, or LAPACK on the CPU."""
         if self.params.method != "auto":
             return self.params.method
-        return auto_gpu_method(*self.shape, self.dtype) if on_gpu else "lapack"
+        return auto_gpu_method(*self.shape, self.dtype, self.params.compute_uv) if on_gpu else "lapack"
 
-    def load(self) -> np.ndarray:
-        """The matrix to decompose (generated from the spec when there is one)."""
-        return self.spec.build() if self.spec is not None else self.matrix  # type: ignore[return-value]
+    def load(self, xp: Any = np) -> Any:
+        """The matrix to decompose, in xp's memory (numpy, or cupy: on the current device;
+        a spec's O(n^3) products then run there too)."""
+        if self.spec is not None:
+            return self.spec.build(xp)
+        return xp.asarray(self.matrix)
 
     def to_json(self) -> dict[str, Any]:
         """What the job store keeps (the matrix itself goes to `input_files`)."""

@@ -9,6 +9,7 @@ import pytest
 
 from gpu.svd import reference as ref
 from gpu.svd.params import MATRIX_KINDS, ParamError, SvdParams, make_matrix
+from tests.gpu.svd import accuracy
 
 DTYPES = (np.float32, np.float64)
 MAX_RATIO = 35  # LAPACK's threshold for its SVD test ratios
@@ -109,6 +110,49 @@ def test_low_rank_gives_zero_singular_values(dtype, seed):
     a = make_matrix(16, 12, dtype, seed, "low_rank", rank=3)
     _, s, _ = _check_svd(a, GOLUB_REINSCH, f"seed {seed}")
     assert np.all(s[3:] <= 50 * np.finfo(dtype).eps * 16 * s[0]), f"seed {seed}: {s}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", accuracy.CASES)
+def test_singular_values_at_most_twice_the_error_of_lapack(case, dtype, seed):
+    """The accuracy target on the CPU: the largest singular-value error against float64
+    LAPACK at most twice that of LAPACK's gesvd in the same precision (the algorithm of
+    cuSOLVER's gesvd), to within the resolution of the float64 reference itself."""
+    a = accuracy.matrix(case, 60, dtype, seed)
+    exact = accuracy.exact_values(a)
+    _, s, _ = ref.svd(a, GOLUB_REINSCH)
+    ours, anchor = accuracy.largest_error(s, exact), accuracy.lapack_error(a, exact)
+    noise = accuracy.resolution(a, exact)
+    print(f"seed {seed} {case} {np.dtype(dtype).name}: ours {ours:.2e}, LAPACK {anchor:.2e}, resolution {noise:.1e}")
+    assert ours <= 2 * anchor + noise, (
+        f"seed {seed}: {case} {a.shape} {np.dtype(dtype).name}: largest error {ours:.2e} of s_max, "
+        f"LAPACK gesvd {anchor:.2e} (resolution {noise:.1e})"
+    )
+
+
+def test_float32_matrices_keep_the_accuracy_of_their_bidiagonal(seed):
+    """The bidiagonal QR runs in float64 for float32 input: the singular values are those
+    of the float32 bidiagonal to float32 rounding, on a graded and clustered matrix (a
+    float32 chase lost 6x that: 2.3e-6 of s_max against 3.6e-7 at 1500 x 1200)."""
+    a = make_matrix(160, 120, np.float32, seed, "clustered", cond=1e6)
+    _, d, e, _ = ref.bidiagonalize(a, 32, "none")
+    bidiagonal = np.diag(d.astype(np.float64)) + np.diag(e.astype(np.float64), 1)
+    of_bidiagonal = np.linalg.svd(bidiagonal, compute_uv=False)
+    _, s, _ = ref.svd(a, SvdParams(method="golub_reinsch", compute_uv=False))
+    error = accuracy.largest_error(s, of_bidiagonal)
+    assert error <= np.finfo(np.float32).eps, f"seed {seed}: {error:.2e} of s_max from the bidiagonal's values"
+
+
+def test_auto_picks_the_method_measured_faster():
+    """bench/svd.py on an H100: ours for float32 with vectors from 4096 columns (the smaller
+    side), cuSOLVER for values only, float64 and smaller or thinner matrices."""
+    from gpu.svd.params import auto_gpu_method
+
+    assert auto_gpu_method(4096, 4096, np.float32) == "golub_reinsch"
+    assert auto_gpu_method(5000, 4096, np.float32, compute_uv=True) == "golub_reinsch"
+    assert auto_gpu_method(4096, 4096, np.float32, compute_uv=False) == "cusolver"
+    assert auto_gpu_method(16384, 1024, np.float32) == "cusolver"
+    assert auto_gpu_method(4096, 4096, np.float64) == "cusolver"
 
 
 def test_singular_vectors_match_lapack_up_to_sign(seed):
