@@ -10,7 +10,7 @@ Modules, one idea each: probe.py (what a clip holds, checked before a job is que
 decode.py (frames out: demux, threaded decode; RGB, upright, sized on worker threads),
 temporal.py (the steady tone LUT), drawer.py (a frame staged, then drawn, on a lease or the CPU), encode.py
 (drawings in: libx264 on its frame threads, the audio copied), pipeline.py (decode,
-prepare, stage, the steady tone, draw and encode on their own threads with bounded
+prepare, stage with the steady tone, draw and encode on their own threads with bounded
 queues).
 """
 
@@ -106,16 +106,14 @@ def draw(
     drawer = Drawer(pencil, lease)
 
     def stage(item: Frame | av.Packet) -> tuple[Frame, Staged] | av.Packet:
+        """Upload (on a GPU) and, for the steady tone, the histogram and the frame's LUT
+        (in frame order: this step runs on one thread)."""
         if isinstance(item, av.Packet):
             return item
-        return item, drawer.stage(item.image, histogram=steady is not None)
-
-    def steady_tone(item: tuple[Frame, Staged] | av.Packet) -> tuple[Frame, Staged] | av.Packet:
-        if not isinstance(item, av.Packet):
-            staged = item[1]
-            assert steady is not None and staged.histogram is not None
+        staged = drawer.stage(item.image, histogram=steady is not None)
+        if steady is not None and staged.histogram is not None:
             staged.tone_lut = steady.lut(staged.histogram)
-        return item
+        return item, staged
 
     def draw_one(item: tuple[Frame, Staged] | av.Packet) -> tuple[Frame, Any] | av.Packet:
         if isinstance(item, av.Packet):
@@ -131,8 +129,6 @@ def draw(
         first_pts = last_pts = None
         try:
             steps = [Step("prepare", reader.prepare, PREPARE_WORKERS), Step("stage", stage), Step("draw", draw_one)]
-            if steady is not None:  # the LUT (a refit: 1.6 ms) on its own thread, in frame order
-                steps.insert(2, Step("tone", steady_tone))
             with pipelined(reader, steps) as results:
                 for result in results:
                     if isinstance(result, av.Packet):
