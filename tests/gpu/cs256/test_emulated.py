@@ -8,7 +8,8 @@ reloads R chunks ahead, rows shorter than the ring), its walk over the tile coun
 whole or in slices, grids smaller than the rows (several passes per block, the last with
 rows past m), the shuffle reduction for every lane count and 1..16 vectors; the split4
 kernel for every vec. Outputs are poisoned with NaN first. On the CPU the PTX paths
-(cp.async, L1 hints, streaming loads) take their plain fallbacks, and the arithmetic is
+(L1 hints, streaming loads) take their plain fallbacks and the cp.async staging of x lands
+only at wait_copies (emu.h: a missing wait reads garbage and fails here); the arithmetic is
 the GPU's (float FMAs in the same order), so this is the device's result bit for bit
 except for what only the device can show (timing, memory ordering, the PTX itself):
 tests/gpu/cs256/test_cuda.py runs the same products on a GPU. Skipped without g++ 11+.

@@ -3,7 +3,7 @@
 // tests/gpu/cs256/test_emulated.py). Each CUDA thread of a block
 // is a std::thread; __syncthreads is a barrier of the block's threads and the warp
 // intrinsics a barrier of the warp's 32 (so a divergent __syncthreads or shuffle
-// deadlocks, as it may on the device: the test runs under a timeout). Blocks run one
+// deadlocks, as it may on the device: EmuWatchdog then ends the launch). Blocks run one
 // after another on the same threads, shared memory refilled with garbage between them.
 // Not a simulator of timing, memory ordering or bank conflicts: it checks the logic.
 // A kernel source sees CUDA_EMULATION defined (and __CUDA_ARCH__ not): dynamic shared
@@ -14,12 +14,15 @@
 #pragma once
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -247,36 +250,42 @@ inline void emu_async_drop() {  // the block ends
     emu_async_committed = 0;
 }
 
-template <class... A>
-void emu_run(void (*kernel)(A...), void** args, unsigned grid, unsigned block, unsigned smem_bytes) {
-    std::vector<unsigned char> smem(smem_bytes + 64);
-    unsigned char* base = (unsigned char*)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
-    EmuBlock blk;
-    blk.bar = std::make_unique<std::barrier<>>(block);
-    for (unsigned w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
-    blk.smem = base;
-    std::vector<std::thread> threads;
-    threads.reserve(block);
-    for (unsigned t = 0; t < block; ++t) {
-        threads.emplace_back([&, t]() {
-            threadIdx.x = t;
-            blockDim.x = block;
-            gridDim.x = grid;
-            emu_block = &blk;
-            for (unsigned b = 0; b < grid; ++b) {
-                if (t == 0) std::memset(base, EMU_GARBAGE, smem_bytes);
-                blk.bar->arrive_and_wait();
-                blockIdx.x = b;
-                [&]<size_t... I>(std::index_sequence<I...>) {
-                    kernel(*reinterpret_cast<std::remove_reference_t<A>*>(args[I])...);
-                }(std::index_sequence_for<A...>{});
-                emu_async_drop();
-                blk.bar->arrive_and_wait();
-            }
-        });
+// Ends the process (abort, with a message) when a launch runs past EMU_LAUNCH_LIMIT_S
+// seconds (default 60; tests launch in well under a second): a hang (a divergent barrier,
+// or a loop steered by data read before its wait) then fails at once, not at the test's
+// timeout. One per launch: `EmuWatchdog watchdog(name);` before the threads start.
+class EmuWatchdog {
+  public:
+    explicit EmuWatchdog(const char* what) : what_(what), thread_([this] { watch(); }) {}
+    ~EmuWatchdog() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done_ = true;
+        }
+        wake_.notify_one();
+        thread_.join();
     }
-    for (auto& th : threads) th.join();
-}
+
+  private:
+    static double limit_s() {
+        const char* text = std::getenv("EMU_LAUNCH_LIMIT_S");
+        return text != nullptr && std::atof(text) > 0 ? std::atof(text) : 60.0;
+    }
+    void watch() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        const double limit = limit_s();
+        if (!wake_.wait_for(lock, std::chrono::duration<double>(limit), [this] { return done_; })) {
+            std::fprintf(stderr, "emulator: %s ran past %.0f s (EMU_LAUNCH_LIMIT_S): a hang\n", what_, limit);
+            std::fflush(stderr);
+            std::abort();
+        }
+    }
+    const char* what_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool done_ = false;
+    std::thread thread_;  // last: starts once the members above exist
+};
 
 template <class... A>
 int emu_arity(void (*)(A...), int* sizes) {
@@ -297,7 +306,7 @@ int emu_arity(void (*)(A...), int* sizes) {
         if (a != nargs) return -2;                                 \
         for (int k = 0; k < a; ++k)                                \
             if (s[k] != sizes[k]) return -100 - k;                 \
-        emu_run(K, args, grid, block, smem);                       \
+        emu_run(K, args, grid, block, smem, #K);                   \
         return 0;                                                  \
     }
 #define EMU_ENTRY_POINT(LIST)                                                                                                         \
@@ -315,7 +324,8 @@ int emu_arity(void (*)(A...), int* sizes) {
 // pointers, argument sizes, count), with emu_launch's return codes
 // (tests/gpu/emulator/library.py: launch_dims).
 template <class... A>
-void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsigned smem_bytes) {
+void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsigned smem_bytes, const char* name = "a kernel") {
+    EmuWatchdog watchdog(name);
     const unsigned threads = block.x * block.y * block.z, blocks = grid.x * grid.y * grid.z;
     std::vector<unsigned char> smem(smem_bytes + 64);
     unsigned char* base = (unsigned char*)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
@@ -332,7 +342,7 @@ void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsi
             gridDim = grid;
             emu_block = &blk;
             for (unsigned b = 0; b < blocks; ++b) {
-                if (t == 0) std::memset(base, 0xCD, smem_bytes);
+                if (t == 0) std::memset(base, EMU_GARBAGE, smem_bytes);
                 blk.bar->arrive_and_wait();
                 blockIdx = dim3{b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)};
                 [&]<size_t... I>(std::index_sequence<I...>) {
@@ -346,6 +356,12 @@ void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsi
     for (auto& worker : workers) worker.join();
 }
 
+// A 1-D launch: grid blocks of `block` threads.
+template <class... A>
+void emu_run(void (*kernel)(A...), void** args, unsigned grid, unsigned block, unsigned smem_bytes, const char* name = "a kernel") {
+    emu_run_dims(kernel, args, dim3{grid, 1, 1}, dim3{block, 1, 1}, smem_bytes, name);
+}
+
 #define EMU_TRY_KERNEL_DIMS(K)                                     \
     if (emu_name == #K) {                                          \
         int s[64];                                                 \
@@ -353,7 +369,7 @@ void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsi
         if (a != nargs) return -2;                                 \
         for (int k = 0; k < a; ++k)                                \
             if (s[k] != sizes[k]) return -100 - k;                 \
-        emu_run_dims(K, args, grid, block, smem);                  \
+        emu_run_dims(K, args, grid, block, smem, #K);              \
         return 0;                                                  \
     }
 #define EMU_DIMS_ENTRY_POINT(LIST)                                                                                       \
