@@ -261,7 +261,7 @@ def test_merge_matches_the_reference_on_the_same_inputs(cuda, lease, rng, textur
     ).get()
     assert got.shape == expected.shape
     difference = np.abs(got.astype(np.int16) - expected.astype(np.int16))
-    assert expected.std() > 10  # a drawing, not a flat page
+    assert np.ptp(expected) > 50  # a drawing, not a flat page (a light one may have little spread)
     assert difference.max() <= 1 and (difference > 0).mean() <= 1e-3, (
         f"{params}: {(difference > 0).mean():.5f} of values differ, max {difference.max()}"
     )
