@@ -17,23 +17,9 @@ import types
 
 import numpy as np
 
-from tests.gpu.emulator import fake_lease
+from tests.gpu.emulator import fake_device
 from tests.gpu.emulator import library as emulator
-
-
-class _Pointer:
-    def __init__(self, array):
-        self.ptr = array.ctypes.data
-
-
-class ndarray(np.ndarray):  # CuPy's name
-    @property
-    def data(self):
-        return _Pointer(self)
-
-    def get(self, stream=None):
-        return np.array(self.view(np.ndarray))
-
+from tests.gpu.emulator.fake_device import ndarray
 
 _streams: dict[int, Stream] = {}
 
@@ -160,7 +146,7 @@ def install(library_path: str):
     return cuda
 
 
-class Lease(fake_lease.Lease):
+class Lease(fake_device.Lease):
     """A gpu.pool.Lease without CUDA, with this stand-in's streams."""
 
     def __init__(self):
