@@ -398,6 +398,7 @@ def test_jobs_page_stores_a_text_and_searches_it(jobs_server, web_page, page_err
     body = json.loads(page.input_value("#json-body"))
     assert len(body["corpus_id"]) == 32 and "text" not in body
     body["patterns"] = ["better", "aa"]
+    body["positions"] = "files"  # the position files listed with the job (json, the default, writes none)
     page.fill("#json-body", json.dumps(body))
     page.click("#json-submit")
     _wait_for_newest_job(page, "search")
