@@ -53,7 +53,14 @@ class MatrixSpec(BaseModel):
     m: int = Field(..., ge=1, description="rows")
     n: int = Field(..., ge=1, description="columns")
     dtype: Literal["float32", "float64"] = "float32"
-    seed: int = Field(0, ge=0, description="random seed: the same spec gives the same matrix")
+    seed: int = Field(
+        0,
+        ge=0,
+        description=(
+            "random seed: the same spec gives the same matrix (to rounding between a CPU and a GPU run, "
+            "where it is built on the device)"
+        ),
+    )
     kind: MatrixKind = Field(
         "gaussian",
         description=(

@@ -332,6 +332,8 @@ def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     fit_tone does the same."""
     brightened = np.bincount(auto_brightening(), weights=source_counts.astype(np.float64), minlength=256)
     source = np.cumsum(brightened)
+    if source[-1] <= 0:
+        raise ValueError("fit_tone needs a histogram with at least one count")
     source /= source[-1]
     inverses, masks = auto_fit_systems()
     grams = auto_layer_grams()

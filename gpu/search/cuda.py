@@ -724,7 +724,12 @@ def search_streamed(fill: Fill, n: int, params: SearchParams, lease, progress=No
         lease.stream.synchronize()  # the allocation's zero padding, before the upload stream writes
         text = DeviceText(data, n, lease.device)
         search = _Search(text, params, lease)
-        last = stream_to_device(data, n, fill, lease, search.count_ready)
+        try:
+            last = stream_to_device(data, n, fill, lease, search.count_ready)
+        except BaseException:
+            for stream in search.streams:  # the count kernels queued so far read `data`: none may outlive it
+                stream.synchronize()
+            raise
         if last is not None:
             last.synchronize()
         upload_ms = (time.perf_counter() - start) * 1000

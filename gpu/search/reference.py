@@ -251,8 +251,8 @@ def search(buffer, params: SearchParams, progress: Callable[[float], None] | Non
                 progress(step / total_steps)
         found = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         positions = found[: params.positions_wanted]
-        lines = None
-        if params.line_numbers:
+        lines = None  # as the GPU's: None when no position is wanted (positions "none"), even with line numbers
+        if params.line_numbers and params.positions_wanted != 0:
             lines = line_numbers(buffer, positions) if positions.size else np.zeros(0, np.int64)
         results.append(PatternResult(positions, lines, CPU_ALGORITHM, int(found.size)))
     elapsed = (time.perf_counter() - start_time) * 1000

@@ -130,8 +130,8 @@ def _warnings(params: StencilParams, shot, request) -> list[str]:
     warnings = []
     sponge = request.get("sponge")
     if sponge and (params.boundary != "sponge" or params.sponge != sponge):
-        warnings.append(
-            f"sponge: {sponge} was ignored: boundary {params.boundary}"
+        warnings.append(  # the width may have come from it (boundary without boundary_width): say what ran
+            f"sponge: {sponge} asks for no sponge here: boundary {params.boundary}"
             + (f" of {params.boundary_width} cells" if params.boundary_width else "")
             + " was given and wins"
         )

@@ -28,7 +28,7 @@ once to float32.
 Arithmetic is float32, operation by operation as written below and in stencil.cu (no
 fused multiply-add), so that the CUDA kernels agree with this bit for bit. This module
 holds psi and zeta as whole-grid arrays (the readable definition; the CPU backend's grids
-are small); the CUDA path keeps them only in the layers (cuda.py, `slab_sizes`).
+are small); the CUDA path keeps them only in the layers (cuda.py, StencilParams.cpml_slabs).
 """
 
 from __future__ import annotations
@@ -82,14 +82,6 @@ def profile_table(params: StencilParams) -> np.ndarray:
     y, z (axis_profile, so bit-identical with the reference)."""
     profiles = [axis_profile(n, params) for n in (params.nx, params.ny, params.nz)]
     return np.concatenate([p[0] for p in profiles] + [p[1] for p in profiles])
-
-
-def slab_sizes(params: StencilParams) -> tuple[int, int, int]:
-    """Cells of the CUDA path's psi (and zeta) per axis, kept only in the layers: x as
-    (nz-4, ny-4, 2W), y as (nz-4, 2W, nx-4), z as (2W, ny-4, nx-4); stored one after the other."""
-    two_w = 2 * params.cpml
-    ix, iy, iz = (n - 2 * RADIUS for n in (params.nx, params.ny, params.nz))
-    return iz * iy * two_w, iz * two_w * ix, two_w * iy * ix
 
 
 def layers(n: int, width: int) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -124,7 +124,7 @@ def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | No
 @dataclass
 class CpmlBuffers:
     """The CPML's state on the device (gpu/stencil/cpml.py): psi and zeta of the three axes
-    in its layers only (float32, the slab layout of cpml.slab_sizes, zero at the start), the
+    in its layers only (float32, the slab layout of StencilParams.cpml_slabs, zero at the start), the
     profile table (a then b of x, y, z) and the width in cells."""
 
     psi: cupy.ndarray
@@ -137,7 +137,7 @@ class CpmlBuffers:
         """Zeroed buffers for the shot's CPML, None without one."""
         if not params.cpml:
             return None
-        cells = sum(cpml_profile.slab_sizes(params))
+        cells = sum(params.cpml_slabs)
         profile = cupy.asarray(cpml_profile.profile_table(params))
         return cls(cupy.zeros(cells, np.float32), cupy.zeros(cells, np.float32), profile, params.cpml)
 

@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpu.stencil.params import RADIUS
+from gpu.stencil.params import KERNEL_INDEX_MAX, RADIUS
 
 BX, BY = 32, 8  # mirrors stencil.cu
 THREADS = BX * BY
-MAX_INDEX = (1 << 31) - 1  # the kernels index a launch's points with 32-bit ints
+MAX_INDEX = KERNEL_INDEX_MAX  # the most points of one launch
 MIN_ZCHUNK = 16  # planes: shorter chunks of the second phase cost more than they balance
 START_PLANES = {
     "int_z": 0.0,

@@ -54,7 +54,7 @@ SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twi
 BOUNDARIES = ("none", "sponge", "cpml")  # the request's `boundary`
 ABSORBING_DEFAULT = "cpml"  # the layer a request gets from `boundary_width` alone (it reflects less: BENCHMARKS.md)
 DEFAULT_BOUNDARY_WIDTH = 20  # cells, when `boundary` names a layer without a width (at most what the grid holds)
-CPML_MAX_POINTS = (1 << 31) - 1  # the CPML kernels run grids in one launch (no z slabs)
+KERNEL_INDEX_MAX = (1 << 31) - 1  # the kernels index a launch's points and the CPML's layer cells with 32-bit ints
 RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
 GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
 CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
@@ -382,14 +382,20 @@ class StencilParams:
             )
         max_layer = self.max_boundary_width
         _int("sponge", self.sponge, 0, max_layer)
-        _int("cpml", self.cpml, 0, max_layer)
+        _int("boundary_width", self.cpml, 0, max_layer)  # the request's name for the CPML's width
         if self.sponge and self.cpml:
             raise ParamError("boundary", f"a sponge ({self.sponge} cells) or a CPML ({self.cpml} cells), not both")
-        if self.cpml and self.points > CPML_MAX_POINTS:
+        if self.cpml and self.points > KERNEL_INDEX_MAX:  # the CPML kernels run a grid in one launch
             raise ParamError(
                 "boundary",
-                f"the CPML runs grids of at most {CPML_MAX_POINTS:,} points; this one has {self.points:,} "
+                f"the CPML runs grids of at most {KERNEL_INDEX_MAX:,} points; this one has {self.points:,} "
                 "(use the sponge)",
+            )
+        if self.cpml and sum(self.cpml_slabs) > KERNEL_INDEX_MAX:
+            raise ParamError(
+                "boundary_width",
+                f"a CPML of {self.cpml} cells keeps {sum(self.cpml_slabs):,} memory cells, more than the kernels "
+                f"index ({KERNEL_INDEX_MAX:,}): use a narrower layer",
             )
         if self.snapshot_every is None:
             object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
@@ -423,6 +429,15 @@ class StencilParams:
     def max_boundary_width(self) -> int:
         """The widest absorbing layer the grid holds: half the interior of its shortest axis."""
         return (min(self.nx, self.ny, self.nz) - 2 * RADIUS) // 2
+
+    @property
+    def cpml_slabs(self) -> tuple[int, int, int]:
+        """Cells of the CUDA path's CPML memory (psi, and zeta alike) per axis, kept only in
+        the layers: x as (nz-4, ny-4, 2W), y as (nz-4, 2W, nx-4), z as (2W, ny-4, nx-4),
+        stored one after the other; (0, 0, 0) without a CPML."""
+        two_w = 2 * self.cpml
+        ix, iy, iz = (n - 2 * RADIUS for n in (self.nx, self.ny, self.nz))
+        return iz * iy * two_w, iz * two_w * ix, two_w * iy * ix
 
     @property
     def boundary(self) -> str:

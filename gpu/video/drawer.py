@@ -11,7 +11,8 @@ gpu.pencil.reference.render.
 
 Measured on an H100's host (1280x720, bench/video.py): the histogram cost 1.5 ms a frame on
 the CPU and did not scale over threads (OpenCV's own thread pool is shared); on the device
-it is a kernel and a 1 KB download.
+it is a kernel and a 1 KB download. render_device then computes the luma plane again (one
+more ~10 us kernel): render_device stays the one entry for every caller.
 """
 
 from __future__ import annotations

@@ -61,13 +61,18 @@ class _Stage(threading.Thread):
         return False
 
     def run(self) -> None:
+        results = self.results()
         try:
-            for item in self.results():
+            for item in results:
                 if not self.put(item) or isinstance(item, _Failed):
                     return
         except BaseException as exc:  # handed to the caller's thread, which raises it
             self.put(_Failed(exc))
             return
+        finally:
+            close = getattr(results, "close", None)  # a generator's (the source may be any iterator)
+            if close is not None:
+                close()  # a step's worker threads are joined here, not whenever it is collected
         self.put(_END)
 
 
@@ -120,12 +125,12 @@ def pipelined(source: Iterable[Any], steps: Sequence[Step], depth: int = DEPTH) 
     stop = threading.Event()
     queues = [queue.Queue(depth) for _ in range(len(steps) + 1)]
     stages = [_Stage("video-read", lambda: iter(source), queues[0], stop)]
-    for step, before, after in zip(steps, queues, queues[1:], strict=False):
+    for index, step in enumerate(steps):  # step i reads queue i and fills queue i + 1
         stages.append(
             _Stage(
                 f"video-{step.name}",
-                lambda step=step, before=before: _transformed(step, _drain(before, stop), stop),
-                after,
+                lambda step=step, before=queues[index]: _transformed(step, _drain(before, stop), stop),
+                queues[index + 1],
                 stop,
             )
         )

@@ -113,7 +113,7 @@ class CpmlState:
     zero at the start), the profile table, the width."""
 
     def __init__(self, params: StencilParams):
-        cells = sum(layers.slab_sizes(params))
+        cells = sum(params.cpml_slabs)
         self.psi, self.zeta = np.zeros(cells, np.float32), np.zeros(cells, np.float32)
         self.profile = layers.profile_table(params)
         self.width = params.cpml

@@ -116,7 +116,7 @@ def test_receiver_line():
         ({"f0": 0.0}, "f0: must be > 0"),
         ({"sponge": 9}, r"sponge: must be <= 8"),
         ({"sponge": -1}, "sponge: must be >= 0"),
-        ({"cpml": 9}, r"cpml: must be <= 8"),
+        ({"cpml": 9}, r"boundary_width: must be <= 8"),
         ({"cpml": 2, "sponge": 2}, "boundary: a sponge .* or a CPML .*, not both"),
         ({"snapshot_every": 0.5}, "snapshot_every: expected an integer"),
         ({"variant": "fast"}, "variant: must be one of auto, naive"),
@@ -126,6 +126,14 @@ def test_receiver_line():
 def test_bad_values_are_refused(changes, match):
     with pytest.raises(ParamError, match=match):
         make(**changes)
+
+
+def test_a_cpml_whose_memory_the_kernels_cannot_index_is_refused():
+    """1200^3 points fit the kernels' 32-bit indices, a 300-cell CPML's memory (2.57e9 cells
+    of psi) does not: refused naming boundary_width; 100 cells (0.86e9) run."""
+    with pytest.raises(ParamError, match="boundary_width: a CPML of 300 cells keeps 2,574,"):
+        make(nx=1200, ny=1200, nz=1200, cpml=300)
+    assert sum(make(nx=1200, ny=1200, nz=1200, cpml=100).cpml_slabs) < (1 << 31) - 1
 
 
 def test_too_many_snapshots_or_record_values():
