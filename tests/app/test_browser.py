@@ -963,6 +963,18 @@ DRAWING_STATS = """img => {
 }"""
 
 
+def _drawing_stats(page, condition: str = "true", arg=None) -> dict:
+    """DRAWING_STATS of the drawing shown, once one has loaded and `condition` (JavaScript
+    of the stats `s` and `arg`) holds: each new frame replaces the image, which reads as
+    null until it has decoded, so a single read can fall between two frames."""
+    handle = page.wait_for_function(
+        f"([img, arg]) => {{ const s = ({DRAWING_STATS})(img); return s && ({condition}) ? s : null; }}",
+        arg=[page.query_selector("#live-drawing"), arg],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    return handle.json_value()
+
+
 @pytest.fixture(scope="module")
 def camera_browser(playwright_driver, chromium_path):
     """A Chromium with the fake camera and the fake permission prompt (which allows)."""
@@ -1068,7 +1080,7 @@ def test_live_frames_come_back_drawn(server, live_page, live_errors):
     assert page.get_by_role("button", name="Stop camera").count() == 1
     video = page.eval_on_selector("#live-video", "v => [v.videoWidth, v.videoHeight, v.paused]")
     assert video == [1280, 720, False], video  # the ideal 1280x720 the page asked for
-    stats = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    stats = _drawing_stats(page)
     assert (stats["width"], stats["height"]) == (1024, 576), stats  # max_side 1024, the camera's shape
     assert stats["std"] > 5 and stats["mean"] > 100, f"the drawing looks empty: {stats}"
     assert page.get_attribute("#live-drawing", "alt").startswith("Pencil drawing of the camera image")
@@ -1112,15 +1124,13 @@ def test_live_options_change_the_drawing(server, live_page, live_errors):
 
     page.on("websocket", record)
     _start_live(page, base, "texture-fast")
-    gray = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    gray = _drawing_stats(page)
     assert gray["chroma"] < 3, f"a gray drawing has colour: {gray}"
 
     page.click("label[for=mode-color]")
-    drawing = page.query_selector("#live-drawing")
-    page.wait_for_function(f"img => ({DRAWING_STATS})(img)?.chroma > 15", arg=drawing, timeout=RENDER_TIMEOUT_MS)
+    color = _drawing_stats(page, "s.chroma > 15")  # waits for it: a coloured drawing, chroma > 15
+    assert color["chroma"] > 15 and color["width"] > 0, color
     assert sent[-1] == {"type": "options", "options": {**sent[-1]["options"], "mode": "color"}}, sent
-    color = page.eval_on_selector("#live-drawing", DRAWING_STATS)
-    assert color["chroma"] > 15, color
     _shot_also(page, "browser-live-color.png", selector="#live-view")
 
     page.select_option("#max_side", "")  # "Original size": "" puts max_side back to its default, none
@@ -1128,14 +1138,10 @@ def test_live_options_change_the_drawing(server, live_page, live_errors):
     assert sent[-1]["options"]["max_side"] == ""
     assert page.is_hidden("#live-error"), page.inner_text("#live-error")
 
-    light = page.eval_on_selector("#live-drawing", DRAWING_STATS)
+    light = _drawing_stats(page)
     page.focus("#tone_gamma")
     page.keyboard.press("End")  # 1 -> 4
-    page.wait_for_function(
-        f"([img, mean]) => ({DRAWING_STATS})(img)?.mean < mean - 10",
-        arg=[drawing, light["mean"]],
-        timeout=RENDER_TIMEOUT_MS,
-    )
+    _drawing_stats(page, "s.mean < arg - 10", light["mean"])
     assert sent[-1]["options"]["tone_gamma"] == 4
     # a slider dragged through many values sends a few messages, not one per value
     before = len(sent)
