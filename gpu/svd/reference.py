@@ -453,6 +453,9 @@ def svd(a: np.ndarray, params: SvdParams | None = None, timings: dict[str, float
     return np.ascontiguousarray(u), s, np.ascontiguousarray(vt)
 
 
+ACCURACY_BLOCK_BYTES = 1 << 27  # float64 bytes of A's columns `accuracy` converts at a time
+
+
 def accuracy(a, u, s, vt, xp=np) -> dict[str, float]:
     """LAPACK's SVD test ratios in float64, with ulp the machine epsilon of s's dtype and the
     thin factors (k = len(s) columns of u, rows of vt); O(1) means as accurate as the precision allows:
@@ -462,13 +465,20 @@ def accuracy(a, u, s, vt, xp=np) -> dict[str, float]:
     ulp = float(np.finfo(s.dtype).eps)
     m, n = a.shape
     k = s.shape[0]
-    a64, u64, vt64 = (xp.asarray(x, xp.float64) for x in (a, u[:, :k], vt[:k]))
+    u64, vt64 = (xp.asarray(x, xp.float64) for x in (u[:, :k], vt[:k]))
+    us = u64 * xp.asarray(s, xp.float64)
 
     def norm1(x) -> float:  # the largest column sum of |x|
         return float(xp.abs(x).sum(axis=0).max())
 
-    residual = norm1(a64 - (u64 * xp.asarray(s, xp.float64)) @ vt64)
-    a_norm = norm1(a64)
+    # A and A - U S V^T a block of columns at a time: whole, their float64 copies held
+    # several times A's size more on the device than the job's SVD itself
+    width = max(1, ACCURACY_BLOCK_BYTES // (8 * m))
+    residual = a_norm = 0.0
+    for first in range(0, n, width):
+        columns = xp.asarray(a[:, first : first + width], xp.float64)
+        a_norm = max(a_norm, norm1(columns))
+        residual = max(residual, norm1(columns - us @ vt64[:, first : first + width]))
     if a_norm > 0:
         resid = residual / (a_norm * max(m, n) * ulp)
     else:

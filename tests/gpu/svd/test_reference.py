@@ -377,3 +377,20 @@ def test_check_matrix_errors(value, max_elements, message):
         ref.check_matrix(value, max_elements)
     with pytest.raises(ValueError):  # what the HTTP layer catches
         ref.svd(value) if max_elements is None else ref.check_matrix(value, max_elements)
+
+
+def test_accuracy_by_column_blocks_is_the_whole_matrixs(monkeypatch):
+    """accuracy converts A a few columns at a time: the ratios equal the whole matrix's
+    (to the products' rounding), and values off by 1 % read as far past O(1)."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((120, 90)).astype(np.float32)
+    u, s, vt = (x.astype(np.float32) for x in np.linalg.svd(a.astype(np.float64), full_matrices=False))
+    whole = ref.accuracy(a, u, s, vt)
+    monkeypatch.setattr(ref, "ACCURACY_BLOCK_BYTES", 8 * 120 * 7)  # 7 columns a block: 13 blocks
+    blocked = ref.accuracy(a, u, s, vt)
+    assert blocked.keys() == whole.keys()
+    for key in whole:
+        assert blocked[key] == pytest.approx(whole[key], rel=1e-9), f"seed {seed}: {key}"
+    assert max(whole.values()) < 10, f"seed {seed}: {whole}"
+    assert ref.accuracy(a, u, s * 1.01, vt)["resid"] > 100, f"seed {seed}"  # 1e-2 / (120 ulp): ~700
