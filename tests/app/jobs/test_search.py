@@ -146,6 +146,11 @@ def test_search_jobs_find_what_brute_force_finds(make_client, rng, name):
     assert set(out["throughput_gbps"]) == {"search", "end_to_end"}
 
 
+def as_base64(patterns: list[bytes]) -> list[dict[str, str]]:
+    """Patterns in the API's byte form: a slice of the text may cut a UTF-8 character."""
+    return [{"base64": base64.b64encode(p).decode()} for p in patterns]
+
+
 def test_inline_texts_utf8_and_base64(make_client, rng):
     client = admin(make_client)
     text = english(5000, rng) + "\n¿dónde está el 😀?\n".encode()
@@ -192,7 +197,7 @@ def test_eight_patterns_each_algorithm_and_positions_mode(make_client, rng):
                 client,
                 {
                     "corpus_id": corpus_id,
-                    "patterns": [p.decode() for p in patterns],
+                    "patterns": as_base64(patterns),
                     "algorithm": algorithm,
                     "variant": variant,
                     "streams": 8,
@@ -326,7 +331,7 @@ def test_search_jobs_on_the_gpu_keep_the_corpus_resident(make_client, rng):
                 client,
                 {
                     "corpus_id": corpus_id,
-                    "patterns": [p.decode() for p in patterns],
+                    "patterns": as_base64(patterns),
                     "algorithm": algorithm,
                     "variant": variant,
                     "streams": 3,
@@ -338,7 +343,7 @@ def test_search_jobs_on_the_gpu_keep_the_corpus_resident(make_client, rng):
             check_result(client, result, text, patterns, 20, True)
             results.append(result["result"])
     fused = result_of(
-        client, {"corpus_id": corpus_id, "patterns": [p.decode() for p in patterns], "fused": True, "max_positions": 20}
+        client, {"corpus_id": corpus_id, "patterns": as_base64(patterns), "fused": True, "max_positions": 20}
     )
     check_result(client, fused, text, patterns, 20, False)
     assert results[0]["backend"] == "cuda" and results[0]["resident"] is False
