@@ -306,19 +306,21 @@ int emu_arity(void (*)(A...), int* sizes) {
         if (a != nargs) return -2;                                 \
         for (int k = 0; k < a; ++k)                                \
             if (s[k] != sizes[k]) return -100 - k;                 \
-        emu_run(K, args, grid, block, smem, #K);                   \
+        emu_run_dims(K, args, grid, block, smem, #K);              \
         return 0;                                                  \
     }
-#define EMU_ENTRY_POINT(LIST)                                                                                                         \
-    extern "C" int emu_launch(const char* name, unsigned grid, unsigned block, unsigned smem, void** args, const int* sizes, int nargs) { \
-        const std::string emu_name(name);                                                                                             \
-        LIST(EMU_TRY_KERNEL)                                                                                                          \
-        return -1;                                                                                                                    \
+#define EMU_ENTRY_POINT(LIST)                                                                                                  \
+    extern "C" int emu_launch(const char* name, unsigned grid_x, unsigned block_x, unsigned smem, void** args, const int* sizes, \
+                              int nargs) {                                                                                     \
+        const std::string emu_name(name);                                                                                      \
+        const dim3 grid{grid_x, 1, 1}, block{block_x, 1, 1};                                                                   \
+        LIST(EMU_TRY_KERNEL)                                                                                                   \
+        return -1;                                                                                                             \
     }
 
 // ------------------------------------------------ 2-D and 3-D grids and blocks --
-// emu_run for dim3 geometry (gpu/pencil/pencil.cu launches 32 x 8 blocks on 2-D grids):
-// thread t of a block is (t % x, t / x % y, t / (x y)) and its warp t / 32, as on the
+// emu_run_dims runs every launch, 1-D ones (EMU_ENTRY_POINT) as dim3{n, 1, 1}
+// (gpu/pencil/pencil.cu launches 32 x 8 blocks on 2-D grids): thread t of a block is (t % x, t / x % y, t / (x y)) and its warp t / 32, as on the
 // device; blocks run one after another, x fastest. EMU_DIMS_ENTRY_POINT(LIST) defines the
 // C entry point emu_launch_dims(name, grid x, y, z, block x, y, z, shared bytes, argument
 // pointers, argument sizes, count), with emu_launch's return codes
@@ -356,27 +358,11 @@ void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsi
     for (auto& worker : workers) worker.join();
 }
 
-// A 1-D launch: grid blocks of `block` threads.
-template <class... A>
-void emu_run(void (*kernel)(A...), void** args, unsigned grid, unsigned block, unsigned smem_bytes, const char* name = "a kernel") {
-    emu_run_dims(kernel, args, dim3{grid, 1, 1}, dim3{block, 1, 1}, smem_bytes, name);
-}
-
-#define EMU_TRY_KERNEL_DIMS(K)                                     \
-    if (emu_name == #K) {                                          \
-        int s[64];                                                 \
-        const int a = emu_arity(K, s);                             \
-        if (a != nargs) return -2;                                 \
-        for (int k = 0; k < a; ++k)                                \
-            if (s[k] != sizes[k]) return -100 - k;                 \
-        emu_run_dims(K, args, grid, block, smem, #K);              \
-        return 0;                                                  \
-    }
 #define EMU_DIMS_ENTRY_POINT(LIST)                                                                                       \
     extern "C" int emu_launch_dims(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
                                    unsigned bz, unsigned smem, void** args, const int* sizes, int nargs) {               \
         const std::string emu_name(name);                                                                                \
         const dim3 grid{gx, gy, gz}, block{bx, by, bz};                                                                  \
-        LIST(EMU_TRY_KERNEL_DIMS)                                                                                        \
+        LIST(EMU_TRY_KERNEL)                                                                                             \
         return -1;                                                                                                       \
     }
