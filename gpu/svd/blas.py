@@ -1,7 +1,7 @@
-"""cuBLAS GEMV and GEMM on sub-blocks of column-major device matrices, without copies.
+"""cuBLAS GEMM on sub-blocks of column-major device matrices, without copies.
 
 CuPy's matmul copies a non-contiguous view before calling cuBLAS; the bidiagonalization
-works on trailing blocks A[c:, c:] of one column-major matrix, so these wrappers take a
+works on trailing blocks A[t:, t:] of one column-major matrix, so this wrapper takes a
 base array, an element offset, the block's shape and the leading dimension, as BLAS
 does. Calls go to the cuBLAS handle of the current device on the current stream, with
 alpha and beta passed from the host. float32 and float64.
@@ -13,7 +13,6 @@ import numpy as np
 from cupy.cuda import device
 from cupy_backends.cuda.libs import cublas
 
-_GEMV = {np.dtype(np.float32): cublas.sgemv, np.dtype(np.float64): cublas.dgemv}
 _GEMM = {np.dtype(np.float32): cublas.sgemm, np.dtype(np.float64): cublas.dgemm}
 _OP = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
 
@@ -34,44 +33,6 @@ def _handle() -> int:
     handle = device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     return handle
-
-
-def gemv(
-    trans: str,
-    rows: int,
-    cols: int,
-    alpha: float,
-    a,
-    a_offset: int,
-    lda: int,
-    x,
-    x_offset: int,
-    incx: int,
-    beta: float,
-    y,
-    y_offset: int,
-) -> None:
-    """y[y_offset:] = alpha op(A) x + beta y, A the (rows, cols) block of `a` starting at
-    element a_offset with leading dimension lda; op is "N" or "T"; x strided by incx."""
-    if rows <= 0 or cols <= 0:
-        return
-    dtype = a.dtype
-    item = dtype.itemsize
-    alpha_host, beta_host = _scalar(alpha, dtype), _scalar(beta, dtype)
-    _GEMV[dtype](
-        _handle(),
-        _OP[trans],
-        rows,
-        cols,
-        alpha_host.ctypes.data,
-        a.data.ptr + a_offset * item,
-        lda,
-        x.data.ptr + x_offset * item,
-        incx,
-        beta_host.ctypes.data,
-        y.data.ptr + y_offset * item,
-        1,
-    )
 
 
 def gemm(

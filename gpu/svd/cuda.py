@@ -1,15 +1,17 @@
 """Golub-Reinsch SVD on the GPU (Lahabar & Narayanan 2009), the same steps as
 gpu/svd/reference.py, on a lease of the device pool:
 
-    main stream   upload -> bidiagonalization (cuBLAS GEMV/GEMM + svd.cu) -> bulge chase, chunk by chunk
+    main stream   upload -> bidiagonalization (svd.cu, a CUDA graph a panel + GEMM) -> bulge chase, chunk by chunk
     side stream                 wait -> Q and P^T from the reflectors (GEMM) -> rotations of each chunk
 
-1. Bidiagonalization: per column, the two big products (A^T u and A v, the BLAS-2 half
-   that moves (2/3) n^3 words) are cuBLAS GEMVs on the trailing block in place; the
-   reflectors with their small panel products, and the panel's z and w vectors, are four
-   svd.cu kernels; each panel of L columns ends with one rank-2L GEMM. Nothing goes back
-   to the host. Six launches per column: the host's launch time, not the GPU, sets the
-   pace below a few thousand columns.
+1. Bidiagonalization: per column two svd.cu kernels, left_step (A^T u, a warp per column)
+   and right_step (A v, a block per 32 rows), each ending with the next reflector made by
+   its last block; the BLAS-2 half that moves (2/3) n^3 words is theirs. Each panel of L
+   columns ends with one rank-2L cuBLAS GEMM. A panel's launches are the same for every
+   panel (the kernels read the panel's first column from the device), so they are
+   captured once in a CUDA graph and replayed: one host call a panel instead of six
+   launches a column, whose host time (12-17 us each) set the pace below a few thousand
+   columns. Nothing goes back to the host.
 2. Diagonalization: one warp runs the scalar bulge chase of reference.bidiagonal_svd
    (the paper runs it on the host; here it avoids a copy per sweep), in float64 whatever
    the matrix's dtype (CHASE_DTYPE): the sweep itself is a chain of dependent operations,
@@ -44,8 +46,9 @@ STATE_SWEEPS, STATE_STATUS, STATE_LOGGED, STATE_CHASED, STATE_TESTED = 1, 5, 6, 
 STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
 SWEEPS_PER_BATCH = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}  # sweeps per pass of apply_sweeps
 
-THREADS = 256  # elementwise kernels
-REFLECTOR_THREADS = 1024  # one block per Householder reflector
+REFLECTOR_THREADS = 1024  # column_reflector: one block per Householder reflector
+LEFT_THREADS = 1024  # left_step: a warp per column of the trailing matrix
+RIGHT_THREADS = 1024  # right_step: 32 rows a block, its 32 warps splitting the columns
 APPLY_THREADS = 64  # columns per block when applying rotations: few columns, many SMs
 SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
 # Sweeps the chase runs at once, pipelined on the lanes of its warp, each with its own
@@ -74,10 +77,6 @@ def _at(array: cupy.ndarray, offset: int = 0) -> np.uint64:
     return np.uint64(array.data.ptr + offset * array.dtype.itemsize)
 
 
-def _blocks(count: int, threads: int = THREADS) -> tuple[int]:
-    return ((count + threads - 1) // threads,)
-
-
 # ---------------------------------------------------------------- bidiagonalization --
 
 
@@ -94,6 +93,79 @@ class Reflectors:
     nb: int
 
 
+class _PanelSteps:
+    """The launches of one panel of the bidiagonalization (svd.cu, "bidiagonalization"):
+    zero [U W] and [Z V], the reflector of the panel's first column, left_step and
+    right_step for each of its nb columns, then the move to the next panel. They are the
+    same for every panel (the kernels read the panel's first column from the device), so
+    `bidiagonalize` captures them once in a CUDA graph. Grids are sized for the first
+    panel; blocks past a later panel's trailing matrix return at once."""
+
+    def __init__(self, work: cupy.ndarray, nb: int):
+        m, n = work.shape
+        dtype = work.dtype
+        self.nb, width, item = nb, 2 * nb, dtype.itemsize
+        self.uw = cupy.zeros((m, width), dtype, order="F")  # [U | W] of the panel
+        self.zv = cupy.zeros((n, width), dtype, order="F")  # [Z | V] of the panel
+        self.d = cupy.zeros(n, dtype)
+        self.e = cupy.zeros(max(n - 1, 1), dtype)
+        self.tau_left, self.tau_right = cupy.zeros(n, dtype), cupy.zeros(n, dtype)
+        self.panel_start = cupy.zeros(1, np.int32)
+        row, t, s = cupy.zeros(n, dtype), cupy.zeros(width, dtype), cupy.zeros(width, dtype)
+        left_arrivals, right_arrivals = cupy.zeros(1, np.uint32), cupy.zeros(1, np.uint32)
+        i32 = np.int32
+        panel = (work, self.uw, self.zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), self.panel_start)
+        self._first_column = (
+            _k("column_reflector", dtype),
+            (1,),
+            (REFLECTOR_THREADS,),
+            lambda i: (*panel, i32(i), self.tau_left, self.d, t),
+            width * item,
+        )
+        self._steps = [
+            (
+                _k("left_step", dtype),
+                (max(1, kernels.div_up(n - 1, LEFT_THREADS // 32)),),
+                (LEFT_THREADS,),
+                lambda i: (*panel, i32(i), self.tau_left, t, row, self.tau_right, self.e, s, left_arrivals),
+                2 * width * item,
+            ),
+            (
+                _k("right_step", dtype),
+                (max(1, kernels.div_up(m - 1, 32)),),
+                (RIGHT_THREADS,),
+                lambda i: (*panel, i32(i), self.tau_right, s, self.tau_left, self.d, t, right_arrivals),
+                (2 * width + RIGHT_THREADS) * item,
+            ),
+        ]
+        self._next_panel = kernels.kernel(SOURCE, "next_panel_kernel")
+
+    def launch(self) -> None:
+        """One panel's launches on the current stream."""
+        self.uw.fill(0)
+        self.zv.fill(0)
+        kernel, grid, block, arguments, shared = self._first_column
+        kernel(grid, block, arguments(0), shared_mem=shared)
+        for i in range(self.nb):
+            for kernel, grid, block, arguments, shared in self._steps:
+                kernel(grid, block, arguments(i), shared_mem=shared)
+        self._next_panel((1,), (1,), (self.panel_start, np.int32(self.nb)))
+
+
+def _replayable(launch, stream: cupy.cuda.Stream):
+    """A function that runs `launch`'s work on `stream`: a CUDA graph of it, captured once
+    (one host call replays all its launches), or `launch` itself on the legacy default
+    stream, which cannot capture."""
+    if stream.ptr == 0:
+        return launch
+    stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+    try:
+        launch()
+    finally:
+        graph = stream.end_capture()
+    return lambda: graph.launch(stream)
+
+
 def bidiagonalize(
     a: cupy.ndarray, block_size: int = 32, vectors: bool = True
 ) -> tuple[cupy.ndarray, cupy.ndarray, Reflectors | None]:
@@ -103,95 +175,24 @@ def bidiagonalize(
     if m < n:
         raise ValueError(f"bidiagonalize needs m >= n, got {m} x {n}: pass the transpose")
     dtype = a.dtype
-    item = dtype.itemsize
     work = cupy.array(a, dtype=dtype, order="F", copy=True)
     nb = min(block_size, n)
-    width = 2 * nb
-    uw = cupy.zeros((m, width), dtype, order="F")  # [U | W] of the panel
-    zv = cupy.zeros((n, width), dtype, order="F")  # [Z | V] of the panel
-    d = cupy.zeros(n, dtype)
-    e = cupy.zeros(max(n - 1, 1), dtype)
-    tau_left, tau_right = cupy.zeros(n, dtype), cupy.zeros(n, dtype)
+    steps = _PanelSteps(work, nb)
+    uw, zv = steps.uw, steps.zv
     left = cupy.zeros((m, n), dtype, order="F") if vectors else None
     right = cupy.zeros((n, n), dtype, order="F") if vectors else None
-    product = cupy.empty(max(m, n), dtype)
-    small = cupy.empty(width, dtype)
-    row = cupy.empty(n, dtype)
-    column_reflector, row_reflector = _k("column_reflector", dtype), _k("row_reflector", dtype)
-    z_and_row, w_update = _k("z_and_row", dtype), _k("w_update", dtype)
-    i32 = np.int32
-
+    one_panel = _replayable(steps.launch, cupy.cuda.get_current_stream())
     for p in range(0, n, nb):
         panel = min(nb, n - p)
-        uw.fill(0)
-        zv.fill(0)
-        for i in range(panel):
-            c = p + i
-            # column c brought up to date, its reflector u, and small = [U W][c:, :]^T u
-            column_reflector(
-                (1,),
-                (REFLECTOR_THREADS,),
-                (work, i32(m), uw, i32(m), zv, i32(n), i32(c), i32(i), i32(width), i32(m - c), tau_left, d, small),
-                shared_mem=width * item,
-            )
-            if c == n - 1:
-                break
-            blas.gemv("T", m - c, n - c - 1, 1.0, work, c + (c + 1) * m, m, uw, c + i * m, 1, 0.0, product, 0)
-            z_and_row(
-                _blocks(n - c - 1),
-                (THREADS,),
-                (
-                    work,
-                    i32(m),
-                    zv,
-                    i32(n),
-                    uw,
-                    i32(m),
-                    product,
-                    small,
-                    tau_left,
-                    i32(c),
-                    i32(i),
-                    i32(width),
-                    i32(n - c - 1),
-                    row,
-                ),
-                shared_mem=2 * width * item,
-            )
-            # the row's reflector v, and small = [Z V][c+1:, :]^T v
-            row_reflector(
-                (1,),
-                (REFLECTOR_THREADS,),
-                (row, i32(n - c - 1), zv, i32(n), i32(c), i32(i), i32(nb), tau_right, e, small),
-            )
-            blas.gemv(
-                "N",
-                m - c - 1,
-                n - c - 1,
-                1.0,
-                work,
-                (c + 1) + (c + 1) * m,
-                m,
-                zv,
-                (c + 1) + (nb + i) * n,
-                1,
-                0.0,
-                product,
-                0,
-            )
-            w_update(
-                _blocks(m - c - 1),
-                (THREADS,),
-                (uw, i32(m), product, small, tau_right, i32(c), i32(i), i32(nb), i32(m - c - 1)),
-                shared_mem=width * item,
-            )
+        one_panel()
         t = p + panel
         # the rank-2L update of the trailing block: A[t:, t:] -= [U W][t:] [Z V][t:]^T
-        blas.gemm("N", "T", m - t, n - t, width, -1.0, uw, t, m, zv, t, n, 1.0, work, t + t * m, m)
+        blas.gemm("N", "T", m - t, n - t, 2 * nb, -1.0, uw, t, m, zv, t, n, 1.0, work, t + t * m, m)
         if vectors:
             left[:, p : p + panel] = uw[:, :panel]
             right[:, p : p + panel] = zv[:, nb : nb + panel]
-    return d, e, Reflectors(left, tau_left, right, tau_right, nb) if vectors else None
+    reflectors = Reflectors(left, steps.tau_left, right, steps.tau_right, nb) if vectors else None
+    return steps.d, steps.e, reflectors
 
 
 def _apply_reflectors(target: cupy.ndarray, vectors: cupy.ndarray, taus: cupy.ndarray, first_row: int, nb: int) -> None:

@@ -56,21 +56,22 @@ template <typename T> __device__ T block_sum(T v, T* scratch) {
 // ------------------------------------------------------------------ reflectors --
 // reference.householder for x (len,), one block: v (len,) with v[0] = 1 and
 // (I - tau v v^T) x = beta e_1; tau and beta stored at tau_out[0], beta_out[0].
-// The norm is scaled by max |x_i| so that squaring cannot overflow.
+// The norm is scaled by max |x_i| so that squaring cannot overflow. x is read through L2
+// (__ldcg): other blocks of the calling kernel may have just written it.
 template <typename T>
 __device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v, T* tau_out, T* beta_out) {
     __shared__ T scratch[32];
     T biggest = 0;
-    for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) biggest = max(biggest, abs(x[i]));
+    for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) biggest = max(biggest, abs(__ldcg(x + i)));
     biggest = block_max(biggest, scratch);
     T sum = 0;
     if (biggest > 0)
         for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) {
-            const T y = x[i] / biggest;
+            const T y = __ldcg(x + i) / biggest;
             sum += y * y;
         }
     sum = block_sum(sum, scratch);
-    const T alpha = x[0];
+    const T alpha = __ldcg(x);
     const T rest = biggest * sqrt_t(sum);
     if (rest == 0) {
         for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : T(0);
@@ -82,105 +83,209 @@ __device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v,
     }
     const T beta = -copysign_t(hypot_t(alpha, rest), alpha);
     const T denominator = alpha - beta;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : x[i] / denominator;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : __ldcg(x + i) / denominator;
     if (threadIdx.x == 0) {
         *tau_out = (beta - alpha) / beta;
         *beta_out = beta;
     }
 }
 
-// Column c of one panel step, one block (reference.bidiagonalize): bring the column up to
-// date, A[c:, c] -= [U W][c:, :] [Z V][c, :]^T (width 2 nb), make its reflector u (into
-// UW[c:, i], tau_left[c], d[c]), and t = [U W][c:, :]^T u (width,) for the z of the step.
+// out[k] = sum_r columns[r + k ld] y[r] for k < count, r < len: a warp per k (lanes over r),
+// the whole block. Read through L2, as `householder`.
 template <typename T>
-__device__ void column_reflector(T* __restrict__ a, int lda, T* __restrict__ uw, int ldu, const T* __restrict__ zv, int ldz,
-                                 int c, int i, int width, int len, T* __restrict__ tau_left, T* __restrict__ d, T* __restrict__ t) {
+__device__ void block_column_dots(const T* __restrict__ columns, long long ld, int count, const T* __restrict__ y, int len,
+                                  T* __restrict__ out) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int k = warp; k < count; k += warps) {
+        T dot = 0;
+#pragma unroll 4
+        for (int r = lane; r < len; r += 32) dot += __ldcg(columns + r + k * ld) * __ldcg(y + r);
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (lane == 0) out[k] = dot;
+    }
+}
+
+// A sum over the whole warp, every lane gets it.
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// True in every thread of the one block of the grid that arrives last, once each block
+// has called it after writing its part (the others' writes are then visible to it through
+// L2). `active` blocks call it; *arrivals is 0 before the launch and again after.
+__device__ bool last_block_to_arrive(unsigned* arrivals, unsigned active) {
+    __shared__ int is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        is_last = atomicAdd(arrivals, 1u) == active - 1;
+        if (is_last) *arrivals = 0;
+    }
+    __syncthreads();
+    return is_last != 0;
+}
+
+// ---------------------------------------------------------- bidiagonalization --
+// reference.bidiagonalize, one panel of nb columns at a time. A panel's launches are the
+// same for every panel (gpu/svd/cuda.py captures them once in a CUDA graph and replays
+// it): the panel's first column p is read from the device (*panel_start), the kernel
+// for column i of the panel works on c = p + i, and blocks past the shrinking trailing
+// matrix return at once. Per column two launches:
+//   left_step   y = A[c:, c+1:]^T u (a warp per column), z and the updated row c, then in
+//               the last block the row's reflector v and s = [Z V][c+1:, :]^T v
+//   right_step  y = A[c+1:, c+1:] v (a block per 32 rows), w, then column c+1 brought up
+//               to date on each block's rows, and in the last block its reflector u and
+//               t = [U W][c+1:, :]^T u (not after the panel's last column: the rank-2L
+//               update comes first; column_reflector makes a panel's first).
+// UW = [U | W] (m, 2 nb) and ZV = [Z | V] (n, 2 nb) are the panel's reflectors and
+// updates, zero where not made yet; A itself is updated once a panel, by GEMM.
+struct Panel {
+    int m, n, nb;            // the matrix and the panel width (the last panel may be narrower)
+    int lda, ldu, ldz;       // leading dimensions of A, UW, ZV
+    const int* panel_start;  // the panel's first column p
+};
+
+// Column c = p + i (one block): A[c:, c] -= [U W][c:, :] [Z V][c, :]^T, its reflector u
+// (into UW[c:, i], tau_left[c], d[c]), and t = [U W][c:, :]^T u (2 nb,) for left_step.
+template <typename T>
+__device__ void column_reflector(T* __restrict__ a, T* __restrict__ uw, const T* __restrict__ zv, Panel panel, int i,
+                                 T* __restrict__ tau_left, T* __restrict__ d, T* __restrict__ t) {
     extern __shared__ unsigned char shared_bytes[];
     T* zv_c = reinterpret_cast<T*>(shared_bytes);
-    for (int k = threadIdx.x; k < width; k += blockDim.x) zv_c[k] = zv[c + (long long)k * ldz];
+    const int c = *panel.panel_start + i, width = 2 * panel.nb, len = panel.m - c;
+    if (i >= panel.nb || c >= panel.n) return;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) zv_c[k] = zv[c + (long long)k * panel.ldz];
     __syncthreads();
-    T* column = a + c + (long long)c * lda;
+    T* column = a + c + (long long)c * panel.lda;
     for (int r = threadIdx.x; r < len; r += blockDim.x) {
         T dot = 0;
-        for (int k = 0; k < width; ++k) dot += uw[c + r + (long long)k * ldu] * zv_c[k];
+        for (int k = 0; k < width; ++k) dot += uw[c + r + (long long)k * panel.ldu] * zv_c[k];
         column[r] -= dot;
     }
     __syncthreads();
-    T* u = uw + c + (long long)i * ldu;
+    T* u = uw + c + (long long)i * panel.ldu;
     householder(column, len, u, tau_left + c, d + c);
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (int k = warp; k < width; k += warps) {
-        T dot = 0;
-        for (int r = lane; r < len; r += 32) dot += uw[c + r + (long long)k * ldu] * u[r];
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane == 0) t[k] = dot;
-    }
+    block_column_dots(uw + c, panel.ldu, width, u, len, t);
 }
 
-// The row of one panel step (from z_and_row), one block: its reflector v (into ZV[c+1:,
-// nb+i], tau_right[c], e[c]), and s = [Z V][c+1:, :]^T v (2 nb,) for the w of the step.
+// Column c = p + i's left step (c < n - 1). Warp j of the grid takes column col = c + 1 + j
+// of the trailing matrix (j < count = n - c - 1):
+//   y_j   = A[c:, col] . u                                    (u = UW[c:, i])
+//   z_j   = tau_left[c] (y_j - ZV[col, :] . t)                -> ZV[col, i]
+//   row_j = A[c, col] - ZV[col, :] . UW[c, :]                 (with the new z_j at i) -> row
+// then the last block: the row's reflector v (into ZV[c+1:, nb + i], tau_right[c], e[c])
+// and s = [Z V][c+1:, :]^T v (2 nb,) for right_step.
 template <typename T>
-__device__ void row_reflector(const T* __restrict__ row, int len, T* __restrict__ zv, int ldz, int c, int i, int nb,
-                              T* __restrict__ tau_right, T* __restrict__ e, T* __restrict__ s) {
-    T* v = zv + (c + 1) + (long long)(nb + i) * ldz;
-    householder(row, len, v, tau_right + c, e + c);
-    __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (int k = warp; k < 2 * nb; k += warps) {
-        T dot = 0;
-        for (int j = lane; j < len; j += 32) dot += zv[c + 1 + j + (long long)k * ldz] * v[j];
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane == 0) s[k] = dot;
-    }
-}
-
-// z and the updated row of one panel step (reference.bidiagonalize, the lines after the
-// left reflector), thread j for column col = c + 1 + j, j < count:
-//   z_j   = tau_left * (y_j - sum_k ZV[col, k] t_k)          -> ZV[col, i]
-//   row_j = A[c, col] - sum_k ZV[col, k] UW[c, k]            (with the new z_j at k = i)
-// y = A[c:, c+1:]^T u, t = UW[c:, :]^T u (width 2 nb: U then W; Z then V in ZV).
-template <typename T>
-__device__ void z_and_row(const T* __restrict__ a, int lda, T* __restrict__ zv, int ldz, const T* __restrict__ uw, int ldu,
-                          const T* __restrict__ y, const T* __restrict__ t, const T* __restrict__ tau_left,
-                          int c, int i, int width, int count, T* __restrict__ row) {
+__device__ void left_step(const T* __restrict__ a, const T* __restrict__ uw, T* __restrict__ zv, Panel panel, int i,
+                          const T* __restrict__ tau_left, const T* __restrict__ t, T* __restrict__ row, T* __restrict__ tau_right,
+                          T* __restrict__ e, T* __restrict__ s, unsigned* arrivals) {
     extern __shared__ unsigned char shared_bytes[];
+    const int c = *panel.panel_start + i, width = 2 * panel.nb, count = panel.n - c - 1;
+    if (i >= panel.nb || count <= 0) return;
+    const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned active = (count + warps - 1) / warps;
+    if (blockIdx.x >= active) return;
     T* t_s = reinterpret_cast<T*>(shared_bytes);
     T* uw_c = t_s + width;
     for (int k = threadIdx.x; k < width; k += blockDim.x) {
         t_s[k] = t[k];
-        uw_c[k] = uw[c + (long long)k * ldu];
+        uw_c[k] = uw[c + (long long)k * panel.ldu];
     }
     __syncthreads();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= count) return;
-    const int col = c + 1 + j;
-    T dot = 0;
-    for (int k = 0; k < width; ++k) dot += zv[col + (long long)k * ldz] * t_s[k];
-    const T z = tau_left[c] * (y[j] - dot);
-    zv[col + (long long)i * ldz] = z;
-    T correction = 0;
-    for (int k = 0; k < width; ++k) correction += (k == i ? z : zv[col + (long long)k * ldz]) * uw_c[k];
-    row[j] = a[c + (long long)col * lda] - correction;
+    const int j = blockIdx.x * warps + warp;
+    if (j < count) {
+        const int col = c + 1 + j;
+        const T* column = a + c + (long long)col * panel.lda;
+        const T* u = uw + c + (long long)i * panel.ldu;
+        T y = 0;
+#pragma unroll 4
+        for (int r = lane; r < panel.m - c; r += 32) y += column[r] * u[r];
+        y = warp_sum(y);
+        T dot = 0;
+        for (int k = lane; k < width; k += 32) dot += zv[col + (long long)k * panel.ldz] * t_s[k];
+        const T z = tau_left[c] * (y - warp_sum(dot));
+        T correction = 0;
+        for (int k = lane; k < width; k += 32) correction += (k == i ? z : zv[col + (long long)k * panel.ldz]) * uw_c[k];
+        correction = warp_sum(correction);
+        if (lane == 0) {
+            zv[col + (long long)i * panel.ldz] = z;
+            row[j] = column[0] - correction;
+        }
+    }
+    if (!last_block_to_arrive(arrivals, active)) return;
+    T* v = zv + (c + 1) + (long long)(panel.nb + i) * panel.ldz;
+    householder(row, count, v, tau_right + c, e + c);
+    __syncthreads();
+    block_column_dots(zv + c + 1, panel.ldz, width, v, count, s);
 }
 
-// w of one panel step, thread r for row = c + 1 + r, r < count:
-//   w_r = tau_right * (y_r - sum_k UW[row, k] s_k) -> UW[row, nb + i]
-// y = A[c+1:, c+1:] v, s = ZV[c+1:, :]^T v.
+// Column c = p + i's right step (c < n - 1). Block b takes the 32 rows row = c + 1 + 32 b +
+// lane, its warps splitting the columns of the trailing matrix:
+//   y_r = A[row, c+1:] . v                                    (v = ZV[c+1:, nb + i])
+//   w_r = tau_right[c] (y_r - UW[row, :] . s)                 -> UW[row, nb + i]
+// and, unless c is the panel's last column, A[row, c+1] -= UW[row, :] . ZV[c+1, :] (with
+// the new w_r); then the last block makes column c+1's reflector and t as column_reflector.
 template <typename T>
-__device__ void w_update(T* __restrict__ uw, int ldu, const T* __restrict__ y, const T* __restrict__ s, const T* __restrict__ tau_right,
-                         int c, int i, int nb, int count) {
+__device__ void right_step(T* __restrict__ a, T* __restrict__ uw, const T* __restrict__ zv, Panel panel, int i,
+                           const T* __restrict__ tau_right, const T* __restrict__ s, T* __restrict__ tau_left, T* __restrict__ d,
+                           T* __restrict__ t, unsigned* arrivals) {
     extern __shared__ unsigned char shared_bytes[];
+    const int c = *panel.panel_start + i, width = 2 * panel.nb, rows = panel.m - c - 1, cols = panel.n - c - 1;
+    if (i >= panel.nb || cols <= 0) return;
+    const unsigned active = (rows + 31) / 32;
+    if (blockIdx.x >= active) return;
+    const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     T* s_s = reinterpret_cast<T*>(shared_bytes);
-    const int width = 2 * nb;
-    for (int k = threadIdx.x; k < width; k += blockDim.x) s_s[k] = s[k];
+    T* zv_next = s_s + width;                 // ZV[c+1, :]
+    T* partial = zv_next + width;             // (warps, 32)
+    for (int k = threadIdx.x; k < width; k += blockDim.x) {
+        s_s[k] = s[k];
+        zv_next[k] = zv[c + 1 + (long long)k * panel.ldz];
+    }
     __syncthreads();
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= count) return;
-    const int row = c + 1 + r;
-    T dot = 0;
-    for (int k = 0; k < width; ++k) dot += uw[row + (long long)k * ldu] * s_s[k];
-    uw[row + (long long)(nb + i) * ldu] = tau_right[c] * (y[r] - dot);
+    const int r = blockIdx.x * 32 + lane, row = c + 1 + r;
+    const bool inside = r < rows;
+    const T* v = zv + (c + 1) + (long long)(panel.nb + i) * panel.ldz;
+    T sum = 0;
+    if (inside) {
+        const T* a_row = a + row + (long long)(c + 1) * panel.lda;
+#pragma unroll 4
+        for (int j = warp; j < cols; j += warps) sum += a_row[(long long)j * panel.lda] * v[j];
+        for (int k = warp; k < width; k += warps) sum -= uw[row + (long long)k * panel.ldu] * s_s[k];
+    }
+    partial[warp * 32 + lane] = sum;
+    __syncthreads();
+    const bool updates_next = i + 1 < panel.nb;
+    if (warp == 0 && inside) {
+        T total = 0;
+        for (int w = 0; w < warps; ++w) total += partial[w * 32 + lane];
+        uw[row + (long long)(panel.nb + i) * panel.ldu] = tau_right[c] * total;
+    }
+    if (updates_next) {
+        __syncthreads();  // the new w_r is read below by other warps of the block
+        T dot = 0;
+        if (inside)
+            for (int k = warp; k < width; k += warps) dot += uw[row + (long long)k * panel.ldu] * zv_next[k];
+        partial[warp * 32 + lane] = dot;
+        __syncthreads();
+        if (warp == 0 && inside) {
+            T total = 0;
+            for (int w = 0; w < warps; ++w) total += partial[w * 32 + lane];
+            a[row + (long long)(c + 1) * panel.lda] -= total;
+        }
+    }
+    if (!updates_next || !last_block_to_arrive(arrivals, active)) return;
+    T* u = uw + (c + 1) + (long long)(i + 1) * panel.ldu;
+    householder(a + (c + 1) + (long long)(c + 1) * panel.lda, rows, u, tau_left + c + 1, d + c + 1);
+    __syncthreads();
+    block_column_dots(uw + c + 1, panel.ldu, width, u, rows, t);
+}
+
+// The next panel: *panel_start += nb (the last node of a panel's graph).
+__device__ void next_panel(int* panel_start, int nb) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) *panel_start += nb;
 }
 
 // The T factor of compact WY (reference._wy_factor) for each panel, block p of the grid:
@@ -254,7 +359,11 @@ __device__ __forceinline__ double rsqrt_t(double x) {
 }
 __device__ __forceinline__ float reciprocal_t(float x) {
     float y;
+#if defined(__CUDA_ARCH__)
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+#else
+    y = 1.0f / x;  // the CPU emulator (tests/gpu/emulator/emu.h)
+#endif
     return y * fmaf(-x, y, 2.0f);
 }
 __device__ __forceinline__ double reciprocal_t(double x) {
@@ -814,22 +923,22 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
 }
 
 // ------------------------------------------------------------ entry points --
+// A Panel as kernel arguments (CuPy passes scalars and pointers, not structs).
+#define PANEL_PARAMETERS int m, int n, int nb, int lda, int ldu, int ldz, const int* panel_start
+#define PANEL (Panel{m, n, nb, lda, ldu, ldz, panel_start})
+extern "C" __global__ void next_panel_kernel(int* panel_start, int nb) { next_panel(panel_start, nb); }
 #define SVD_KERNELS(T, SUFFIX)                                                                                                      \
-    extern "C" __global__ void column_reflector_##SUFFIX(T* a, int lda, T* uw, int ldu, const T* zv, int ldz, int c, int i, int width,  \
-                                                         int len, T* tau_left, T* d, T* t) {                                         \
-        column_reflector<T>(a, lda, uw, ldu, zv, ldz, c, i, width, len, tau_left, d, t);                                             \
+    extern "C" __global__ void column_reflector_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, T* tau_left, T* d,     \
+                                                         T* t) {                                                                     \
+        column_reflector<T>(a, uw, zv, PANEL, i, tau_left, d, t);                                                                    \
     }                                                                                                                                \
-    extern "C" __global__ void row_reflector_##SUFFIX(const T* row, int len, T* zv, int ldz, int c, int i, int nb, T* tau_right, T* e, \
-                                                      T* s) {                                                                        \
-        row_reflector<T>(row, len, zv, ldz, c, i, nb, tau_right, e, s);                                                              \
+    extern "C" __global__ void left_step_##SUFFIX(const T* a, const T* uw, T* zv, PANEL_PARAMETERS, int i, const T* tau_left,        \
+                                                  const T* t, T* row, T* tau_right, T* e, T* s, unsigned* arrivals) {                 \
+        left_step<T>(a, uw, zv, PANEL, i, tau_left, t, row, tau_right, e, s, arrivals);                                              \
     }                                                                                                                                \
-    extern "C" __global__ void z_and_row_##SUFFIX(const T* a, int lda, T* zv, int ldz, const T* uw, int ldu, const T* y, const T* t,     \
-                                                  const T* tau_left, int c, int i, int width, int count, T* row) {                   \
-        z_and_row<T>(a, lda, zv, ldz, uw, ldu, y, t, tau_left, c, i, width, count, row);                                             \
-    }                                                                                                                                \
-    extern "C" __global__ void w_update_##SUFFIX(T* uw, int ldu, const T* y, const T* s, const T* tau_right, int c, int i, int nb,   \
-                                                 int count) {                                                                        \
-        w_update<T>(uw, ldu, y, s, tau_right, c, i, nb, count);                                                                      \
+    extern "C" __global__ void right_step_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, const T* tau_right,             \
+                                                   const T* s, T* tau_left, T* d, T* t, unsigned* arrivals) {                        \
+        right_step<T>(a, uw, zv, PANEL, i, tau_right, s, tau_left, d, t, arrivals);                                                  \
     }                                                                                                                                \
     extern "C" __global__ void wy_factor_##SUFFIX(const T* gram, const T* taus, int nb, T* t) { wy_factor<T>(gram, taus, nb, t); }     \
     extern "C" __global__ void apply_sweeps_##SUFFIX(T* vt, int vt_width, T* ut, int ut_width, long long ld_vt, long long ld_ut,      \

@@ -1,6 +1,5 @@
-// A CPU emulation of the CUDA execution model, enough to run gpu/search/search.cu and
-// gpu/cs256/cs256.cu on a machine without a GPU (tests/gpu/search/test_emulated.py,
-// tests/gpu/cs256/test_emulated.py). Each CUDA thread of a block
+// A CPU emulation of the CUDA execution model, enough to run the kernels of gpu/*/*.cu on
+// a machine without a GPU (tests/gpu/*/test_emulated.py). Each CUDA thread of a block
 // is a std::thread; __syncthreads is a barrier of the block's threads and the warp
 // intrinsics a barrier of the warp's 32 (so a divergent __syncthreads or shuffle
 // deadlocks, as it may on the device: EmuWatchdog then ends the launch). Blocks run one
@@ -46,6 +45,17 @@ struct alignas(8) uint2 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) double2 {
+    double x, y;
+};
+#define __noinline__ __attribute__((noinline))
+using std::abs;  // CUDA's abs has float and double overloads; C's takes an int
+using std::isinf;
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __uint_as_float(unsigned u) {
     float f;
     std::memcpy(&f, &u, 4);
@@ -176,6 +186,8 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T>
 inline T __ldcg(const T* p) { return *p; }
+template <class T>
+inline T __ldg(const T* p) { return *p; }
 inline float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, 4);
