@@ -47,8 +47,9 @@ STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
 SWEEPS_PER_BATCH = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}  # sweeps per pass of apply_sweeps
 
 REFLECTOR_THREADS = 1024  # column_reflector: one block per Householder reflector
-LEFT_THREADS = 1024  # left_step: a warp per column of the trailing matrix
-RIGHT_THREADS = 1024  # right_step: 32 rows a block, its 32 warps splitting the columns
+# left_step and right_step: 32 columns (a warp each) or 32 rows (its warps splitting the
+# columns) a block, which summarises their 32 entries of the next reflector's vector
+STEP_THREADS = 1024
 APPLY_THREADS = 64  # columns per block when applying rotations: few columns, many SMs
 SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
 # Sweeps the chase runs at once, pipelined on the lanes of its warp, each with its own
@@ -112,6 +113,10 @@ class _PanelSteps:
         self.tau_left, self.tau_right = cupy.zeros(n, dtype), cupy.zeros(n, dtype)
         self.panel_start = cupy.zeros(1, np.int32)
         row, t, s = cupy.zeros(n, dtype), cupy.zeros(width, dtype), cupy.zeros(width, dtype)
+        left_grid, right_grid = max(1, kernels.div_up(n - 1, 32)), max(1, kernels.div_up(m - 1, 32))
+        blocks = max(left_grid, right_grid)
+        # each block's summary of the entries of x it made (svd.cu, "reflectors from the blocks' parts")
+        parts = (cupy.zeros(blocks, dtype), cupy.zeros(blocks, dtype), cupy.zeros(blocks * width, dtype))
         left_arrivals, right_arrivals = cupy.zeros(1, np.uint32), cupy.zeros(1, np.uint32)
         i32 = np.int32
         panel = (work, self.uw, self.zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), self.panel_start)
@@ -125,17 +130,17 @@ class _PanelSteps:
         self._steps = [
             (
                 _k("left_step", dtype),
-                (max(1, kernels.div_up(n - 1, LEFT_THREADS // 32)),),
-                (LEFT_THREADS,),
-                lambda i: (*panel, i32(i), self.tau_left, t, row, self.tau_right, self.e, s, left_arrivals),
+                (left_grid,),
+                (STEP_THREADS,),
+                lambda i: (*panel, i32(i), self.tau_left, t, row, self.tau_right, self.e, s, *parts, left_arrivals),
                 2 * width * item,
             ),
             (
                 _k("right_step", dtype),
-                (max(1, kernels.div_up(m - 1, 32)),),
-                (RIGHT_THREADS,),
-                lambda i: (*panel, i32(i), self.tau_right, s, self.tau_left, self.d, t, right_arrivals),
-                (2 * width + RIGHT_THREADS) * item,
+                (right_grid,),
+                (STEP_THREADS,),
+                lambda i: (*panel, i32(i), self.tau_right, s, self.tau_left, self.d, t, *parts, right_arrivals),
+                (2 * width + STEP_THREADS) * item,
             ),
         ]
         self._next_panel = kernels.kernel(SOURCE, "next_panel_kernel")

@@ -105,9 +105,13 @@ __device__ void block_column_dots(const T* __restrict__ columns, long long ld, i
     }
 }
 
-// A sum over the whole warp, every lane gets it.
+// A sum, a maximum over the whole warp: every lane gets it.
 template <typename T> __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -124,6 +128,95 @@ __device__ bool last_block_to_arrive(unsigned* arrivals, unsigned active) {
     }
     __syncthreads();
     return is_last != 0;
+}
+
+// ------------------------------------------------- reflectors from the blocks' parts --
+// left_step and right_step make a reflector of x (len,) as `householder` does, but without
+// a pass over x in one block: each block summarises the 32 entries of x it made, and the
+// step's last block combines the summaries. For block b, over its entries x_j:
+//   scale[b] = max |x_j| and ssq[b] = sum (x_j / scale[b])^2 over j >= 1 (x_0 = alpha is
+//              not in the norm; the scaling is LAPACK nrm2's: no square overflows),
+//   dots[b * width + k] = sum_j Y[j, k] x_j over all its j,
+// from which the last block gets Y^T v for the next step: with v_0 = 1 and v_j = x_j /
+// (alpha - beta), (Y^T v)_k = (sum_b dots[b, k] - beta Y[0, k]) / (alpha - beta).
+template <typename T> struct ReflectorParts {
+    T* scale;  // (blocks,)
+    T* ssq;    // (blocks,)
+    T* dots;   // (blocks, width), row-major
+};
+
+// One block's summary of the entries x_j, j = first + lane (xs: shared, 32 values, 0 past
+// len), of x against Y[j, k] = y[j + k ld], k < width. The block's threads all call it.
+template <typename T>
+__device__ void summarise_part(const T* xs, int first, int len, const T* __restrict__ y, long long ld, int width,
+                               ReflectorParts<T> parts) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int j = first + lane;
+    const T x = j < len ? xs[lane] : T(0);
+    if (warp == 0) {
+        const T in_norm = j >= 1 ? x : T(0);
+        const T biggest = warp_max(abs(in_norm));
+        const T scaled = biggest > 0 ? in_norm / biggest : T(0);
+        const T ssq = warp_sum(scaled * scaled);
+        if (lane == 0) {
+            parts.scale[blockIdx.x] = biggest;
+            parts.ssq[blockIdx.x] = ssq;
+        }
+    }
+    for (int k = warp; k < width; k += warps) {
+        const T dot = warp_sum(j < len ? y[j + k * ld] * x : T(0));
+        if (lane == 0) parts.dots[(long long)blockIdx.x * width + k] = dot;
+    }
+}
+
+// The last block of a step: the reflector of x (len,) from `count` blocks' parts, as
+// `householder` would make it (v into v_out with v[0] = 1, tau, beta), and out[k] =
+// (Y^T v)_k for k < width (width <= blockDim.x), Y[0, k] = y_first[k ld]. Reads what the
+// other blocks wrote through L2.
+template <typename T>
+__device__ void reflector_from_parts(const T* x, int len, ReflectorParts<T> parts, int count, const T* y_first, long long ld,
+                                     int width, T* __restrict__ v, T* tau_out, T* beta_out, T* __restrict__ out) {
+    __shared__ T scratch[32];
+    __shared__ T sums[1024];  // dots summed by group of parts: (groups, width)
+    T biggest = 0;
+    for (int b = threadIdx.x; b < count; b += blockDim.x) biggest = max(biggest, __ldcg(parts.scale + b));
+    biggest = block_max(biggest, scratch);
+    T ssq = 0;
+    if (biggest > 0)
+        for (int b = threadIdx.x; b < count; b += blockDim.x) {
+            const T scale = __ldcg(parts.scale + b);
+            if (scale > 0) {
+                const T ratio = scale / biggest;
+                ssq += ratio * ratio * __ldcg(parts.ssq + b);
+            }
+        }
+    ssq = block_sum(ssq, scratch);
+    const int groups = blockDim.x / width, k = threadIdx.x % width, group = threadIdx.x / width;
+    if (group < groups) {
+        T dot = 0;
+        for (int b = group; b < count; b += groups) dot += __ldcg(parts.dots + (long long)b * width + k);
+        sums[group * width + k] = dot;
+    }
+    __syncthreads();
+    const T alpha = __ldcg(x);
+    const T rest = biggest * sqrt_t(ssq);
+    const T beta = rest == 0 ? alpha : -copysign_t(hypot_t(alpha, rest), alpha);
+    const T denominator = alpha - beta;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) v[j] = j == 0 ? T(1) : rest == 0 ? T(0) : __ldcg(x + j) / denominator;
+    for (int kk = threadIdx.x; kk < width; kk += blockDim.x) {
+        const T first = __ldcg(y_first + kk * ld);
+        if (rest == 0) {
+            out[kk] = first;  // v = e_0
+        } else {
+            T total = 0;
+            for (int g = 0; g < groups; ++g) total += sums[g * width + kk];
+            out[kk] = (total - beta * first) / denominator;
+        }
+    }
+    if (threadIdx.x == 0) {
+        *tau_out = rest == 0 ? T(0) : (beta - alpha) / beta;
+        *beta_out = beta;
+    }
 }
 
 // ---------------------------------------------------------- bidiagonalization --
@@ -171,21 +264,22 @@ __device__ void column_reflector(T* __restrict__ a, T* __restrict__ uw, const T*
 }
 
 // Column c = p + i's left step (c < n - 1). Warp j of the grid takes column col = c + 1 + j
-// of the trailing matrix (j < count = n - c - 1):
+// of the trailing matrix (j < count = n - c - 1; blockDim.x = 1024, 32 columns a block):
 //   y_j   = A[c:, col] . u                                    (u = UW[c:, i])
 //   z_j   = tau_left[c] (y_j - ZV[col, :] . t)                -> ZV[col, i]
 //   row_j = A[c, col] - ZV[col, :] . UW[c, :]                 (with the new z_j at i) -> row
-// then the last block: the row's reflector v (into ZV[c+1:, nb + i], tau_right[c], e[c])
-// and s = [Z V][c+1:, :]^T v (2 nb,) for right_step.
+// then each block's part of the row (Y = ZV[c+1:, :]), and the last block the row's
+// reflector v (into ZV[c+1:, nb + i], tau_right[c], e[c]) and s = [Z V][c+1:, :]^T v.
 template <typename T>
 __device__ void left_step(const T* __restrict__ a, const T* __restrict__ uw, T* __restrict__ zv, Panel panel, int i,
                           const T* __restrict__ tau_left, const T* __restrict__ t, T* __restrict__ row, T* __restrict__ tau_right,
-                          T* __restrict__ e, T* __restrict__ s, unsigned* arrivals) {
+                          T* __restrict__ e, T* __restrict__ s, ReflectorParts<T> parts, unsigned* arrivals) {
     extern __shared__ unsigned char shared_bytes[];
+    __shared__ T row_part[32];
     const int c = *panel.panel_start + i, width = 2 * panel.nb, count = panel.n - c - 1;
     if (i >= panel.nb || count <= 0) return;
-    const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned active = (count + warps - 1) / warps;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned active = (count + 31) / 32;
     if (blockIdx.x >= active) return;
     T* t_s = reinterpret_cast<T*>(shared_bytes);
     T* uw_c = t_s + width;
@@ -194,7 +288,8 @@ __device__ void left_step(const T* __restrict__ a, const T* __restrict__ uw, T* 
         uw_c[k] = uw[c + (long long)k * panel.ldu];
     }
     __syncthreads();
-    const int j = blockIdx.x * warps + warp;
+    const int j = blockIdx.x * 32 + warp;
+    T row_j = 0;
     if (j < count) {
         const int col = c + 1 + j;
         const T* column = a + c + (long long)col * panel.lda;
@@ -208,17 +303,18 @@ __device__ void left_step(const T* __restrict__ a, const T* __restrict__ uw, T* 
         const T z = tau_left[c] * (y - warp_sum(dot));
         T correction = 0;
         for (int k = lane; k < width; k += 32) correction += (k == i ? z : zv[col + (long long)k * panel.ldz]) * uw_c[k];
-        correction = warp_sum(correction);
+        row_j = column[0] - warp_sum(correction);
         if (lane == 0) {
             zv[col + (long long)i * panel.ldz] = z;
-            row[j] = column[0] - correction;
+            row[j] = row_j;
         }
     }
-    if (!last_block_to_arrive(arrivals, active)) return;
-    T* v = zv + (c + 1) + (long long)(panel.nb + i) * panel.ldz;
-    householder(row, count, v, tau_right + c, e + c);
+    if (lane == 0) row_part[warp] = row_j;
     __syncthreads();
-    block_column_dots(zv + c + 1, panel.ldz, width, v, count, s);
+    summarise_part(row_part, blockIdx.x * 32, count, zv + c + 1, panel.ldz, width, parts);
+    if (!last_block_to_arrive(arrivals, active)) return;
+    reflector_from_parts(row, count, parts, active, zv + c + 1, panel.ldz, width, zv + (c + 1) + (long long)(panel.nb + i) * panel.ldz,
+                         tau_right + c, e + c, s);
 }
 
 // Column c = p + i's right step (c < n - 1). Block b takes the 32 rows row = c + 1 + 32 b +
@@ -226,12 +322,14 @@ __device__ void left_step(const T* __restrict__ a, const T* __restrict__ uw, T* 
 //   y_r = A[row, c+1:] . v                                    (v = ZV[c+1:, nb + i])
 //   w_r = tau_right[c] (y_r - UW[row, :] . s)                 -> UW[row, nb + i]
 // and, unless c is the panel's last column, A[row, c+1] -= UW[row, :] . ZV[c+1, :] (with
-// the new w_r); then the last block makes column c+1's reflector and t as column_reflector.
+// the new w_r), each block's part of that column (Y = UW[c+1:, :]), and the last block its
+// reflector u (into UW[c+1:, i+1], tau_left[c+1], d[c+1]) and t = [U W][c+1:, :]^T u.
 template <typename T>
 __device__ void right_step(T* __restrict__ a, T* __restrict__ uw, const T* __restrict__ zv, Panel panel, int i,
                            const T* __restrict__ tau_right, const T* __restrict__ s, T* __restrict__ tau_left, T* __restrict__ d,
-                           T* __restrict__ t, unsigned* arrivals) {
+                           T* __restrict__ t, ReflectorParts<T> parts, unsigned* arrivals) {
     extern __shared__ unsigned char shared_bytes[];
+    __shared__ T column_part[32];
     const int c = *panel.panel_start + i, width = 2 * panel.nb, rows = panel.m - c - 1, cols = panel.n - c - 1;
     if (i >= panel.nb || cols <= 0) return;
     const unsigned active = (rows + 31) / 32;
@@ -257,30 +355,33 @@ __device__ void right_step(T* __restrict__ a, T* __restrict__ uw, const T* __res
     }
     partial[warp * 32 + lane] = sum;
     __syncthreads();
-    const bool updates_next = i + 1 < panel.nb;
     if (warp == 0 && inside) {
         T total = 0;
         for (int w = 0; w < warps; ++w) total += partial[w * 32 + lane];
         uw[row + (long long)(panel.nb + i) * panel.ldu] = tau_right[c] * total;
     }
-    if (updates_next) {
-        __syncthreads();  // the new w_r is read below by other warps of the block
-        T dot = 0;
-        if (inside)
-            for (int k = warp; k < width; k += warps) dot += uw[row + (long long)k * panel.ldu] * zv_next[k];
-        partial[warp * 32 + lane] = dot;
-        __syncthreads();
-        if (warp == 0 && inside) {
+    if (i + 1 >= panel.nb) return;  // the panel's last column: the GEMM updates the next one
+    __syncthreads();  // the new w_r is read below by other warps of the block
+    T dot = 0;
+    if (inside)
+        for (int k = warp; k < width; k += warps) dot += uw[row + (long long)k * panel.ldu] * zv_next[k];
+    partial[warp * 32 + lane] = dot;
+    __syncthreads();
+    if (warp == 0) {
+        T updated = 0;
+        if (inside) {
             T total = 0;
             for (int w = 0; w < warps; ++w) total += partial[w * 32 + lane];
-            a[row + (long long)(c + 1) * panel.lda] -= total;
+            updated = a[row + (long long)(c + 1) * panel.lda] - total;
+            a[row + (long long)(c + 1) * panel.lda] = updated;
         }
+        column_part[lane] = updated;
     }
-    if (!updates_next || !last_block_to_arrive(arrivals, active)) return;
-    T* u = uw + (c + 1) + (long long)(i + 1) * panel.ldu;
-    householder(a + (c + 1) + (long long)(c + 1) * panel.lda, rows, u, tau_left + c + 1, d + c + 1);
     __syncthreads();
-    block_column_dots(uw + c + 1, panel.ldu, width, u, rows, t);
+    summarise_part(column_part, blockIdx.x * 32, rows, uw + c + 1, panel.ldu, width, parts);
+    if (!last_block_to_arrive(arrivals, active)) return;
+    reflector_from_parts(a + (c + 1) + (long long)(c + 1) * panel.lda, rows, parts, active, uw + c + 1, panel.ldu, width,
+                         uw + (c + 1) + (long long)(i + 1) * panel.ldu, tau_left + c + 1, d + c + 1, t);
 }
 
 // The next panel: *panel_start += nb (the last node of a panel's graph).
@@ -514,11 +615,6 @@ template <typename T> __device__ int block_start(const T* e, int hi, T thresh, i
         const unsigned found = __ballot_sync(FULL_WARP, negligible);
         if (found) return top - (__ffs(found) - 1) + 1;
     }
-}
-
-template <typename T> __device__ T warp_max(T v) {
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL_WARP, v, o));
-    return v;
 }
 
 // Demmel & Kahan's convergence test along the block (reference.bidiagonal_svd): with
@@ -926,6 +1022,8 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
 // A Panel as kernel arguments (CuPy passes scalars and pointers, not structs).
 #define PANEL_PARAMETERS int m, int n, int nb, int lda, int ldu, int ldz, const int* panel_start
 #define PANEL (Panel{m, n, nb, lda, ldu, ldz, panel_start})
+#define PARTS_PARAMETERS(T) T *part_scale, T *part_ssq, T *part_dots
+#define PARTS(T) (ReflectorParts<T>{part_scale, part_ssq, part_dots})
 extern "C" __global__ void next_panel_kernel(int* panel_start, int nb) { next_panel(panel_start, nb); }
 #define SVD_KERNELS(T, SUFFIX)                                                                                                      \
     extern "C" __global__ void column_reflector_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, T* tau_left, T* d,     \
@@ -933,12 +1031,13 @@ extern "C" __global__ void next_panel_kernel(int* panel_start, int nb) { next_pa
         column_reflector<T>(a, uw, zv, PANEL, i, tau_left, d, t);                                                                    \
     }                                                                                                                                \
     extern "C" __global__ void left_step_##SUFFIX(const T* a, const T* uw, T* zv, PANEL_PARAMETERS, int i, const T* tau_left,        \
-                                                  const T* t, T* row, T* tau_right, T* e, T* s, unsigned* arrivals) {                 \
-        left_step<T>(a, uw, zv, PANEL, i, tau_left, t, row, tau_right, e, s, arrivals);                                              \
+                                                  const T* t, T* row, T* tau_right, T* e, T* s, PARTS_PARAMETERS(T),                 \
+                                                  unsigned* arrivals) {                                                               \
+        left_step<T>(a, uw, zv, PANEL, i, tau_left, t, row, tau_right, e, s, PARTS(T), arrivals);                                    \
     }                                                                                                                                \
     extern "C" __global__ void right_step_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, const T* tau_right,             \
-                                                   const T* s, T* tau_left, T* d, T* t, unsigned* arrivals) {                        \
-        right_step<T>(a, uw, zv, PANEL, i, tau_right, s, tau_left, d, t, arrivals);                                                  \
+                                                   const T* s, T* tau_left, T* d, T* t, PARTS_PARAMETERS(T), unsigned* arrivals) {   \
+        right_step<T>(a, uw, zv, PANEL, i, tau_right, s, tau_left, d, t, PARTS(T), arrivals);                                        \
     }                                                                                                                                \
     extern "C" __global__ void wy_factor_##SUFFIX(const T* gram, const T* taus, int nb, T* t) { wy_factor<T>(gram, taus, nb, t); }     \
     extern "C" __global__ void apply_sweeps_##SUFFIX(T* vt, int vt_width, T* ut, int ut_width, long long ld_vt, long long ld_ut,      \

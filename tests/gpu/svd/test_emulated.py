@@ -8,7 +8,7 @@ It checks in CI what the GPU tests check on a device: the panel's first column r
 the device, the grids sized for the first panel with the blocks past a later panel's
 trailing matrix returning at once, each step's last block (the arrival counter, and its
 reset for the next launch) making the next reflector, partial last panels, and m > n.
-The scratch vectors row, t and s start as NaN, so a step that reads an entry before it is
+The scratch vectors row, t and s and the blocks' parts start as NaN, so a step that reads an entry before it is
 written fails here. Skipped without g++ 11+.
 """
 
@@ -26,7 +26,7 @@ from tests.gpu.emulator import library as emulator
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "emulator" / "svd_emu.cpp"
 SOURCE = HERE.parents[2] / "gpu" / "svd" / "svd.cu"
-REFLECTOR_THREADS, LEFT_THREADS, RIGHT_THREADS = 1024, 1024, 1024  # gpu/svd/cuda.py
+REFLECTOR_THREADS, STEP_THREADS = 1024, 1024  # gpu/svd/cuda.py
 SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
@@ -56,11 +56,13 @@ def bidiagonalize_on_emulator(library, a: np.ndarray, nb: int):
     tau_left, tau_right = np.zeros(n, dtype), np.zeros(n, dtype)
     row, t, s = np.full(n, np.nan, dtype), np.full(width, np.nan, dtype), np.full(width, np.nan, dtype)
     panel_start = np.zeros(1, np.int32)
+    left_grid, right_grid = max(1, -(-(n - 1) // 32)), max(1, -(-(m - 1) // 32))
+    blocks = max(left_grid, right_grid)
+    parts = (np.full(blocks, np.nan, dtype), np.full(blocks, np.nan, dtype), np.full(blocks * width, np.nan, dtype))
     left_arrivals, right_arrivals = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     left, right = np.zeros((m, n), dtype, order="F"), np.zeros((n, n), dtype, order="F")
     i32 = np.int32
     panel = (work, uw, zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), panel_start)
-    left_grid, right_grid = max(1, -(-(n - 1) // (LEFT_THREADS // 32))), max(1, -(-(m - 1) // 32))
     for p in range(0, n, nb):
         assert panel_start[0] == p
         uw[:] = 0
@@ -78,17 +80,17 @@ def bidiagonalize_on_emulator(library, a: np.ndarray, nb: int):
                 library,
                 f"left_step_{suffix}",
                 left_grid,
-                LEFT_THREADS,
+                STEP_THREADS,
                 2 * width * item,
-                (*panel, i32(i), tau_left, t, row, tau_right, e, s, left_arrivals),
+                (*panel, i32(i), tau_left, t, row, tau_right, e, s, *parts, left_arrivals),
             )
             emulator.launch(
                 library,
                 f"right_step_{suffix}",
                 right_grid,
-                RIGHT_THREADS,
-                (2 * width + RIGHT_THREADS) * item,
-                (*panel, i32(i), tau_right, s, tau_left, d, t, right_arrivals),
+                STEP_THREADS,
+                (2 * width + STEP_THREADS) * item,
+                (*panel, i32(i), tau_right, s, tau_left, d, t, *parts, right_arrivals),
             )
             assert left_arrivals[0] == 0 and right_arrivals[0] == 0, "the last block resets the arrival counter"
         emulator.launch(library, "next_panel_kernel", 1, 1, 0, (panel_start, i32(nb)))
