@@ -3,9 +3,8 @@ measured in the same run, and the job's own path (cuda.simulate) with each bound
 
     python bench/stencil.py [--shapes 1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512]
                             [--variants all] [--seconds 1.0] [--zchunk N] [--no-energy] [--check-steps 4]
-                            [--boundary none|sponge|cpml] [--width 20] [--sponge W] [--cpml-paths fused,split]
-                            [--cpml-precision float32|bfloat16]
-                            [--job-boundaries none,sponge,cpml,cpml-bf16] [--job-steps 200] [--no-kernels]
+                            [--boundary none|sponge|cpml] [--width 20] [--sponge W]
+                            [--job-boundaries none,sponge,cpml] [--job-steps 200] [--no-kernels]
 
 Shapes are nx x ny x nz (x fastest, as the job's grids; the paper's 1024 .. 7168 x 256 x
 256 and 512^3). Per shape, on GPU 0, fp32, no sponge (unless --sponge), random fields in a constant model:
@@ -20,11 +19,8 @@ Shapes are nx x ny x nz (x fastest, as the job's grids; the paper's 1024 .. 7168
   chunks; --zchunk N: N planes a block everywhere). Before the table: each kernel's
   registers and blocks per SM (the plans and the predictions depend on them).
 - --boundary sponge|cpml (--width W cells, default 20; --sponge W is --boundary sponge
-  --width W): the kernels with the sponge's damping term or the CPML's, the CPML in each
-  form of --cpml-paths (rows "<variant> [fused]": one kernel a step, stencil_<variant>_cpml_fused;
-  "<variant> [split]": cpml_psi then stencil_<variant>_cpml, timed together as one step);
-  --cpml-precision bfloat16: the CPML's memory variables stored as bfloat16 (fused only,
-  stencil_<variant>_cpml_fused_bf16).
+  --width W): the kernels with the sponge's damping term or the CPML's (cpml_psi and the
+  layer terms, timed together: one step).
 All of the above is kernel-only: bare launches on resident buffers, no source, receivers
 or snapshots. Then, per shape and boundary of --job-boundaries:
 - job path: gpu.stencil.cuda.simulate, what the job runs: the default receivers (every
@@ -32,8 +28,7 @@ or snapshots. Then, per shape and boundary of --job-boundaries:
   cells), `auto`'s variant (its trial not timed, as in the job), --job-steps steps from
   rest: GPts/s from the stepping loop's GPU time (the job's `seconds`: kernels, receiver
   gathers, snapshot copies) and from its wall time, and each boundary's GPts/s against
-  the run without one; with the CPML, the form auto's trial picked (the job's path);
-  cpml-bf16: the CPML with cpml_precision bfloat16.
+  the run without one.
 - anchor: the same step written with CuPy slicing (gpu/stencil/reference.py's Propagator on
   CuPy arrays: ~25 elementwise kernels, each a full pass over memory).
 - check: every variant's field after --check-steps steps from the same start, against the
@@ -61,7 +56,6 @@ from gpu.stencil.energy import EnergyMeter
 from gpu.stencil.params import RADIUS, VARIANTS, ConstantModel, StencilParams
 
 BOUNDARIES = ("none", "sponge", "cpml")
-JOB_BOUNDARIES = (*BOUNDARIES, "cpml-bf16")  # the job-path rows: also the CPML with bfloat16 memory
 
 BYTES_PER_POINT = 16
 SHAPES = "1024x256x256,2048x256x256,4096x256x256,7168x256x256,512x512x512"
@@ -103,18 +97,8 @@ class Grid:
     """The buffers of one shape: p, pp (ping-pong), c, and the start (p0, pp0) every run
     begins from. Interior fields random, border 0, c = CFL^2 inside."""
 
-    def __init__(
-        self,
-        nx: int,
-        ny: int,
-        nz: int,
-        zchunk: int | None,
-        sponge: int = 0,
-        cpml: int = 0,
-        cpml_precision: str = "float32",
-    ):
+    def __init__(self, nx: int, ny: int, nz: int, zchunk: int | None, sponge: int = 0, cpml: int = 0):
         self.shape = (nz, ny, nx)
-        self.cpml_path = "fused"  # the CPML's form of launch (cuda.CPML_PATHS)
         self.params = StencilParams(
             nx=nx,
             ny=ny,
@@ -128,7 +112,6 @@ class Grid:
             receivers=[(RADIUS,) * 3],
             sponge=sponge,
             cpml=cpml,
-            cpml_precision=cpml_precision,
         )
         self.cpml = cuda.CpmlBuffers.of(self.params)
         self.eta_max = float(np.float32(self.params.eta_max))
@@ -168,7 +151,6 @@ class Grid:
             self.eta_max,
             self.zchunk,
             self.cpml,
-            self.cpml_path,
         )
 
     def step(self, variant: str) -> None:
@@ -237,19 +219,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=20, help="cells of the sponge or the CPML")
     parser.add_argument("--sponge", type=int, default=0, help="older form of --boundary sponge --width W")
     parser.add_argument(
-        "--cpml-paths",
-        default=",".join(cuda.CPML_PATHS),
-        help="the CPML's forms timed in the kernel-only rows (fused: one kernel a step; split: cpml_psi + stencil)",
-    )
-    parser.add_argument(
-        "--cpml-precision",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="the CPML's stored memory variables in the kernel-only rows (bfloat16: fused only)",
-    )
-    parser.add_argument(
         "--job-boundaries",
-        default="none,sponge,cpml,cpml-bf16",
+        default="none,sponge,cpml",
         help="boundaries of the job-path rows (comma-separated; '' none)",
     )
     parser.add_argument("--job-steps", type=int, default=200, help="steps of each job-path run")
@@ -263,17 +234,9 @@ def main() -> None:
             parser.error(f"unknown variant {variant}; choose from {', '.join(VARIANTS)}")
     job_boundaries = [b for b in args.job_boundaries.split(",") if b]
     for boundary in job_boundaries:
-        if boundary not in JOB_BOUNDARIES:
-            parser.error(f"unknown boundary {boundary}; choose from {', '.join(JOB_BOUNDARIES)}")
+        if boundary not in BOUNDARIES:
+            parser.error(f"unknown boundary {boundary}; choose from {', '.join(BOUNDARIES)}")
     widths = layer_widths(args.boundary, args.width)
-    args.cpml_paths = tuple(p for p in args.cpml_paths.split(",") if p) if widths["cpml"] else (None,)
-    if args.cpml_precision == "bfloat16":
-        if not widths["cpml"]:
-            parser.error("--cpml-precision bfloat16 needs --boundary cpml")
-        args.cpml_paths = ("fused",)  # the split form (cpml_psi) stores float32 only
-    for path in args.cpml_paths:
-        if path is not None and path not in cuda.CPML_PATHS:
-            parser.error(f"unknown CPML form {path}; choose from {', '.join(cuda.CPML_PATHS)}")
     energy = not args.no_energy
     properties = cupy.cuda.runtime.getDeviceProperties(0)
     copy = copy_bandwidth()
@@ -311,16 +274,13 @@ def kernel_tables(args, shapes, variants, widths: dict[str, int], energy: bool, 
         print("# energy: not measured (--no-energy)")
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     for variant in variants:
-        for path in args.cpml_paths:
-            name = cuda.kernel_name(variant, widths["sponge"], widths["cpml"], path or "fused", args.cpml_precision)
-            kernel = cuda._k(name)
-            print(
-                f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, "
-                f"{kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM"
-            )
+        name = cuda.kernel_name(variant, widths["sponge"], widths["cpml"])
+        kernel = cuda._k(name)
+        print(
+            f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, "
+            f"{kernel.local_size_bytes} B local, {cuda.resident_blocks(name) // sms} blocks of 256 per SM"
+        )
     layer = next((f"{kind} {w} cells" for kind, w in widths.items() if w), "none")
-    if widths["cpml"]:
-        layer += f", memory {args.cpml_precision}"
     print(f"# kernel-only (bare launches; no source, receivers or snapshots); boundary: {layer}")
     print(
         "shape | variant | plan | ms/step | GPts/s | eff. GB/s | % roofline | x anchor | W | GPts/J | "
@@ -346,9 +306,7 @@ def job_table(shapes: list[str], boundaries: list[str], width: int, steps: int) 
         f"# job path (gpu.stencil.cuda.simulate: auto's variant, Ricker source, default receivers, 4 snapshots, "
         f"{steps} steps from rest; GPU s = the job's `seconds`)"
     )
-    print(
-        "shape | boundary | variant | CPML form | receivers | GPU s | wall s | GPts/s (GPU) | GPts/s (wall) | vs none"
-    )
+    print("shape | boundary | variant | receivers | GPU s | wall s | GPts/s (GPU) | GPts/s (wall) | vs none")
     lease = BenchLease()
     for text in shapes:
         nx, ny, nz = (int(v) for v in text.lower().split("x"))
@@ -362,8 +320,7 @@ def job_table(shapes: list[str], boundaries: list[str], width: int, steps: int) 
                 steps=steps,
                 f0=8.0,
                 model=ConstantModel(2000.0),
-                cpml_precision="bfloat16" if boundary == "cpml-bf16" else "float32",
-                **layer_widths(boundary.split("-")[0], min(width, (min(nx, ny, nz) - 2 * RADIUS) // 2)),
+                **layer_widths(boundary, min(width, (min(nx, ny, nz) - 2 * RADIUS) // 2)),
             )
             cuda.simulate(lease, params, variant="auto", measure_energy=False)  # auto's trial, compiled kernels
             run = cuda.simulate(lease, params, variant="auto", measure_energy=False)
@@ -374,8 +331,7 @@ def job_table(shapes: list[str], boundaries: list[str], width: int, steps: int) 
             versus = f"{100 * (gpts / baseline - 1):+.1f}%" if baseline else "-"
             layer = f"{boundary} {params.boundary_width}" if params.boundary_width else boundary
             print(
-                f"{text} | {layer} | {run.variant} | {run.cpml_path or '-'} | {len(params.receivers)} | "
-                f"{run.kernel_seconds:.3f} | "
+                f"{text} | {layer} | {run.variant} | {len(params.receivers)} | {run.kernel_seconds:.3f} | "
                 f"{run.wall_seconds:.3f} | {gpts:.1f} | {wall:.1f} | {versus}"
             )
             del run
@@ -387,7 +343,7 @@ def bench_shape(
 ) -> None:
     """One shape: the anchor, each variant, the check against the anchor, auto's pick."""
     nx, ny, nz = (int(v) for v in text.lower().split("x"))
-    grid = Grid(nx, ny, nz, args.zchunk, **widths, cpml_precision=args.cpml_precision)
+    grid = Grid(nx, ny, nz, args.zchunk, **widths)
     anchor = anchor_for(grid)
     restart(anchor, grid)
     anchor_ms, anchor_j, anchor_w = timed(lambda a=anchor: a.step(0), args.seconds, energy)
@@ -410,29 +366,21 @@ def bench_shape(
         )
 
     row("cupy-slicing anchor", "-", anchor_ms, anchor_j, anchor_w, "-")
-    results, trial = {}, {}
-    for path in args.cpml_paths:
-        grid.cpml_path = path or "fused"
-        for variant in variants:
-            label = variant if path is None else f"{variant} [{path}]"
-            diff = "-"
-            if expected is not None:
-                grid.reset()
-                for _ in range(args.check_steps):
-                    grid.step(variant)
-                diff = f"{float(cupy.abs(grid.p - expected).max()):.3g}"
+    results = {}
+    for variant in variants:
+        diff = "-"
+        if expected is not None:
             grid.reset()
-            ms, joules, watts = timed(lambda v=variant: grid.step(v), args.seconds, energy)
-            results[label] = ms
-            plan = cuda.march_plan(
-                variant, grid.shape, grid.zchunk, widths["sponge"], widths["cpml"], grid.cpml_path, args.cpml_precision
-            )
-            row(label, plan.describe() if plan else "-", ms, joules, watts, diff)
+            for _ in range(args.check_steps):
+                grid.step(variant)
+            diff = f"{float(cupy.abs(grid.p - expected).max()):.3g}"
         grid.reset()
-        trial.update(
-            (variant if path is None else f"{variant} [{path}]", ms)
-            for variant, ms in cuda.time_variants(grid, variants).items()
-        )
+        ms, joules, watts = timed(lambda v=variant: grid.step(v), args.seconds, energy)
+        results[variant] = ms
+        plan = cuda.march_plan(variant, grid.shape, grid.zchunk, widths["sponge"], widths["cpml"])
+        row(variant, plan.describe() if plan else "-", ms, joules, watts, diff)
+    grid.reset()
+    trial = cuda.time_variants(grid, variants)
     best = min(results, key=results.get)
     picked = min(trial, key=trial.get)
     best_gpts = grid.interior / results[best] / 1e6

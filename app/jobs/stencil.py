@@ -33,7 +33,6 @@ from gpu import stencil
 from gpu.stencil.params import (
     ABSORBING_DEFAULT,
     BOUNDARIES,
-    CPML_PRECISIONS,
     DEFAULT_BOUNDARY_WIDTH,
     MAX_RECEIVERS,
     MAX_STEPS,
@@ -47,11 +46,9 @@ from gpu.stencil.params import (
 if TYPE_CHECKING:
     VariantChoice = str
     BoundaryChoice = str
-    PrecisionChoice = str
 else:
     VariantChoice = Literal[VARIANT_CHOICES]
     BoundaryChoice = Literal[BOUNDARIES]
-    PrecisionChoice = Literal[CPML_PRECISIONS]
 
 
 # ----------------------------------------------------------------- the request --
@@ -155,13 +152,6 @@ class StencilRequest(_Strict):
             "0: reflecting walls. Ignored (with a warning) when boundary is given"
         ),
     )
-    cpml_precision: PrecisionChoice = Field(
-        "float32",
-        description=(
-            "the CPML's memory variables as stored: bfloat16 halves their traffic (reflection 0.007-0.09 % "
-            "against 0.006-0.08 % in float32 on an 8 Hz shot; BENCHMARKS.md); boundary cpml only"
-        ),
-    )
 
 
 class StencilResult(ResultModel):
@@ -179,7 +169,6 @@ class StencilResult(ResultModel):
     boundary: str = Field(description="none, sponge or cpml")
     boundary_width: int = Field(description="cells of the absorbing layer (0: none)")
     sponge: int = Field(description="the sponge's width (0 unless boundary is sponge)")
-    cpml_precision: str = Field(description="the CPML's memory variables as stored (float32 unless asked)")
     eta_max: float
     variant: str = Field(description="the kernel that ran (reference on the CPU)")
     variant_requested: str

@@ -99,7 +99,6 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
         "boundary": params.boundary,
         "boundary_width": params.boundary_width,
         "sponge": params.sponge,
-        "cpml_precision": params.cpml_precision,
         "eta_max": params.eta_max,
         "variant": variant,
         "variant_requested": params.variant,

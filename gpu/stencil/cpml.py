@@ -26,11 +26,7 @@ edge), b = exp(-(d + alpha) dt), a = d (b - 1) / (d + alpha). Computed in float6
 once to float32.
 
 Arithmetic is float32, operation by operation as written below and in stencil.cu (no
-fused multiply-add), so that the CUDA kernels agree with this bit for bit. Storage is
-float32, or with cpml_precision "bfloat16" psi and zeta are rounded to bfloat16 (nearest
-even, `to_bfloat16`) at the end of each step: the next step reads them rounded, while this
-step's D1 psi^n and e use the float32 values, as the fused bf16 kernels do (they recompute
-the neighbours' psi^n in float32 and store only their own cell's, rounded). This module
+fused multiply-add), so that the CUDA kernels agree with this bit for bit. This module
 holds psi and zeta as whole-grid arrays (the readable definition; the CPU backend's grids
 are small); the CUDA path keeps them only in the layers (cuda.py, StencilParams.cpml_slabs).
 """
@@ -52,15 +48,6 @@ D2_ONE = np.float32(4.0 / 3.0)
 D2_TWO = np.float32(-1.0 / 12.0)
 AXES = ("x", "y", "z")
 ARRAY_AXIS = {"x": 2, "y": 1, "z": 0}  # (nz, ny, nx) arrays
-
-
-def to_bfloat16(x):
-    """float32 array x rounded to the nearest bfloat16 (ties to even), as float32 (of x's
-    array module): the upper 16 bits of each value, as stencil.cu's Storage<true> stores
-    them. For finite values (the CPML's are)."""
-    u = x.view(np.uint32)
-    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return rounded.view(np.float32)
 
 
 def depth(n: int, width: int) -> np.ndarray:
@@ -144,7 +131,6 @@ class CpmlLayers:
                 )
         self.psi = [xp.zeros(shape, np.float32) for _ in AXES]
         self.zeta = [xp.zeros(shape, np.float32) for _ in AXES]
-        self.bfloat16 = params.cpml_precision == "bfloat16"
 
     def update_psi(self, p: np.ndarray) -> None:
         """psi^n = b psi^(n-1) + a D1 p^n in every layer (p: p^n, (nz, ny, nx))."""
@@ -155,8 +141,7 @@ class CpmlLayers:
     def add_terms(self, p: np.ndarray, out: np.ndarray) -> None:
         """zeta^n = b zeta^(n-1) + a (D2 p + D1 psi^n), and out = (e_x + e_y) + e_z with
         e = D1 psi^n + zeta^n in the axis's layers (0 elsewhere). out: (nz, ny, nx)
-        float32, left 0 outside the layers; call update_psi first. Then, in bfloat16
-        storage, psi and zeta are rounded for the next step."""
+        float32, left 0 outside the layers; call update_psi first."""
         for _, region, _, _ in self.parts:
             out[region] = 0
         for dim, region, a, b in self.parts:
@@ -165,7 +150,3 @@ class CpmlLayers:
             z = b * zeta[region] + a * (d2(p, region, dim) + g)
             zeta[region] = z
             out[region] += g + z
-        if self.bfloat16:
-            for dim, region, _, _ in self.parts:
-                for array in (self.psi[2 - dim], self.zeta[2 - dim]):
-                    array[region] = to_bfloat16(array[region])

@@ -4,9 +4,9 @@ readonly x plain / int_z / int_z_reg), launched through CuPy on a lease's stream
 One shot, on the lease's main stream:
 
     upload c = (v dt / h)^2, zero p and pp (and the CPML's psi, zeta) -> [auto: time each
-       variant (with the CPML: in both its forms), once per grid and boundary]
-    -> per step: [split CPML: cpml_psi] stencil kernel (pp <- p^(n+1), then swap) -> gather
-       the receivers into row n of the record [-> copy the snapshot slices]
+       variant, once per grid and boundary]
+    -> per step: [CPML: cpml_psi] stencil kernel (pp <- p^(n+1), then swap) -> gather the receivers into
+       row n of the record [-> copy the snapshot slices]
     -> in batches of steps: wait for the previous batch's event, report progress (the
        cancel checkpoint), so the GPU always has a batch queued
     -> download record and snapshots.
@@ -39,8 +39,6 @@ from gpu.stencil import cpml as cpml_profile
 from gpu.stencil import geometry, reference
 from gpu.stencil.energy import EnergyMeter, EnergyReading
 from gpu.stencil.params import RADIUS, VARIANTS, StencilParams
-
-CPML_PATHS = geometry.CPML_PATHS  # "fused" (one kernel a step; a named variant's) or "split"
 
 SOURCE = Path(__file__).with_name("stencil.cu")
 _k = partial(kernels.kernel, SOURCE)
@@ -76,14 +74,8 @@ def _launches(
     zchunk: int | None,
     max_points: int,
     cpml: int,
-    cpml_path: str,
-    cpml_precision: str,
 ) -> tuple[geometry.Launch, ...]:
-    return tuple(
-        geometry.launches(
-            variant, shape, source, sponge, zchunk, resident_blocks, max_points, cpml, cpml_path, cpml_precision
-        )
-    )
+    return tuple(geometry.launches(variant, shape, source, sponge, zchunk, resident_blocks, max_points, cpml))
 
 
 def launches(
@@ -93,28 +85,16 @@ def launches(
     sponge: int = 0,
     zchunk: int | None = None,
     cpml: int = 0,
-    cpml_path: str = "fused",
-    cpml_precision: str = "float32",
 ) -> tuple[geometry.Launch, ...]:
     """The launches of one step on the current device (geometry.launches with this device's
     residency): one per z slab, each with its grid and, for the z-marching variants, its
-    MarchPlan (zchunk planes per block for every tile if given). cpml_path, cpml_precision:
-    the CPML's form (geometry.kernel_name; the split form's cpml_psi launch is not listed)."""
+    MarchPlan (zchunk planes per block for every tile if given)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
     if zchunk is not None and zchunk < 1:
         raise ValueError(f"zchunk must be >= 1, got {zchunk}")
     return _launches(
-        cupy.cuda.Device().id,
-        variant,
-        tuple(shape),
-        tuple(source),
-        sponge,
-        zchunk,
-        geometry.MAX_INDEX,
-        cpml,
-        cpml_path,
-        cpml_precision,
+        cupy.cuda.Device().id, variant, tuple(shape), tuple(source), sponge, zchunk, geometry.MAX_INDEX, cpml
     )
 
 
@@ -144,18 +124,13 @@ def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | No
 @dataclass
 class CpmlBuffers:
     """The CPML's state on the device (gpu/stencil/cpml.py): psi and zeta of the three axes
-    in its layers only (the slab layout of StencilParams.cpml_slabs, zero at the start), the
-    profile table (a then b of x, y, z) and the width in cells. psi_next: the fused kernels
-    write psi^n there while they read psi^(n-1) from psi, then the two swap (`advance`);
-    the split path (cpml_psi) advances psi in place and never touches it. precision
-    "bfloat16": psi, zeta and psi_next hold bfloat16 bit patterns (uint16; fused only)."""
+    in its layers only (float32, the slab layout of StencilParams.cpml_slabs, zero at the start), the
+    profile table (a then b of x, y, z) and the width in cells."""
 
     psi: cupy.ndarray
     zeta: cupy.ndarray
-    psi_next: cupy.ndarray
     profile: cupy.ndarray
     width: int
-    precision: str = "float32"
 
     @classmethod
     def of(cls, params: StencilParams) -> CpmlBuffers | None:
@@ -164,13 +139,7 @@ class CpmlBuffers:
             return None
         cells = sum(params.cpml_slabs)
         profile = cupy.asarray(cpml_profile.profile_table(params))
-        dtype = np.uint16 if params.cpml_precision == "bfloat16" else np.float32  # bfloat16 0 is 0 bits too
-        psi, zeta, psi_next = (cupy.zeros(cells, dtype) for _ in range(3))
-        return cls(psi, zeta, psi_next, profile, params.cpml, params.cpml_precision)
-
-    def advance(self) -> None:
-        """After a fused launch: psi^n (written into psi_next) becomes psi."""
-        self.psi, self.psi_next = self.psi_next, self.psi
+        return cls(cupy.zeros(cells, np.float32), cupy.zeros(cells, np.float32), profile, params.cpml)
 
     def reset(self) -> None:
         self.psi.fill(0)
@@ -189,55 +158,43 @@ def launch(
     eta_max: float = 0.0,
     zchunk: int | None = None,
     cpml: CpmlBuffers | None = None,
-    cpml_path: str = "fused",
 ) -> None:
     """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
     p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
     source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params), or
-    the CPML's buffers, in the form cpml_path: "fused" (psi and zeta advanced in the
-    stencil kernel, then cpml.advance()) or "split" (cpml_psi first, zeta in the stencil
-    kernel); zchunk: planes per block of the z-marching variants (default: march_plan's
-    waves). Grids of 2^31 points or more run as z slabs (geometry.slabs), one launch each."""
+    the CPML's buffers (psi advanced by cpml_psi first, zeta in the stencil kernel);
+    zchunk: planes per block of the z-marching variants (default: march_plan's waves).
+    Grids of 2^31 points or more run as z slabs (geometry.slabs), one launch each."""
     nz, ny, nx = shape
     plane = nx * ny
     width = cpml.width if cpml is not None else 0
-    precision = cpml.precision if cpml is not None else "float32"
-    steps = launches(variant, shape, source, sponge, zchunk, width, cpml_path, precision)  # checks the form first
-    if cpml is not None and cpml_path == "split":
+    if cpml is not None:
         blocks = kernels.div_up(cpml.psi.size, geometry.THREADS)
         _k("cpml_psi")(
             (blocks,),
             (geometry.THREADS,),
             (p, cpml.psi, cpml.profile, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(width)),
         )
-    for step in steps:
+    for step in launches(variant, shape, source, sponge, zchunk, width):
         views = (
             (p, pp, c)
             if (step.lo, step.hi) == (0, nz)
             else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
         )
         if cpml is not None:
-            tables, layers = cpml.profile, (cpml.psi, cpml.zeta, cpml.psi_next, np.int32(width))
+            tables, layers = cpml.profile, (cpml.psi, cpml.zeta, np.int32(width))
         else:  # neither is read without a sponge or a CPML
             tables = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]
-            layers = (views[2], views[1], views[1], np.int32(0))
+            layers = (views[2], views[1], np.int32(0))
         args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), tables, *layers)
         _k(step.kernel)(step.grid, BLOCK, args)
-    if cpml is not None and cpml_path == "fused":
-        cpml.advance()
 
 
 def march_plan(
-    variant: str,
-    shape: tuple[int, int, int],
-    zchunk: int | None = None,
-    sponge: int = 0,
-    cpml: int = 0,
-    cpml_path: str = "fused",
-    cpml_precision: str = "float32",
+    variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0, cpml: int = 0
 ) -> geometry.MarchPlan | None:
     """The blocks of a z-marching variant's (first) launch on this device, None for plain."""
-    return launches(variant, shape, (RADIUS,) * 3, sponge, zchunk, cpml, cpml_path, cpml_precision)[0].plan
+    return launches(variant, shape, sponge=sponge, zchunk=zchunk, cpml=cpml)[0].plan
 
 
 # ---------------------------------------------------------------------- a shot --
@@ -246,20 +203,12 @@ def march_plan(
 class GpuShot:
     """The state of one shot on the current device: c, p, pp (flat float32), the
     receivers' flat indices, the record (steps, receivers) on the device (NaN until
-    written) and the per-step source amplitudes (host); with a CPML its buffers, and the
-    form its steps take (cpml_path, CPML_PATHS)."""
+    written) and the per-step source amplitudes (host)."""
 
-    def __init__(
-        self,
-        params: StencilParams,
-        velocity: np.ndarray | None = None,
-        zchunk: int | None = None,
-        cpml_path: str = "fused",
-    ):
+    def __init__(self, params: StencilParams, velocity: np.ndarray | None = None, zchunk: int | None = None):
         self.params = params
         self.shape = params.shape
         self.zchunk = zchunk  # None: each z-marching variant's own plan (march_plan)
-        self.cpml_path = cpml_path
         self.c = cupy.empty(params.points, np.float32)
         plane = params.nx * params.ny
         step = max(1, UPLOAD_POINTS // plane)  # c is built and uploaded a slab of planes at a time
@@ -296,7 +245,6 @@ class GpuShot:
             self.eta_max,
             self.zchunk,
             self.cpml,
-            self.cpml_path,
         )
 
     def reset(self) -> None:
@@ -323,19 +271,7 @@ class GpuShot:
 
 # ------------------------------------------------------------- auto selection --
 
-
-@dataclass(frozen=True)
-class Choice:
-    """What `auto` picked for a grid: the variant, the CPML's form (None without a CPML),
-    and the trial's ms per step of each variant (in its faster form) and of each form."""
-
-    variant: str
-    cpml_path: str | None
-    trial_ms: dict[str, float]
-    path_ms: dict[str, dict[str, float]] | None  # CPML: {form: {variant: ms}}
-
-
-_chosen: dict[tuple, Choice] = {}
+_chosen: dict[tuple, tuple[str, dict[str, float]]] = {}
 _chosen_lock = threading.Lock()
 
 
@@ -363,36 +299,21 @@ def time_variants(shot: GpuShot, variants=VARIANTS, min_ms: float = TRIAL_MS) ->
     return times
 
 
-def choose_variant(shot: GpuShot, cpml_paths: tuple[str, ...] = CPML_PATHS) -> tuple[Choice, bool]:
-    """The fastest variant for this grid on this device, with a CPML also its faster form
-    of `cpml_paths` (every variant timed in each): timed once per (device, grid, boundary,
-    zchunk, forms) on the shot's (zero) buffers, then cached. Returns (the choice, whether
-    it was timed now rather than found in the cache). Leaves shot.cpml_path at the choice."""
+def choose_variant(shot: GpuShot) -> tuple[str, dict[str, float] | None]:
+    """The fastest variant for this grid on this device: timed once per (device, grid,
+    boundary, zchunk) on the shot's (zero) buffers, then cached. Returns (variant, the
+    trial's ms per step, or None when it came from the cache)."""
     params = shot.params
-    paths = cpml_paths if shot.cpml is not None else ()
-    key = (cupy.cuda.Device().id, params.shape, params.boundary, params.cpml_precision, shot.zchunk, paths)
+    key = (cupy.cuda.Device().id, params.shape, params.boundary, shot.zchunk)
     with _chosen_lock:
         found = _chosen.get(key)
-    if found is None:
-        if not paths:
-            times = time_variants(shot)
-            found = Choice(min(times, key=times.get), None, times, None)
-        else:
-            path_ms = {}
-            for path in paths:
-                shot.cpml_path = path
-                path_ms[path] = time_variants(shot)
-            times = {v: min(path_ms[path][v] for path in paths) for v in VARIANTS}
-            best = min(times, key=times.get)
-            found = Choice(best, min(paths, key=lambda path: path_ms[path][best]), times, path_ms)
-        with _chosen_lock:
-            found = _chosen.setdefault(key, found)
-        timed = True
-    else:
-        timed = False
-    if found.cpml_path is not None:
-        shot.cpml_path = found.cpml_path
-    return found, timed
+    if found is not None:
+        return found[0], None
+    times = time_variants(shot)
+    best = min(times, key=times.get)
+    with _chosen_lock:
+        _chosen.setdefault(key, (best, times))
+    return best, times
 
 
 def forget_choices() -> None:
@@ -408,7 +329,7 @@ def forget_choices() -> None:
 class GpuRun:
     shot: reference.Shot
     variant: str
-    trial_ms: dict[str, float] | None  # auto's trial (None: named variant, or cached); CPML: each variant's faster form
+    trial_ms: dict[str, float] | None  # auto's trial (None: a named variant, or cached)
     zchunk: int | None  # z-marching variants: planes per block of the chunked tiles (None: plain)
     plan: str | None  # z-marching variants: the blocks (MarchPlan.describe, first z slab)
     kernel_seconds: float  # GPU time of the stepping loop (events), with the recording
@@ -416,8 +337,6 @@ class GpuRun:
     energy: EnergyReading
     batches: int = 0
     timeline: list[tuple[int, float]] = field(default_factory=list)  # (steps done, s) per batch
-    cpml_path: str | None = None  # the CPML's form that ran (CPML_PATHS), None without one
-    cpml_trial_ms: dict[str, dict[str, float]] | None = None  # auto's trial of each form: {form: {variant: ms}}
 
 
 def simulate(
@@ -429,29 +348,19 @@ def simulate(
     initial: tuple[np.ndarray, np.ndarray] | None = None,
     zchunk: int | None = None,
     measure_energy: bool = True,
-    cpml_path: str | None = None,
 ) -> GpuRun:
     """Run the shot on `lease` (a gpu.pool.Lease). variant: one of VARIANTS or "auto"
     (default params.variant). checkpoint(steps_done) is called between batches of steps
     (it may raise to cancel: the stream is drained first). initial: (p^0, p^-1) instead
     of zeros (tests). velocity: the model on the grid; default built from params a slab
-    at a time (the host never holds the whole grid). cpml_path: the CPML's form (CPML_PATHS);
-    default: auto's trial picks it, a named variant runs "fused" (bfloat16 storage: fused
-    only)."""
+    at a time (the host never holds the whole grid)."""
     variant = variant or params.variant
-    if cpml_path is not None and cpml_path not in CPML_PATHS:
-        raise ValueError(f"cpml_path must be one of {', '.join(CPML_PATHS)}, got {cpml_path!r}")
-    if cpml_path is None and params.cpml_precision != "float32":
-        cpml_path = "fused"  # the only form with 16-bit storage
     with cupy.cuda.Device(lease.device), lease.stream:
         stream = lease.stream
-        shot = GpuShot(params, velocity, zchunk, cpml_path or "fused")
-        trial = path_trial = None
+        shot = GpuShot(params, velocity, zchunk)
+        trial = None
         if variant == "auto":
-            choice, timed = choose_variant(shot, CPML_PATHS if cpml_path is None else (cpml_path,))
-            variant = choice.variant
-            if timed:
-                trial, path_trial = choice.trial_ms, choice.path_ms
+            variant, trial = choose_variant(shot)
             shot.reset()
         elif variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}")
@@ -508,9 +417,7 @@ def simulate(
         previous = shot.pp.reshape(shot.shape).get()
         shots = [reference.Snapshot(step, xz.get(), xy.get()) for step, xz, xy in snapshots]
         stream.synchronize()
-        plan = march_plan(
-            variant, params.shape, shot.zchunk, params.sponge, params.cpml, shot.cpml_path, params.cpml_precision
-        )
+        plan = march_plan(variant, params.shape, shot.zchunk, params.sponge, params.cpml)
     if energy is None:
         energy = EnergyReading(None, wall_seconds, None, None, 0, "energy not measured")
     zchunk = None if plan is None else (plan.zb if plan.tiles > plan.tiles_a else plan.za)
@@ -525,6 +432,4 @@ def simulate(
         energy,
         len(timeline),
         timeline,
-        shot.cpml_path if params.cpml else None,
-        path_trial,
     )

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpu.stencil.params import CPML_PRECISIONS, KERNEL_INDEX_MAX, RADIUS
+from gpu.stencil.params import KERNEL_INDEX_MAX, RADIUS
 
 BX, BY = 32, 8  # mirrors stencil.cu
 THREADS = BX * BY
@@ -168,31 +168,14 @@ class Launch:
     plan: MarchPlan | None
 
 
-CPML_PATHS = ("fused", "split")  # the CPML's two forms: one kernel a step, or cpml_psi then the stencil kernel
-
-
-def kernel_name(
-    variant: str, sponge: int, cpml: int = 0, cpml_path: str = "fused", cpml_precision: str = "float32"
-) -> str:
-    """stencil_<variant>, stencil_<variant>_sponge (the update with the damping term), or
-    with the CPML's terms stencil_<variant>_cpml_fused (cpml_path "fused": psi advanced in
-    the same kernel; _fused_bf16 with cpml_precision "bfloat16": its memory stored as
-    bfloat16) or stencil_<variant>_cpml ("split": after the cpml_psi kernel; float32 only)."""
+def kernel_name(variant: str, sponge: int, cpml: int = 0) -> str:
+    """stencil_<variant>, stencil_<variant>_sponge (the update with the damping term) or
+    stencil_<variant>_cpml (with the CPML's terms)."""
     if sponge > 0 and cpml > 0:
         raise ValueError("a sponge or a CPML, not both")
-    if cpml_path not in CPML_PATHS:
-        raise ValueError(f"cpml_path must be one of {', '.join(CPML_PATHS)}, got {cpml_path!r}")
-    if cpml_precision not in CPML_PRECISIONS:
-        raise ValueError(f"cpml_precision must be one of {', '.join(CPML_PRECISIONS)}, got {cpml_precision!r}")
-    if sponge > 0:
-        return f"stencil_{variant}_sponge"
-    if cpml > 0:
-        if cpml_path == "split":
-            if cpml_precision != "float32":
-                raise ValueError("the split CPML (cpml_psi) stores float32 only; bfloat16 runs fused")
-            return f"stencil_{variant}_cpml"
-        return f"stencil_{variant}_cpml_fused" + ("_bf16" if cpml_precision == "bfloat16" else "")
-    return f"stencil_{variant}"
+    return (
+        f"stencil_{variant}_sponge" if sponge > 0 else f"stencil_{variant}_cpml" if cpml > 0 else f"stencil_{variant}"
+    )
 
 
 def launches(
@@ -204,15 +187,12 @@ def launches(
     resident: Callable[[str], int],
     max_points: int = MAX_INDEX,
     cpml: int = 0,
-    cpml_path: str = "fused",
-    cpml_precision: str = "float32",
 ) -> list[Launch]:
     """The launches of one step of `variant` on a (nz, ny, nx) grid: one per z slab (the
-    CPML's only one: its layers' state is laid out for the whole grid; cpml_path and
-    cpml_precision: its form, see kernel_name). resident(kernel): blocks the device runs
-    at once (for march_plan; unused with zchunk)."""
+    CPML's only one: its layers' state is laid out for the whole grid).
+    resident(kernel): blocks the device runs at once (for march_plan; unused with zchunk)."""
     nz, ny, nx = shape
-    name = kernel_name(variant, sponge, cpml, cpml_path, cpml_precision)
+    name = kernel_name(variant, sponge, cpml)
     kind = marching(variant)
     sx, sy, sz = source
     tx, ty = tiles(nx, ny)

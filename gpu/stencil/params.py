@@ -55,9 +55,6 @@ BOUNDARIES = ("none", "sponge", "cpml")  # the request's `boundary`
 ABSORBING_DEFAULT = "cpml"  # the layer a request gets from `boundary_width` alone (it reflects less: BENCHMARKS.md)
 DEFAULT_BOUNDARY_WIDTH = 20  # cells, when `boundary` names a layer without a width (at most what the grid holds)
 KERNEL_INDEX_MAX = (1 << 31) - 1  # the kernels index a launch's points and the CPML's layer cells with 32-bit ints
-# The CPML's memory variables in storage: float32, or bfloat16 (half the layers' traffic,
-# rounded to nearest even after each step; reflections measured in tests/gpu/stencil/test_cpml.py)
-CPML_PRECISIONS = ("float32", "bfloat16")
 RICKER_BANDWIDTH = 2.5  # the Ricker spectrum is negligible above ~2.5 f0
 GPU_BYTES_PER_POINT = 12  # p, p_prev (ping-pong) and the coefficient (v dt / h)^2, fp32
 CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sponge, 1 -+ eta
@@ -283,8 +280,7 @@ class StencilParams:
     every interior x on the line through the source, thinned to MAX_RECEIVERS evenly
     spaced); sponge: width in cells of the damping sponge inside the Dirichlet border (0:
     none); cpml: width in cells of the convolutional PML there instead (gpu/stencil/cpml.py;
-    0: none; not both); cpml_precision: the CPML's stored memory variables, float32 or
-    bfloat16 (CPML_PRECISIONS; an explicit choice, the CPML only); snapshot_every: wavefield
+    0: none; not both); snapshot_every: wavefield
     snapshots every this many steps (default: 4 over the run; 0: none); variant: the CUDA
     kernel, or "auto" (the fastest on the device; the CPU runs the reference).
     """
@@ -302,7 +298,6 @@ class StencilParams:
     receivers: tuple[tuple[int, int, int], ...] = None  # type: ignore[assignment]
     sponge: int = 0
     cpml: int = 0
-    cpml_precision: str = "float32"
     snapshot_every: int | None = None
     variant: str = "auto"
     v_min: float = field(init=False, default=0.0)
@@ -390,12 +385,6 @@ class StencilParams:
         _int("boundary_width", self.cpml, 0, max_layer)  # the request's name for the CPML's width
         if self.sponge and self.cpml:
             raise ParamError("boundary", f"a sponge ({self.sponge} cells) or a CPML ({self.cpml} cells), not both")
-        if not isinstance(self.cpml_precision, str) or self.cpml_precision not in CPML_PRECISIONS:
-            raise ParamError(
-                "cpml_precision", f"must be one of {', '.join(CPML_PRECISIONS)}; got {self.cpml_precision!r}"
-            )
-        if self.cpml_precision != "float32" and not self.cpml:
-            raise ParamError("cpml_precision", f"{self.cpml_precision} applies to the CPML's memory (boundary: cpml)")
         if self.cpml and self.points > KERNEL_INDEX_MAX:  # the CPML kernels run a grid in one launch
             raise ParamError(
                 "boundary",
@@ -506,13 +495,16 @@ class StencilParams:
         return self.velocity(z, z + 1)[0]
 
     def gpu_bytes(self) -> int:
-        """Device memory a CUDA run holds: fields and coefficients, the CPML's psi, zeta and
-        the fused kernels' second psi (in its layers only, 4 or 2 bytes a cell), record,
-        snapshots."""
+        """Device memory a CUDA run holds: fields and coefficients, the CPML's psi and zeta
+        (in its layers only), record, snapshots."""
         snapshots = len(self.snapshot_steps) * (self.nx * self.nz + self.nx * self.ny) * 4
+        interior = [n - 2 * RADIUS for n in (self.nx, self.ny, self.nz)]
+        layer_cells = (
+            2 * self.cpml * (interior[0] * interior[1] + interior[1] * interior[2] + interior[0] * interior[2])
+        )
         return (
             GPU_BYTES_PER_POINT * self.points
-            + 3 * (2 if self.cpml_precision == "bfloat16" else 4) * sum(self.cpml_slabs)
+            + 2 * 4 * layer_cells
             + self.steps * len(self.receivers) * 4
             + len(self.receivers) * 8
             + snapshots
@@ -629,7 +621,6 @@ class StencilJob:
             model=velocity,
             sponge=sponge,
             cpml=cpml,
-            cpml_precision=request.get("cpml_precision", "float32"),
             snapshot_every=request.get("snapshot_every"),
             variant=request.get("variant", "auto"),
             **defaults_or_given,

@@ -13,20 +13,11 @@
 //                int_z_reg the z-march keeping p's z column in registers: one new plane
 //                          value per step along z, loads issued several planes ahead
 //
-// Each variant has five kernels, stencil_<variant> (no sponge: eta = 0, and the operations
+// Each variant has three kernels, stencil_<variant> (no sponge: eta = 0, and the operations
 // (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference),
-// stencil_<variant>_sponge, and three of the convolutional PML (gpu/stencil/cpml.py),
-// whose terms are added to the Laplacian in its layers:
-//   stencil_<variant>_cpml        the split form: cpml_psi has advanced psi in place (a
-//                                 kernel of its own before it), this one reads psi^n
-//   stencil_<variant>_cpml_fused  one kernel a step: a layer thread advances its own cell's
-//                                 psi into the second buffer psi_next and recomputes its 4
-//                                 neighbours' psi^n from psi^(n-1) and p^n (their owners
-//                                 write them; nobody else reads psi_next during the launch)
-//   stencil_<variant>_cpml_fused_bf16  the same with psi and zeta stored as bfloat16 (the
-//                                 arithmetic float32; each stored value rounded to nearest
-//                                 even: cpml.py's to_bfloat16): half the layers' traffic
-// The registers of each are allocated for its own path.
+// stencil_<variant>_sponge and stencil_<variant>_cpml (the convolutional PML's terms added
+// to the Laplacian in its layers, after cpml_psi has advanced psi: gpu/stencil/cpml.py);
+// the registers of each are allocated for its own path.
 //
 // Fields are (nz, ny, nx) float32, x fastest. Ping-pong: p is p^n (read only), pp holds
 // p^(n-1) on entry and receives p^(n+1) (each point read, then written, by one thread),
@@ -35,8 +26,7 @@
 // written, c read: 16 bytes from DRAM at best.
 //
 // Indices are 32-bit: nx ny nz < 2^31 (cuda.py launches larger grids as z slabs), so every
-// address is one IMAD.WIDE from the kernel's base pointer. The CPML's memory is indexed by
-// cell, float32 or bfloat16 alike: params.py refuses layers of more than 2^31 - 1 cells.
+// address is one IMAD.WIDE from the kernel's base pointer.
 //
 // pp and c are touched once per step in every variant and go through the streaming
 // (evict-first) loads and stores __ldcs / __stcs, so that they do not push out of L2 the
@@ -83,7 +73,7 @@ constexpr float C2 = -1.0f / 12.0f;
 
 enum Memory { NAIVE = 0, SHARED = 1, READONLY = 2 };
 enum March { PLAIN = 0, INT_Z = 1, INT_Z_REG = 2 };
-enum Boundary { WALLS = 0, SPONGE = 1, CPML = 2, CPML_FUSED = 3, CPML_FUSED_BF16 = 4 };  // inside the Dirichlet border
+enum Boundary { WALLS = 0, SPONGE = 1, CPML = 2 };  // what lies inside the Dirichlet border
 
 struct Step {
     int nx, ny, nz;
@@ -93,10 +83,9 @@ struct Step {
     float eta_max;   // sigma dt at the sponge's outer edge (sponge kernels)
     const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp;
                                       // CPML kernels: a of x, y, z then b of x, y, z (cpml.profile_table)
-    const float* __restrict__ p;      // CPML kernels: p^n; psi (split: psi^n, cpml_psi's; fused: psi^(n-1));
-    const float* __restrict__ psi;    // zeta (read and written); fused: psi_next receives psi^n;
-    float* __restrict__ zeta;         // the layers' width in cells. bf16 kernels: psi, zeta and
-    float* __restrict__ psi_next;     // psi_next hold bfloat16 values (Storage<true> reads them)
+    const float* __restrict__ p;      // CPML kernels: p^n, psi^n (cpml_psi's), zeta (read and written)
+    const float* __restrict__ psi;    // and the layers' width in cells
+    float* __restrict__ zeta;
     int width;
 };
 
@@ -191,35 +180,6 @@ __device__ __forceinline__ Axis axis_z(int x, int y, int z, const Step& s) {
     return Axis{z, s.nz, s.nx * s.ny, (iz * iy + iz * ix) * 2 * s.width, (y - R) * ix + (x - R), iy * ix, s.nx + s.ny};
 }
 
-// The CPML's memory variables in storage, cell k of an array: float32 (HALF false), or
-// bfloat16 (HALF true: the float32's upper 16 bits, rounded to nearest even on the way in;
-// the values are finite). Loads through the read-only path (psi) or streaming (zeta).
-template <bool HALF>
-struct Storage {
-    static __device__ __forceinline__ float load(const float* __restrict__ a, int k) {
-        if constexpr (HALF) {
-            return __uint_as_float(static_cast<unsigned>(__ldg(reinterpret_cast<const unsigned short*>(a) + k)) << 16);
-        } else {
-            return __ldg(a + k);
-        }
-    }
-    static __device__ __forceinline__ float load_streaming(const float* __restrict__ a, int k) {
-        if constexpr (HALF) {
-            return __uint_as_float(static_cast<unsigned>(__ldcs(reinterpret_cast<const unsigned short*>(a) + k)) << 16);
-        } else {
-            return __ldcs(a + k);
-        }
-    }
-    static __device__ __forceinline__ void store(float* __restrict__ a, int k, float v) {
-        if constexpr (HALF) {
-            const unsigned u = __float_as_uint(v);
-            __stcs(reinterpret_cast<unsigned short*>(a) + k, static_cast<unsigned short>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16));
-        } else {
-            __stcs(a + k, v);
-        }
-    }
-};
-
 // psi of the axis's cell at v + k: 0 outside the layers. The load is unconditional (slot 0
 // stands in outside), so that the compiler can issue the four of a D1 together.
 __device__ __forceinline__ float psi_at(const Axis& a, int k, const Step& s) {
@@ -228,66 +188,29 @@ __device__ __forceinline__ float psi_at(const Axis& a, int k, const Step& s) {
     return l < 0 ? 0.0f : value;
 }
 
-// Fused form: p^n at the axis's cell v + k, |k| = 3 or 4, with the coordinate clamped into
-// the array. Clamping changes only values that are never used: a neighbour v + k -/+ 2 whose
-// psi is computed lies in the layers, inside [2, n-3], so its p's at distance 2 exist.
-__device__ __forceinline__ float p_far(const Axis& a, int i, int k, const Step& s) {
-    const int j = min(max(a.v + k, 0), a.n - 1) - a.v;
-    return __ldg(s.p + (i + j * a.stride));
-}
-
-// Fused form: psi^n = b psi^(n-1) + a D1 p^n of the axis's cell at v + k (|k| <= 2), given
-// p^n at v+k-2, v+k-1, v+k+1, v+k+2: cpml_psi's arithmetic, so the same bits; 0 outside the
-// layers (its loads unconditional, slot 0 and the cell's own table entry standing in).
-template <bool HALF>
-__device__ __forceinline__ float psi_advanced(const Axis& a, int k, float m2, float m1, float p1, float p2, const Step& s) {
-    const int l = slot(a.v + k, a.n, s.width);
-    const float old = Storage<HALF>::load(s.psi, a.slab + a.base + max(l, 0) * a.step);
-    const int t = a.table + a.v + k, total = s.nx + s.ny + s.nz;  // v + k inside [0, n-1]: v is interior
-    const float ca = __ldg(s.ramps + t), cb = __ldg(s.ramps + (total + t));
-    const float value = __fadd_rn(__fmul_rn(cb, old), __fmul_rn(ca, d1(m2, m1, p1, p2)));
-    return l < 0 ? 0.0f : value;
-}
-
 // e = D1 psi + zeta^n of point i along one axis, with zeta^n = b zeta + a (D2 p + D1 psi)
-// stored; 0 (and nothing stored) outside the axis's layers. Split form (FUSED false): psi
-// is psi^n. Fused: psi is psi^(n-1); psi^n of the cell and its 4 neighbours along the
-// axis is computed here (9 values of p^n), the cell's own stored into psi_next. HALF:
-// psi and zeta stored as bfloat16 (fused only); what is computed here stays float32.
-template <bool FUSED, bool HALF>
+// stored; 0 (and nothing stored) outside the axis's layers.
 __device__ __forceinline__ float cpml_axis(const Axis& a, int i, const Step& s) {
     const int l = slot(a.v, a.n, s.width);
     if (l < 0) return 0.0f;
     const float* __restrict__ p = s.p + i;
-    float d2, g;
-    if constexpr (FUSED) {
-        const float m2 = __ldg(p - 2 * a.stride), m1 = __ldg(p - a.stride), centre = __ldg(p);
-        const float p1 = __ldg(p + a.stride), p2 = __ldg(p + 2 * a.stride);
-        d2 = __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, centre), __fmul_rn(C1, __fadd_rn(m1, p1))), __fmul_rn(C2, __fadd_rn(m2, p2)));
-        const float m4 = p_far(a, i, -4, s), m3 = p_far(a, i, -3, s), p3 = p_far(a, i, 3, s), p4 = p_far(a, i, 4, s);
-        Storage<HALF>::store(s.psi_next, a.slab + a.base + l * a.step, psi_advanced<HALF>(a, 0, m2, m1, p1, p2, s));
-        g = d1(psi_advanced<HALF>(a, -2, m4, m3, m1, centre, s), psi_advanced<HALF>(a, -1, m3, m2, centre, p1, s),
-               psi_advanced<HALF>(a, 1, m1, centre, p2, p3, s), psi_advanced<HALF>(a, 2, centre, p1, p3, p4, s));
-    } else {
-        const float one = __fadd_rn(__ldg(p - a.stride), __ldg(p + a.stride));
-        const float two = __fadd_rn(__ldg(p - 2 * a.stride), __ldg(p + 2 * a.stride));
-        d2 = __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, __ldg(p)), __fmul_rn(C1, one)), __fmul_rn(C2, two));
-        g = d1(psi_at(a, -2, s), psi_at(a, -1, s), psi_at(a, 1, s), psi_at(a, 2, s));
-    }
+    const float one = __fadd_rn(__ldg(p - a.stride), __ldg(p + a.stride));
+    const float two = __fadd_rn(__ldg(p - 2 * a.stride), __ldg(p + 2 * a.stride));
+    const float d2 = __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, __ldg(p)), __fmul_rn(C1, one)), __fmul_rn(C2, two));
+    const float g = d1(psi_at(a, -2, s), psi_at(a, -1, s), psi_at(a, 1, s), psi_at(a, 2, s));
     const int total = s.nx + s.ny + s.nz;
     const float ca = __ldg(s.ramps + (a.table + a.v)), cb = __ldg(s.ramps + (total + a.table + a.v));
-    const int cell = a.slab + a.base + l * a.step;
-    const float z = __fadd_rn(__fmul_rn(cb, Storage<HALF>::load_streaming(s.zeta, cell)), __fmul_rn(ca, __fadd_rn(d2, g)));
-    Storage<HALF>::store(s.zeta, cell, z);
+    float* zeta = s.zeta + (a.slab + a.base + l * a.step);
+    const float z = __fadd_rn(__fmul_rn(cb, __ldcs(zeta)), __fmul_rn(ca, __fadd_rn(d2, g)));
+    __stcs(zeta, z);
     return __fadd_rn(g, z);
 }
 
 // (e_x + e_y) + e_z of point i at (x, y, z): the CPML's addition to h^2 Lap4 p there.
-template <bool FUSED, bool HALF>
 __device__ __forceinline__ float cpml_terms(int i, int x, int y, int z, const Step& s) {
-    const float ex = cpml_axis<FUSED, HALF>(axis_x(x, y, z, s), i, s);
-    const float ey = cpml_axis<FUSED, HALF>(axis_y(x, y, z, s), i, s);
-    return __fadd_rn(__fadd_rn(ex, ey), cpml_axis<FUSED, HALF>(axis_z(x, y, z, s), i, s));
+    const float ex = cpml_axis(axis_x(x, y, z, s), i, s);
+    const float ey = cpml_axis(axis_y(x, y, z, s), i, s);
+    return __fadd_rn(__fadd_rn(ex, ey), cpml_axis(axis_z(x, y, z, s), i, s));
 }
 
 __device__ __forceinline__ bool in_layers(int x, int y, int z, const Step& s) {
@@ -299,9 +222,9 @@ __device__ __forceinline__ bool in_layers(int x, int y, int z, const Step& s) {
 template <int B>
 __device__ __forceinline__ float update(float centre, float prev, float c, float s1, float s2, int z, int i, const Point& q, const Step& s) {
     const float lap = __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
-    if constexpr (B == CPML || B == CPML_FUSED || B == CPML_FUSED_BF16) {
+    if constexpr (B == CPML) {
         float term = lap;
-        if (in_layers(q.x, q.y, z, s)) term = __fadd_rn(lap, cpml_terms<B != CPML, B == CPML_FUSED_BF16>(i, q.x, q.y, z, s));
+        if (in_layers(q.x, q.y, z, s)) term = __fadd_rn(lap, cpml_terms(i, q.x, q.y, z, s));
         float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), prev), __fmul_rn(c, term));
         if (q.source && z == s.sz) num = __fadd_rn(num, s.amp);
         return num;
@@ -547,24 +470,21 @@ __device__ __forceinline__ void variant(const float* __restrict__ p, float* __re
 
 }  // namespace
 
-// ------------------------------------------------------- the kernels (9 x 5) --
+// ------------------------------------------------------- the kernels (9 x 3) --
 
 #define STENCIL_ARGS                                                                                              \
     const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz,     \
         int tiles_x, int tiles_a, int za, int zb, int sx, int sy, int sz, float amp, float eta_max,               \
-        const float* __restrict__ ramps, const float* __restrict__ psi, float* __restrict__ zeta,                   \
-        float* __restrict__ psi_next, int width
-#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps, p, psi, zeta, psi_next, width}
+        const float* __restrict__ ramps, const float* __restrict__ psi, float* __restrict__ zeta, int width
+#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps, p, psi, zeta, width}
 
 // Occupancy (blocks of 256 threads per SM, registers per thread): plain and int_z 8 (32);
 // int_z_reg 6 (40): its queues hold 20 registers; the sponge kernels of int_z and int_z_reg
-// one block less (the IEEE division's call needs registers); the split CPML kernels 8 (32)
-// plain, 4 (64) z-marching: the layer terms' addresses and loads, inlined (a call instead
-// spills the Step to the stack; 5 or 6 blocks spill the z-marching ones); the fused ones 5
-// (48) plain, 3 (80) z-marching: each layer axis holds 9 values of p, 5 of psi^(n-1) and 10
-// of the profile (nvcc 12 for sm_90: one block more spills 16-500 bytes). No spills (nvcc
+// one block less (the IEEE division's call needs registers); the CPML kernels 8 (32) plain,
+// 4 (64) z-marching: the layer terms' addresses and loads, inlined (a call instead spills
+// the Step to the stack; 5 or 6 blocks spill the z-marching ones). No spills (nvcc
 // --resource-usage).
-#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS, CPML_BLOCKS, FUSED_BLOCKS)                                \
+#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS, CPML_BLOCKS)                                              \
     __global__ void __launch_bounds__(THREADS, BLOCKS) stencil_##NAME(STENCIL_ARGS) {                               \
         variant<MEMORY, MARCH, WALLS>(p, pp, c, STEP);                                                                 \
     }                                                                                                                 \
@@ -573,25 +493,19 @@ __device__ __forceinline__ void variant(const float* __restrict__ p, float* __re
     }                                                                                                                 \
     __global__ void __launch_bounds__(THREADS, CPML_BLOCKS) stencil_##NAME##_cpml(STENCIL_ARGS) {                   \
         variant<MEMORY, MARCH, CPML>(p, pp, c, STEP);                                                                  \
-    }                                                                                                                 \
-    __global__ void __launch_bounds__(THREADS, FUSED_BLOCKS) stencil_##NAME##_cpml_fused(STENCIL_ARGS) {            \
-        variant<MEMORY, MARCH, CPML_FUSED>(p, pp, c, STEP);                                                            \
-    }                                                                                                                 \
-    __global__ void __launch_bounds__(THREADS, FUSED_BLOCKS) stencil_##NAME##_cpml_fused_bf16(STENCIL_ARGS) {       \
-        variant<MEMORY, MARCH, CPML_FUSED_BF16>(p, pp, c, STEP);                                                       \
     }
 
 extern "C" {
 
-KERNELS(naive, NAIVE, PLAIN, 8, 8, 8, 5)
-KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6, 4, 3)
-KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5, 4, 3)
-KERNELS(shared, SHARED, PLAIN, 8, 8, 8, 5)
-KERNELS(shared_int_z, SHARED, INT_Z, 8, 6, 4, 3)
-KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5, 4, 3)
-KERNELS(readonly, READONLY, PLAIN, 8, 8, 8, 5)
-KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6, 4, 3)
-KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5, 4, 3)
+KERNELS(naive, NAIVE, PLAIN, 8, 8, 8)
+KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6, 4)
+KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5, 4)
+KERNELS(shared, SHARED, PLAIN, 8, 8, 8)
+KERNELS(shared_int_z, SHARED, INT_Z, 8, 6, 4)
+KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5, 4)
+KERNELS(readonly, READONLY, PLAIN, 8, 8, 8)
+KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6, 4)
+KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5, 4)
 
 // The CPML's first half step: psi^n = b psi^(n-1) + a D1 p^n for every cell of the layers
 // (the slab layout above: k < x cells, then y's, then z's), one thread a cell.

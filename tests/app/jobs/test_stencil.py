@@ -191,25 +191,12 @@ def test_a_cpml_shot_and_what_wins(make_client):
     r = result_of(client, submit(client, json=body))
     result = r["result"]
     assert (result["boundary"], result["boundary_width"], result["sponge"]) == ("cpml", 6, 0)
-    assert result["cpml_precision"] == "float32"
     assert any("sponge: 6 asks for no sponge here: boundary cpml of 6 cells" in w for w in result["warnings"])
     assert any("inside the 6-cell cpml" in w for w in result["warnings"])
     record = np.load(io.BytesIO(fetch(client, r["files"]["shot_record.npy"])))
     expected = expected_shot(body).record
     assert np.abs(expected).max() > 0
     np.testing.assert_array_equal(record, expected)
-
-
-def test_a_cpml_shot_with_bfloat16_memory(make_client):
-    """cpml_precision bfloat16 reaches the reference (its record equals the reference's with
-    the same option, and differs from float32's) and the result says so."""
-    client = admin(make_client)
-    body = shot(steps=120, boundary="cpml", boundary_width=6, cpml_precision="bfloat16")
-    r = result_of(client, submit(client, json=body))
-    assert r["result"]["cpml_precision"] == "bfloat16"
-    record = np.load(io.BytesIO(fetch(client, r["files"]["shot_record.npy"])))
-    np.testing.assert_array_equal(record, expected_shot(body).record)
-    assert not np.array_equal(record, expected_shot({**body, "cpml_precision": "float32"}).record)
 
 
 def test_progress_and_cancel_of_a_running_shot(make_client):
@@ -264,18 +251,6 @@ def test_progress_and_cancel_of_a_running_shot(make_client):
         ({"boundary": "pml"}, 422, "invalid_parameter", "boundary"),
         ({"boundary": "none", "boundary_width": 3}, 422, "invalid_parameter", "boundary none has no layer"),
         ({"boundary_width": -1}, 422, "invalid_parameter", "boundary_width"),
-        (
-            {"boundary": "cpml", "boundary_width": 3, "cpml_precision": "float16"},
-            422,
-            "invalid_parameter",
-            "cpml_precision",
-        ),
-        (
-            {"boundary": "sponge", "boundary_width": 3, "cpml_precision": "bfloat16"},
-            422,
-            "invalid_parameter",
-            "boundary: cpml",
-        ),
         ({"snapshot_every": 1}, 422, "invalid_parameter", "at most 100"),
         ({"variant": "warp_specialised"}, 422, "invalid_parameter", "variant"),
         ({"variant": "shared_int_z_reg"}, 422, "invalid_parameter", "CPU backend"),

@@ -1,11 +1,10 @@
 """gpu/stencil/cuda.py and stencil.cu against gpu/stencil/reference.py: all nine variants
-(45 kernels: no layer, the sponge, the CPML fused (one kernel a step; also with bfloat16
-memory) and split (after the CPML's cpml_psi)) on small odd-sized grids (not multiples of the 32 x 8 block; nx a
-multiple of 32; a second x tile holding only the border; several z chunkings, down to one
-plane a block), from random fields in random velocity models, over 100+ steps; the
-source on tile and chunk edges; z slabs (forced with a small index limit); no write
-outside the interior (borders of pp and c poisoned with NaN); no spills under NVRTC;
-`auto` (with the CPML: both forms timed); the CuPy-slicing anchor; cancel; NVML energy.
+(27 kernels: no layer, the sponge, the CPML, and the CPML's cpml_psi) on small odd-sized grids (not multiples of the
+32 x 8 block; nx a multiple of 32; a second x tile holding only the border; several z
+chunkings, down to one plane a block), from random fields in random velocity models, over
+100+ steps; the source on tile and chunk edges; z slabs (forced with a small index limit);
+no write outside the interior (borders of pp and c poisoned with NaN); no spills under
+NVRTC; `auto`; the CuPy-slicing anchor; cancel; NVML energy.
 
 CUDA only (marker `gpu`; skipped without a device). Fresh random seeds (printed). The same
 cases run on the CPU, on an emulation of the kernels, in test_emulated.py.
@@ -13,13 +12,11 @@ cases run on the CPU, on an emulation of the kernels, in test_emulated.py.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from gpu.backend import cuda_devices
-from gpu.stencil import cpml, geometry
+from gpu.stencil import geometry
 from gpu.stencil import reference as ref
 from gpu.stencil.params import (
     VARIANTS,
@@ -56,7 +53,6 @@ def random_case(
     steps: int = STEPS,
     source: tuple[int, int, int] | None = None,
     cpml: int = 0,
-    cpml_precision: str = "float32",
 ) -> tuple[StencilParams, tuple[np.ndarray, np.ndarray]]:
     """Random velocities (1500-4000 m/s) at dt near the largest stable step, a random source
     (unless given) and receivers, random initial fields (zero border)."""
@@ -81,7 +77,6 @@ def random_case(
         receivers=points[1:],
         sponge=sponge,
         cpml=cpml,
-        cpml_precision=cpml_precision,
         snapshot_every=steps // 3,
     )
     fields = []
@@ -133,37 +128,22 @@ def test_every_variant_matches_the_reference(cuda, lease, rng, shape, boundary):
     expected = ref.simulate(params, initial=initial)
     for variant in VARIANTS:
         for zchunk in (None, 1, 5) if "int_z" in variant else (None,):
-            for path in cuda.CPML_PATHS if boundary == "cpml" else (None,):
-                run = cuda.simulate(
-                    lease,
-                    params,
-                    variant=variant,
-                    initial=initial,
-                    zchunk=zchunk,
-                    measure_energy=False,
-                    cpml_path=path,
-                )
-                assert run.variant == variant and run.cpml_path == path
-                assert (run.plan is None) == ("int_z" not in variant)
-                compare(run, expected, f"{variant} zchunk {zchunk} ({run.plan}) {path or ''}")
+            run = cuda.simulate(lease, params, variant=variant, initial=initial, zchunk=zchunk, measure_energy=False)
+            assert run.variant == variant
+            assert (run.plan is None) == ("int_z" not in variant)
+            compare(run, expected, f"{variant} zchunk {zchunk} ({run.plan})")
 
 
 def test_the_variants_agree_bit_for_bit(cuda, lease, rng):
     """The kernels round every operation as the reference does (no FMA contraction): the
     results are identical, not just close."""
-    for boundary in ("sponge", "cpml", "cpml bf16"):
-        layer, _, bf16 = boundary.partition(" ")
-        precision = "bfloat16" if bf16 else "float32"
-        params, initial = random_case(rng, (45, 19, 23), steps=100, cpml_precision=precision, **widths(layer, 3))
+    for boundary in ("sponge", "cpml"):
+        params, initial = random_case(rng, (45, 19, 23), steps=100, **widths(boundary, 3))
         expected = ref.simulate(params, initial=initial)
         for variant in VARIANTS:
-            for path in {"sponge": (None,), "cpml": cuda.CPML_PATHS, "cpml bf16": ("fused",)}[boundary]:
-                run = cuda.simulate(
-                    lease, params, variant=variant, initial=initial, measure_energy=False, cpml_path=path
-                )
-                what = f"{variant} {boundary} {path or ''}"
-                np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=what)
-                np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=what)
+            run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
+            np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} {boundary}")
+            np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=f"{variant} {boundary}")
 
 
 def test_the_cpml_run_matches_the_reference_where_its_layers_meet(cuda, lease, rng):
@@ -176,33 +156,26 @@ def test_the_cpml_run_matches_the_reference_where_its_layers_meet(cuda, lease, r
     sponge damps that edge away, the CPML (and bare walls) carry it on."""
     params, initial = random_case(rng, (40, 23, 29), steps=300, cpml=(23 - 4) // 2, source=(20, 11, 14))
     expected = ref.simulate(params, initial=initial)
+    for variant in VARIANTS:
+        run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False)
+        np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=variant)
+        np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=variant)
     from_rest = ref.simulate(params)
     assert np.abs(from_rest.record).max() > 0
-    for path in cuda.CPML_PATHS:
-        for variant in VARIANTS:
-            run = cuda.simulate(lease, params, variant=variant, initial=initial, measure_energy=False, cpml_path=path)
-            np.testing.assert_array_equal(run.shot.record, expected.record, err_msg=f"{variant} {path}")
-            np.testing.assert_array_equal(run.shot.field, expected.field, err_msg=f"{variant} {path}")
-        for variant in VARIANTS:
-            run = cuda.simulate(lease, params, variant=variant, measure_energy=False, cpml_path=path)
-            compare(run, from_rest, f"{variant} {path} from rest")
+    for variant in VARIANTS:
+        compare(cuda.simulate(lease, params, variant=variant, measure_energy=False), from_rest, f"{variant} from rest")
 
 
-@pytest.mark.parametrize("boundary", ["none", "sponge", "cpml fused", "cpml split", "cpml bf16"])
+@pytest.mark.parametrize("boundary", ["none", "sponge", "cpml"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_no_write_outside_the_interior(cuda, lease, rng, variant, boundary):
     """One launch on arrays that sit inside NaN-filled guard zones, with the Dirichlet
     border of pp and c NaN too (the update never needs them): the guards and pp's border
     stay NaN (a store there would replace it), a read outside the arrays or of pp / c off
-    the interior would bring NaN in, and the interior equals one reference step. The fused
-    CPML's psi_next starts NaN (it is only written) and holds psi^1 afterwards, every
-    cell: the split path's psi after cpml_psi."""
+    the interior would bring NaN in, and the interior equals one reference step."""
     import cupy
 
-    boundary, _, path = boundary.partition(" ")
-    precision = "bfloat16" if path == "bf16" else "float32"
-    path = "fused" if path == "bf16" else path
-    params, (p0, p_prev) = random_case(rng, (41, 15, 13), steps=1, cpml_precision=precision, **widths(boundary))
+    params, (p0, p_prev) = random_case(rng, (41, 15, 13), steps=1, **widths(boundary))
     guard = 4096
     n = params.points
     interior = (slice(2, -2),) * 3
@@ -221,8 +194,6 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, boundary):
     for zchunk in (None, 3) if "int_z" in variant else (None,):
         pp[...] = cupy.asarray(poisoned_prev.ravel())
         layers = cuda.CpmlBuffers.of(params)
-        if layers is not None:
-            layers.psi_next.fill(np.nan if precision == "float32" else 0x7FC0)  # bfloat16's NaN
         cuda.launch(
             variant,
             p,
@@ -235,23 +206,7 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, boundary):
             float(np.float32(params.eta_max)),
             zchunk=zchunk,
             cpml=layers,
-            cpml_path=path or "fused",
         )
-        if path:
-            psi = layers.psi.get()  # fused: psi_next, swapped in by advance()
-            if precision == "bfloat16":
-                psi = (psi.astype(np.uint32) << 16).view(np.float32)
-            assert np.isfinite(psi).all() and np.abs(psi).max() > 0, f"{variant} {path}: psi^1 not written everywhere"
-            split = cuda.CpmlBuffers.of(dataclasses.replace(params, cpml_precision="float32"))
-            cuda._k("cpml_psi")(
-                (cuda.kernels.div_up(split.psi.size, cuda.geometry.THREADS),),
-                (cuda.geometry.THREADS,),
-                (p, split.psi, split.profile, *(np.int32(v) for v in (params.nx, params.ny, params.nz, params.cpml))),
-            )
-            psi_split = split.psi.get()
-            if precision == "bfloat16":
-                psi_split = cpml.to_bfloat16(psi_split)
-            np.testing.assert_array_equal(psi, psi_split, err_msg=f"{variant} {path} {precision}: psi^1")
         for b in buffers:
             assert bool(cupy.isnan(b[:guard]).all()) and bool(cupy.isnan(b[guard + n :]).all()), (
                 f"{variant} wrote into a guard zone"
@@ -302,18 +257,12 @@ def test_z_slabs(cuda, lease, rng, monkeypatch, variant):
 
 
 def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
-    """NVRTC's build of the 45 kernels and cpml_psi keeps everything in registers (no local
+    """NVRTC's build of the 27 kernels and cpml_psi keeps everything in registers (no local
     memory), and the z-marching plans are made for the blocks the device holds at once."""
     assert cuda._k("cpml_psi").local_size_bytes == 0
     for variant in VARIANTS:
-        for sponge, width, path, precision in (
-            (0, 0, "fused", "float32"),
-            (3, 0, "fused", "float32"),
-            (0, 3, "fused", "float32"),
-            (0, 3, "split", "float32"),
-            (0, 3, "fused", "bfloat16"),
-        ):
-            name = cuda.kernel_name(variant, sponge, width, path, precision)
+        for sponge, cpml in ((0, 0), (3, 0), (0, 3)):
+            name = cuda.kernel_name(variant, sponge, cpml)
             kernel = cuda._k(name)
             resident = cuda.resident_blocks(name)
             print(
@@ -321,9 +270,8 @@ def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
                 f"{kernel.local_size_bytes} B local, {resident} blocks at once"
             )
             assert kernel.local_size_bytes == 0, f"{name} spills {kernel.local_size_bytes} bytes"
-            least = 3 if "_fused" in name else 4  # the fused CPML's z-marching kernels: 3 blocks (80 registers)
-            assert resident >= least * cuda.kernels.device_attribute("MultiProcessorCount")
-            plan = cuda.march_plan(variant, (260, 260, 1028), None, sponge, width, path, precision)
+            assert resident >= 4 * cuda.kernels.device_attribute("MultiProcessorCount")
+            plan = cuda.march_plan(variant, (260, 260, 1028), sponge=sponge, cpml=cpml)
             if plan is not None:
                 assert plan == geometry.march_plan(1028, 260, 260, resident, geometry.marching(variant))
 
@@ -344,20 +292,7 @@ def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):
     expected = ref.simulate(with_cpml, initial=initial)
     third = cuda.simulate(lease, with_cpml, variant="auto", initial=initial, measure_energy=False)
     assert third.trial_ms is not None, "the CPML's kernels are timed on their own"
-    forms = third.cpml_trial_ms
-    assert set(forms) == set(cuda.CPML_PATHS) and all(set(ms) == set(VARIANTS) for ms in forms.values())
-    assert set(third.trial_ms) == set(VARIANTS)  # each variant's faster form
-    assert all(third.trial_ms[v] == min(ms[v] for ms in forms.values()) for v in VARIANTS)
-    assert third.variant == min(third.trial_ms, key=third.trial_ms.get)
-    assert forms[third.cpml_path][third.variant] == third.trial_ms[third.variant]
     compare(third, expected, "auto with the CPML")  # the trial left no trace in psi and zeta either
-    again = cuda.simulate(lease, with_cpml, variant="auto", initial=initial, measure_energy=False)
-    assert (again.variant, again.cpml_path, again.trial_ms) == (third.variant, third.cpml_path, None)
-    split_only = cuda.simulate(
-        lease, with_cpml, variant="auto", initial=initial, measure_energy=False, cpml_path="split"
-    )
-    assert split_only.cpml_path == "split" and set(split_only.cpml_trial_ms) == {"split"}
-    compare(split_only, expected, "auto with the split CPML")
 
 
 def test_a_shot_from_rest_matches_the_reference(cuda, lease):

@@ -3,18 +3,16 @@ CUDA shim (tests/gpu/stencil/emulator/emulator.cpp), launched exactly as cuda.la
 launches it (geometry.launches: slabs, wave plans, grids, arguments), against
 gpu/stencil/reference.py bit for bit.
 
-What this checks without a GPU: the index arithmetic of all 45 kernels (9 variants: no
-layer, the sponge, the CPML split (after cpml_psi), fused (psi advanced in the same
-kernel) and fused with bfloat16 memory) and of cpml_psi, with the production blocks (32
-x 8 threads; cpml_psi 256), on odd sizes, partial tiles, one-point grids, every kind of
-z chunking (uniform, two-phase plans, chunks shorter than the register pipeline), z
-slabs; that no load leaves the arrays and no store leaves pp, or the CPML's zeta and psi
-(psi_next for the fused kernels, which never read it), each of whose cells is stored
-once a launch (the emulator bounds-checks and counts each); that the Dirichlet border
-and p are never written; that barriers are block-uniform and shared memory is never read
-before it is written in a block (poisoned with NaN); and, by running each block's
-threads in forward, reverse and shuffled order between barriers, that there is no
-shared-memory race. What it cannot check: timing, and the GPU's own
+What this checks without a GPU: the index arithmetic of all 27 kernels (9 variants: no
+layer, the sponge, the CPML) and of cpml_psi, with the production blocks (32 x 8 threads;
+cpml_psi 256), on odd sizes, partial tiles, one-point grids, every kind of z
+chunking (uniform, two-phase plans, chunks shorter than the register pipeline), z slabs;
+that no load leaves the arrays and no store leaves pp, or the CPML's zeta and psi, each of
+whose cells is stored once a launch (the emulator bounds-checks and counts each);
+that the Dirichlet border and p are never written; that barriers are block-uniform and
+shared memory is never read before it is written in a block (poisoned with NaN); and, by
+running each block's threads in forward, reverse and shuffled order between barriers,
+that there is no shared-memory race. What it cannot check: timing, and the GPU's own
 compiler (the GPU tests in test_cuda.py run the same cases on the device).
 """
 
@@ -79,7 +77,6 @@ def emulator(tmp_path_factory):
         ctypes.c_longlong,
         FLOAT_P,
         FLOAT_P,
-        FLOAT_P,
         ctypes.c_longlong,
         ctypes.c_int,
         ctypes.POINTER(ctypes.c_int),
@@ -107,29 +104,19 @@ def emulator(tmp_path_factory):
 
 
 def _pointer(a: np.ndarray):
-    """float32 arrays; and the bf16 kernels' CPML memory (uint16 bit patterns), which the
-    emulator reads as 2-byte cells."""
-    assert a.dtype in (np.float32, np.uint16) and a.flags.c_contiguous
+    assert a.dtype == np.float32 and a.flags.c_contiguous
     return a.ctypes.data_as(FLOAT_P)
 
 
 class CpmlState:
-    """The CPML's buffers as cuda.CpmlBuffers holds them, in NumPy: psi, zeta, psi_next
-    (slab layout, zero at the start; psi_next NaN: the fused kernels write every cell of it
-    before it is read), the profile table, the width."""
+    """The CPML's buffers as cuda.CpmlBuffers holds them, in NumPy: psi, zeta (slab layout,
+    zero at the start), the profile table, the width."""
 
     def __init__(self, params: StencilParams):
         cells = sum(params.cpml_slabs)
-        self.precision = params.cpml_precision
-        dtype = np.uint16 if self.precision == "bfloat16" else np.float32  # bfloat16: its bit patterns
-        self.psi, self.zeta = np.zeros(cells, dtype), np.zeros(cells, dtype)
-        self.psi_next = np.full(cells, np.nan if dtype == np.float32 else 0x7FC0, dtype)  # NaN either way
+        self.psi, self.zeta = np.zeros(cells, np.float32), np.zeros(cells, np.float32)
         self.profile = layers.profile_table(params)
         self.width = params.cpml
-
-    def advance(self) -> None:
-        """After a fused launch, as cuda.CpmlBuffers.advance."""
-        self.psi, self.psi_next = self.psi_next, self.psi
 
 
 def psi_on_emulator(lib, p: np.ndarray, shape, state: CpmlState, blocks_short: int = 0) -> tuple[int, bytes]:
@@ -177,20 +164,14 @@ def emulated_launch(
     order: int = 0,
     seed: int = 0,
     cpml: CpmlState | None = None,
-    cpml_path: str = "fused",
 ) -> None:
     """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the emulator."""
     nz, ny, nx = shape
     plane = nx * ny
     width = cpml.width if cpml is not None else 0
-    fused = cpml is not None and cpml_path == "fused"
-    if cpml is not None and not fused:
+    if cpml is not None:
         emulated_psi(lib, p, shape, cpml)
-    precision = cpml.precision if cpml is not None else "float32"
-    steps = geometry.launches(
-        variant, shape, source, sponge, zchunk, lambda _name: resident, max_points, width, cpml_path, precision
-    )
-    for step in steps:
+    for step in geometry.launches(variant, shape, source, sponge, zchunk, lambda _name: resident, max_points, width):
         part = slice(step.lo * plane, step.hi * plane)
         views = p[part], pp[part], c[part]
         if cpml is not None:
@@ -207,7 +188,6 @@ def emulated_launch(
             0 if ramps is None else ramps.size,
             _pointer(cpml.psi) if cpml is not None else None,
             _pointer(cpml.zeta) if cpml is not None else None,
-            _pointer(cpml.psi_next) if fused else None,
             cpml.psi.size if cpml is not None else 0,
             width,
             ints,
@@ -223,22 +203,11 @@ def emulated_launch(
             f"{step.kernel} {step.grid}: "
             f"{message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
         )
-    if fused:
-        cpml.advance()
 
 
-def random_case(
-    rng: np.random.Generator,
-    shape_xyz,
-    sponge: int,
-    steps: int,
-    source=None,
-    cpml: int = 0,
-    cpml_precision: str = "float32",
-):
+def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None, cpml: int = 0):
     """Random velocities near the CFL limit, random fields (zero border), a source (random
-    unless given) and its amplitudes; a sponge or a CPML of the given widths (and the
-    CPML's storage precision)."""
+    unless given) and its amplitudes; a sponge or a CPML of the given widths."""
     nx, ny, nz = shape_xyz
     velocity = rng.uniform(1500, 4000, (nz, ny, nx)).astype(np.float32)
     dt = 0.499 * 10.0 / float(velocity.max())
@@ -257,7 +226,6 @@ def random_case(
         receivers=[source],
         sponge=sponge,
         cpml=cpml,
-        cpml_precision=cpml_precision,
         snapshot_every=0,
     )
     fields = []
@@ -319,38 +287,22 @@ def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **laun
 SHAPES = [(37, 21, 19), (64, 11, 12), (33, 13, 9), (5, 5, 5), (9, 27, 30), (70, 6, 17)]
 
 
-CPML_FORMS = {
-    "cpml fused": ("fused", "float32"),
-    "cpml split": ("split", "float32"),
-    "cpml bf16": ("fused", "bfloat16"),
-}
-
-
-@pytest.mark.parametrize("boundary", ["none", "sponge", *CPML_FORMS])
+@pytest.mark.parametrize("boundary", ["none", "sponge", "cpml"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_kernel_matches_the_reference(emulator, rng, variant, boundary):
     """Every shape; with a 2-cell layer where there is room for one (5 x 5 x 5 has none),
     and with the widest CPML a shape holds (its two layers meet in the middle of the
-    shortest axis: psi read, or recomputed by the fused kernels, across from one into the
-    other). 3 steps: the fused kernels' psi^(n-1) comes from the previous launch's psi_next
-    (bf16: rounded, as the reference rounds it)."""
-    kind = boundary.split()[0]
-    path, precision = CPML_FORMS.get(boundary, ("fused", "float32"))
+    shortest axis: psi read across from one into the other)."""
     for shape in SHAPES:
         room = (min(shape) - 4) // 2
-        if kind != "none" and room < 2:
+        if boundary != "none" and room < 2:
             continue
-        widths = {"none": [0], "sponge": [2], "cpml": sorted({2, room})}[kind]
+        widths = {"none": [0], "sponge": [2], "cpml": sorted({2, room})}[boundary]
         for width in widths:
             params, p0, p_prev = random_case(
-                rng,
-                shape,
-                width if kind == "sponge" else 0,
-                steps=3,
-                cpml=width if kind == "cpml" else 0,
-                cpml_precision=precision,
+                rng, shape, width if boundary == "sponge" else 0, steps=3, cpml=width if boundary == "cpml" else 0
             )
-            assert_matches(emulator, variant, params, p0, p_prev, cpml_path=path)
+            assert_matches(emulator, variant, params, p0, p_prev)
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if "int_z" in v])
@@ -364,9 +316,7 @@ def test_every_z_chunking(emulator, rng, variant):
         assert_matches(emulator, variant, params, p0, p_prev, zchunk=zchunk)
     with_cpml, p0_cpml, p_prev_cpml = random_case(rng, (45, 19, 27), sponge=0, steps=2, cpml=4)
     for zchunk in (1, 3, 5, 8, 9, interior + 5):
-        assert_matches(emulator, variant, with_cpml, p0_cpml, p_prev_cpml, zchunk=zchunk)  # fused
-    for zchunk in (1, 5):
-        assert_matches(emulator, variant, with_cpml, p0_cpml, p_prev_cpml, zchunk=zchunk, cpml_path="split")
+        assert_matches(emulator, variant, with_cpml, p0_cpml, p_prev_cpml, zchunk=zchunk)
     tiles = np.prod(geometry.tiles(params.nx, params.ny))
     for resident in (1, 3, 5, int(tiles) - 1, int(tiles) + 1, 1000):
         plan = geometry.march_plan(params.nx, params.ny, params.nz, resident, geometry.marching(variant))
@@ -377,17 +327,15 @@ def test_every_z_chunking(emulator, rng, variant):
 def test_no_shared_memory_race(emulator, rng, variant):
     """The block's threads in reverse and shuffled order between barriers give the same
     result as in order (a race would make it depend on the order)."""
-    for sponge, cpml, path in ((2, 0, "fused"), (0, 3, "fused"), (0, 3, "split")):
+    for sponge, cpml in ((2, 0), (0, 3)):
         params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=sponge, steps=1, cpml=cpml)
         fields = [
-            run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed, cpml_path=path)[
-                0
-            ]
+            run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
             for zchunk in (None, 3)
             for order, seed in ((0, 0), (1, 0), (2, 1), (2, 2))
         ]
         for f in fields[1:]:
-            np.testing.assert_array_equal(f, fields[0], err_msg=f"{variant} {params.boundary} {path}")
+            np.testing.assert_array_equal(f, fields[0], err_msg=f"{variant} {params.boundary}")
 
 
 @pytest.mark.parametrize("variant", ["naive", "shared_int_z", "readonly_int_z_reg", "shared_int_z_reg"])
@@ -438,7 +386,6 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         short.size,
         None,
         None,
-        None,
         0,
         0,
         (ctypes.c_int * 10)(*step.ints),
@@ -463,7 +410,6 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         0,
         None,
         None,
-        None,
         0,
         0,
         (ctypes.c_int * 10)(*fewer.ints),
@@ -480,8 +426,7 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
 
 def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
     """A psi launch one block short leaves the last layer cells unwritten; a stencil launch
-    missing its last plane leaves zeta cells (split) or zeta and psi_next cells (fused)
-    unwritten: each is reported."""
+    missing its last plane leaves zeta cells unwritten: both are reported."""
     params, p0, _ = random_case(rng, (37, 12, 11), sponge=0, steps=1, cpml=3)
     nz, ny, nx = params.shape
     state = CpmlState(params)
@@ -490,32 +435,28 @@ def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
     assert rc == 1 and b"CPML cell" in text and b"not written" in text, text
     message = ctypes.create_string_buffer(512)
     pp, c = np.zeros_like(p), ref.coefficients(params.velocity(), params.dt, params.h).ravel()
-    for path in geometry.CPML_PATHS:
-        step = geometry.launches(
-            "naive", params.shape, params.source, 0, None, lambda _name: 792, cpml=3, cpml_path=path
-        )[0]
-        rc = emulator.emulate(
-            step.kernel.encode(),
-            _pointer(p),
-            _pointer(pp),
-            _pointer(c),
-            p.size,
-            _pointer(state.profile),
-            state.profile.size,
-            _pointer(state.psi),
-            _pointer(state.zeta),
-            _pointer(state.psi_next) if path == "fused" else None,
-            state.psi.size,
-            3,
-            (ctypes.c_int * 10)(*step.ints),
-            0.0,
-            0.0,
-            step.grid[0],
-            step.grid[1],
-            step.grid[2] - 1,
-            0,
-            0,
-            message,
-            len(message),
-        )
-        assert rc == 1 and b"CPML cell" in message.value and b"not written" in message.value, (path, message.value)
+    step = geometry.launches("naive", params.shape, params.source, 0, None, lambda _name: 792, cpml=3)[0]
+    rc = emulator.emulate(
+        step.kernel.encode(),
+        _pointer(p),
+        _pointer(pp),
+        _pointer(c),
+        p.size,
+        _pointer(state.profile),
+        state.profile.size,
+        _pointer(state.psi),
+        _pointer(state.zeta),
+        state.psi.size,
+        3,
+        (ctypes.c_int * 10)(*step.ints),
+        0.0,
+        0.0,
+        step.grid[0],
+        step.grid[1],
+        step.grid[2] - 1,
+        0,
+        0,
+        message,
+        len(message),
+    )
+    assert rc == 1 and b"not written" in message.value, message.value

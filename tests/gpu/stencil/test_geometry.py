@@ -124,12 +124,8 @@ def test_launches(variant):
         assert s.ints[2] == s.hi - s.lo and s.ints[9] == source[2] - s.lo  # the source's z in the slab's view
         if kind is not None:
             assert s.plan == geometry.uniform_plan(nx, ny, s.hi - s.lo, 4)
-    [fused] = geometry.launches(variant, shape, source, 0, None, lambda name: 792, cpml=3)
-    [split] = geometry.launches(variant, shape, source, 0, None, lambda name: 792, cpml=3, cpml_path="split")
-    assert fused.kernel == f"stencil_{variant}_cpml_fused" and fused.ints == one.ints
-    assert split.kernel == f"stencil_{variant}_cpml" and split.ints == one.ints
-    with pytest.raises(ValueError, match="cpml_path must be one of fused, split"):
-        geometry.kernel_name(variant, 0, 3, "both")
+    [cpml] = geometry.launches(variant, shape, source, 0, None, lambda name: 792, cpml=3)
+    assert cpml.kernel == f"stencil_{variant}_cpml" and cpml.ints == one.ints
     with pytest.raises(ValueError, match="one launch"):
         geometry.launches(variant, shape, source, 0, 4, lambda name: 792, max_points=9 * nx * ny, cpml=3)
     with pytest.raises(ValueError, match="not both"):

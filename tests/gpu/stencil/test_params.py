@@ -128,14 +128,12 @@ def test_bad_values_are_refused(changes, match):
         make(**changes)
 
 
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_a_cpml_whose_memory_the_kernels_cannot_index_is_refused(precision):
+def test_a_cpml_whose_memory_the_kernels_cannot_index_is_refused():
     """1200^3 points fit the kernels' 32-bit indices, a 300-cell CPML's memory (2.57e9 cells
-    of psi) does not: refused naming boundary_width; 100 cells (0.86e9) run. The kernels
-    index cells, not bytes: bfloat16 memory (2-byte cells) has the same limit."""
+    of psi) does not: refused naming boundary_width; 100 cells (0.86e9) run."""
     with pytest.raises(ParamError, match="boundary_width: a CPML of 300 cells keeps 2,574,"):
-        make(nx=1200, ny=1200, nz=1200, cpml=300, cpml_precision=precision)
-    assert sum(make(nx=1200, ny=1200, nz=1200, cpml=100, cpml_precision=precision).cpml_slabs) < (1 << 31) - 1
+        make(nx=1200, ny=1200, nz=1200, cpml=300)
+    assert sum(make(nx=1200, ny=1200, nz=1200, cpml=100).cpml_slabs) < (1 << 31) - 1
 
 
 def test_too_many_snapshots_or_record_values():
@@ -335,30 +333,5 @@ def test_a_stored_job_keeps_its_boundary():
 def test_the_cpml_memory_is_its_layers():
     plain, with_cpml = make(), make(cpml=4)
     layer_cells = 2 * 4 * (36 * 26 + 26 * 16 + 36 * 16)
-    assert with_cpml.gpu_bytes() - plain.gpu_bytes() == 3 * 4 * layer_cells  # psi, zeta, psi_next
+    assert with_cpml.gpu_bytes() - plain.gpu_bytes() == 2 * 4 * layer_cells
     assert with_cpml.cpu_bytes() > plain.cpu_bytes()
-    in_bf16 = make(cpml=4, cpml_precision="bfloat16")
-    assert in_bf16.gpu_bytes() - plain.gpu_bytes() == 3 * 2 * layer_cells
-
-
-@pytest.mark.parametrize(
-    ("fields", "match"),
-    [
-        ({"cpml": 4, "cpml_precision": "float16"}, "cpml_precision: must be one of float32, bfloat16; got 'float16'"),
-        ({"cpml": 4, "cpml_precision": 16}, "cpml_precision: must be one of float32, bfloat16; got 16"),
-        ({"sponge": 4, "cpml_precision": "bfloat16"}, "cpml_precision: bfloat16 applies to the CPML's memory"),
-        ({"cpml_precision": "bfloat16"}, "cpml_precision: bfloat16 applies to the CPML's memory"),
-    ],
-)
-def test_the_cpml_precision_is_checked(fields, match):
-    with pytest.raises(ParamError, match=match):
-        make(**fields)
-
-
-def test_a_stored_job_keeps_its_cpml_precision():
-    base = {"nx": 40, "ny": 30, "nz": 20, "h": 10.0, "steps": 10, "f0": 10.0, "boundary": "cpml"}
-    base["model"] = {"type": "constant", "velocity": 2000.0}
-    job = StencilJob.from_request({**base, "cpml_precision": "bfloat16"})
-    assert job.params.cpml_precision == "bfloat16"
-    assert StencilJob.from_json(job.to_json(), {}).params.cpml_precision == "bfloat16"
-    assert StencilJob.from_request(base).params.cpml_precision == "float32"  # older requests: float32

@@ -4,11 +4,9 @@
 //
 // - every global load is bounds-checked against the launch's arrays; every store must hit
 //   an interior point of pp (2 <= x, y, z <= n-3), and each interior point is written
-//   exactly once per launch; the CPML's stores (zeta in the stencil kernels, zeta and
-//   psi_next in the fused ones, psi in cpml_psi) must hit their array, each cell exactly
-//   once per launch; psi_next is not readable (a fused kernel reads psi^(n-1) only); the
-//   bf16 kernels' memory variables are 2-byte cells, checked alike; the first offence is
-//   reported with the thread and block;
+//   exactly once per launch; the CPML's stores (zeta in the stencil kernels, psi in
+//   cpml_psi) must hit their array, each cell exactly once per launch; the first offence
+//   is reported with the thread and block;
 // - one fiber (ucontext) per CUDA thread; __syncthreads switches fibers, so barriers
 //   really separate the block's phases. A barrier reached while other threads of the
 //   block have exited is reported (the kernels keep barriers block-uniform);
@@ -25,7 +23,6 @@
 #include <ucontext.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -56,9 +53,9 @@ inline int max(int a, int b) { return a > b ? a : b; }
 
 namespace emu {
 
-struct Range {  // bytes [lo, hi)
-    const char* lo;
-    const char* hi;
+struct Range {
+    const float* lo;
+    const float* hi;
 };
 
 static Range readable[6];
@@ -66,16 +63,12 @@ static int readables = 0;
 static float* out = nullptr;  // pp
 static int nx = 0, ny = 0, nz = 0;
 static std::vector<unsigned char> writes;  // stores per point of pp
-struct Stored {  // a CPML array of `cells` cells of `size` bytes (zeta, psi_next or psi), each stored once a launch
-    char* lo = nullptr;
-    long long cells = 0;
-    int size = 4;
-    std::vector<unsigned char> writes;
-};
-static Stored states[2];
+static float* state = nullptr;  // the CPML's zeta or psi: `cells` floats, each stored once
+static long long cells = 0;
+static std::vector<unsigned char> state_writes;
 static std::string error;  // the first offence
 
-static void offence(const char* what, const void* a) {
+static void offence(const char* what, const float* a) {
     if (!error.empty()) return;
     char text[256];
     std::snprintf(text, sizeof text, "%s at %p: thread (%u, %u) of block (%u, %u, %u)", what, static_cast<const void*>(a), threadIdx.x, threadIdx.y, blockIdx.x, blockIdx.y,
@@ -83,40 +76,20 @@ static void offence(const char* what, const void* a) {
     error = text;
 }
 
-template <typename T>
-static T read(const T* a) {
-    const char* b = reinterpret_cast<const char*>(a);
+static float read(const float* a) {
     for (int k = 0; k < readables; ++k) {
-        if (b >= readable[k].lo && b + sizeof(T) <= readable[k].hi) return *a;
+        if (a >= readable[k].lo && a < readable[k].hi) return *a;
     }
     offence("load outside the arrays", a);
-    return std::numeric_limits<T>::has_quiet_NaN ? std::numeric_limits<T>::quiet_NaN() : T(0x7FC0);  // bf16: NaN
-}
-
-// A store into one of the CPML's stored-once arrays: true if `a` lies in one (counted).
-template <typename T>
-static bool write_state(T* a, T v) {
-    char* b = reinterpret_cast<char*>(a);
-    for (Stored& s : states) {
-        if (s.lo != nullptr && b >= s.lo && b < s.lo + s.cells * s.size) {
-            if (sizeof(T) != static_cast<size_t>(s.size) || (b - s.lo) % s.size != 0) {
-                offence("CPML store of the wrong width or alignment", a);
-            } else if (++s.writes[(b - s.lo) / s.size] > 1) {
-                offence("CPML cell stored twice", a);
-            }
-            *a = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static void write(unsigned short* a, unsigned short v) {
-    if (!write_state(a, v)) offence("16-bit store outside the CPML's arrays", a);
+    return std::numeric_limits<float>::quiet_NaN();
 }
 
 static void write(float* a, float v) {
-    if (write_state(a, v)) return;
+    if (state != nullptr && a >= state && a < state + cells) {
+        if (++state_writes[a - state] > 1) offence("CPML cell stored twice", a);
+        *a = v;
+        return;
+    }
     const long long i = a - out, plane = static_cast<long long>(nx) * ny;
     if (i < 0 || i >= plane * nz) {
         offence("store outside pp", a);
@@ -137,11 +110,6 @@ inline float __ldg(const float* a) { return emu::read(a); }
 inline float __ldcg(const float* a) { return emu::read(a); }
 inline float __ldcs(const float* a) { return emu::read(a); }
 inline void __stcs(float* a, float v) { emu::write(a, v); }
-inline unsigned short __ldg(const unsigned short* a) { return emu::read(a); }
-inline unsigned short __ldcs(const unsigned short* a) { return emu::read(a); }
-inline void __stcs(unsigned short* a, unsigned short v) { emu::write(a, v); }
-inline unsigned __float_as_uint(float v) { return std::bit_cast<unsigned>(v); }
-inline float __uint_as_float(unsigned v) { return std::bit_cast<float>(v); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
@@ -232,7 +200,7 @@ void __syncthreads() {
 
 // ------------------------------------------------------------------ the ABI --
 
-using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, float, float, const float*, const float*, float*, float*, int);
+using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, float, float, const float*, const float*, float*, int);
 
 #define ENTRY(NAME) {#NAME, NAME}
 static const struct {
@@ -244,12 +212,7 @@ static const struct {
     ENTRY(stencil_naive_int_z_reg_sponge), ENTRY(stencil_shared_sponge), ENTRY(stencil_shared_int_z_sponge), ENTRY(stencil_shared_int_z_reg_sponge),
     ENTRY(stencil_readonly_sponge), ENTRY(stencil_readonly_int_z_sponge), ENTRY(stencil_readonly_int_z_reg_sponge), ENTRY(stencil_naive_cpml),
     ENTRY(stencil_naive_int_z_cpml), ENTRY(stencil_naive_int_z_reg_cpml), ENTRY(stencil_shared_cpml), ENTRY(stencil_shared_int_z_cpml), ENTRY(stencil_shared_int_z_reg_cpml),
-    ENTRY(stencil_readonly_cpml), ENTRY(stencil_readonly_int_z_cpml), ENTRY(stencil_readonly_int_z_reg_cpml), ENTRY(stencil_naive_cpml_fused),
-    ENTRY(stencil_naive_int_z_cpml_fused), ENTRY(stencil_naive_int_z_reg_cpml_fused), ENTRY(stencil_shared_cpml_fused), ENTRY(stencil_shared_int_z_cpml_fused),
-    ENTRY(stencil_shared_int_z_reg_cpml_fused), ENTRY(stencil_readonly_cpml_fused), ENTRY(stencil_readonly_int_z_cpml_fused), ENTRY(stencil_readonly_int_z_reg_cpml_fused),
-    ENTRY(stencil_naive_cpml_fused_bf16), ENTRY(stencil_naive_int_z_cpml_fused_bf16), ENTRY(stencil_naive_int_z_reg_cpml_fused_bf16), ENTRY(stencil_shared_cpml_fused_bf16),
-    ENTRY(stencil_shared_int_z_cpml_fused_bf16), ENTRY(stencil_shared_int_z_reg_cpml_fused_bf16), ENTRY(stencil_readonly_cpml_fused_bf16),
-    ENTRY(stencil_readonly_int_z_cpml_fused_bf16), ENTRY(stencil_readonly_int_z_reg_cpml_fused_bf16),
+    ENTRY(stencil_readonly_cpml), ENTRY(stencil_readonly_int_z_cpml), ENTRY(stencil_readonly_int_z_reg_cpml),
 };
 
 struct Arguments {
@@ -262,52 +225,36 @@ struct Arguments {
     const float* ramps;
     const float* psi;
     float* zeta;
-    float* psi_next;
     int width;
 };
 static Arguments launch_args;
 
 static void call() {
     const Arguments& a = launch_args;
-    a.kernel(a.p, a.pp, a.c, a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], a.ints[6], a.ints[7], a.ints[8], a.ints[9], a.amp, a.eta_max, a.ramps, a.psi, a.zeta,
-             a.psi_next, a.width);
+    a.kernel(a.p, a.pp, a.c, a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], a.ints[6], a.ints[7], a.ints[8], a.ints[9], a.amp, a.eta_max, a.ramps, a.psi, a.zeta, a.width);
 }
 
-// The CPML's check after a launch: every cell of each stored-once array written exactly once.
-static void check_states() {
-    for (const emu::Stored& s : emu::states) {
-        for (long long k = 0; k < s.cells && emu::error.empty(); ++k) {
-            if (s.writes[k] != 1) emu::error = "CPML cell " + std::to_string(k) + " not written";
-        }
+// The CPML's check after a launch: every cell of `state` stored exactly once.
+static void check_state() {
+    for (long long k = 0; k < emu::cells && emu::error.empty(); ++k) {
+        if (emu::state_writes[k] != 1) emu::error = "CPML cell " + std::to_string(k) + " not written";
     }
 }
 
-// The arrays whose cells (`cells` of `size` bytes each) must each be stored once (null: none).
-static void use_states(float* first, float* second, long long cells, int size = 4) {
-    float* arrays[2] = {first, second};
-    for (int k = 0; k < 2; ++k) {
-        emu::states[k].lo = reinterpret_cast<char*>(arrays[k]);
-        emu::states[k].cells = arrays[k] == nullptr ? 0 : cells;
-        emu::states[k].size = size;
-        emu::states[k].writes.assign(emu::states[k].cells, 0);
-    }
-}
-
-static emu::Range bytes(const void* lo, long long count, int size) {
-    const char* b = static_cast<const char*>(lo);
-    return {b, b + count * size};
+static void use_state(float* state, long long cells) {
+    emu::state = state;
+    emu::cells = state == nullptr ? 0 : cells;
+    emu::state_writes.assign(emu::cells, 0);
 }
 
 // One launch of kernel `name` on a grid (gx, gy, gz) of 32 x 8 threads. p, pp, c: `points`
 // floats each; ramps: `ramp_count` floats (or null: the sponge's ramps or the CPML's
-// profile). CPML kernels: psi and zeta, `cells` floats each, and the width (else null, 0);
-// the fused ones also psi_next (`cells` floats, written and never read; else null); the
-// _bf16 kernels' psi, zeta and psi_next hold `cells` 2-byte values each.
+// profile). CPML kernels: psi and zeta, `cells` floats each, and the width (else null, 0).
 // ints: the kernel's 10 integer arguments (nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy,
 // sz). order: 0 forward, 1 reverse, 2 shuffled (seed) between barriers. Returns 0, or 1
 // with the first offence in `message`, 2 for an unknown kernel, 3 if nx ny nz != points.
 extern "C" int emulate(const char* name, const float* p, float* pp, const float* c, long long points, const float* ramps, long long ramp_count, const float* psi, float* zeta,
-                       float* psi_next, long long cells, int width, const int* ints, float amp, float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message,
+                       long long cells, int width, const int* ints, float amp, float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message,
                        int message_size) {
     Kernel kernel = nullptr;
     for (const auto& entry : KERNELS_TABLE) {
@@ -316,22 +263,20 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
     if (kernel == nullptr) return 2;
     emu::error.clear();
     emu::readables = 0;
-    const size_t length = std::strlen(name);
-    const int size = length > 5 && std::strcmp(name + length - 5, "_bf16") == 0 ? 2 : 4;  // the memory variables' cells
-    emu::readable[emu::readables++] = bytes(p, points, 4);
-    emu::readable[emu::readables++] = bytes(pp, points, 4);
-    emu::readable[emu::readables++] = bytes(c, points, 4);
-    if (ramps != nullptr) emu::readable[emu::readables++] = bytes(ramps, ramp_count, 4);
-    if (psi != nullptr) emu::readable[emu::readables++] = bytes(psi, cells, size);
-    if (zeta != nullptr) emu::readable[emu::readables++] = bytes(zeta, cells, size);
-    use_states(zeta, psi_next, cells, size);
+    emu::readable[emu::readables++] = {p, p + points};
+    emu::readable[emu::readables++] = {pp, pp + points};
+    emu::readable[emu::readables++] = {c, c + points};
+    if (ramps != nullptr) emu::readable[emu::readables++] = {ramps, ramps + ramp_count};
+    if (psi != nullptr) emu::readable[emu::readables++] = {psi, psi + cells};
+    if (zeta != nullptr) emu::readable[emu::readables++] = {zeta, zeta + cells};
+    use_state(zeta, cells);
     emu::out = pp;
     emu::nx = ints[0];
     emu::ny = ints[1];
     emu::nz = ints[2];
     if (static_cast<long long>(emu::nx) * emu::ny * emu::nz != points) return 3;
     emu::writes.assign(points, 0);
-    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps, psi == nullptr ? c : psi, zeta == nullptr ? pp : zeta, psi_next == nullptr ? pp : psi_next, width};
+    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps, psi == nullptr ? c : psi, zeta == nullptr ? pp : zeta, width};
     std::memcpy(launch_args.ints, ints, sizeof launch_args.ints);
     emu::body = call;
     blockDim = {32, 8, 1};
@@ -341,7 +286,6 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
             for (int x = 0; x < gx && emu::error.empty(); ++x) emu::run_block(32 * 8, x, y, z, order, seed);
         }
     }
-    if (emu::error.empty()) check_states();  // first: a launch short of a plane misses CPML cells and points
     if (emu::error.empty()) {  // every interior point written (once)
         const long long plane = static_cast<long long>(emu::nx) * emu::ny;
         for (long long i = 0; i < points && emu::error.empty(); ++i) {
@@ -350,7 +294,8 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
             if (interior && emu::writes[i] != 1) emu::error = "interior point (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ") not written";
         }
     }
-    use_states(nullptr, nullptr, 0);
+    if (emu::error.empty()) check_state();
+    use_state(nullptr, 0);
     if (emu::error.empty()) return 0;
     std::snprintf(message, message_size, "%s", emu::error.c_str());
     return 1;
@@ -374,10 +319,10 @@ extern "C" int emulate_psi(const float* p, float* psi, long long cells, const fl
     emu::error.clear();
     emu::readables = 0;
     const long long points = static_cast<long long>(nx) * ny * nz;
-    emu::readable[emu::readables++] = bytes(p, points, 4);
-    emu::readable[emu::readables++] = bytes(psi, cells, 4);
-    emu::readable[emu::readables++] = bytes(profile, 2 * (nx + ny + nz), 4);
-    use_states(psi, nullptr, cells);
+    emu::readable[emu::readables++] = {p, p + points};
+    emu::readable[emu::readables++] = {psi, psi + cells};
+    emu::readable[emu::readables++] = {profile, profile + 2 * (nx + ny + nz)};
+    use_state(psi, cells);
     emu::out = nullptr;  // no store outside psi is allowed
     emu::nx = emu::ny = emu::nz = 0;
     psi_args = {p, psi, profile, nx, ny, nz, width};
@@ -385,8 +330,8 @@ extern "C" int emulate_psi(const float* p, float* psi, long long cells, const fl
     blockDim = {256, 1, 1};
     gridDim = {static_cast<unsigned>(blocks), 1, 1};
     for (int b = 0; b < blocks && emu::error.empty(); ++b) emu::run_block(256, b, 0, 0, 0, 0);
-    if (emu::error.empty()) check_states();
-    use_states(nullptr, nullptr, 0);
+    if (emu::error.empty()) check_state();
+    use_state(nullptr, 0);
     if (emu::error.empty()) return 0;
     std::snprintf(message, message_size, "%s", emu::error.c_str());
     return 1;
