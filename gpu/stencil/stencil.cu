@@ -510,9 +510,12 @@ KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5, 4)
 // The CPML's first half step: psi^n = b psi^(n-1) + a D1 p^n for every cell of the layers
 // (the slab layout above: k < x cells, then y's, then z's), one thread a cell.
 __global__ void __launch_bounds__(THREADS) cpml_psi(const float* __restrict__ p, float* __restrict__ psi, const float* __restrict__ profile, int nx, int ny, int nz, int width) {
-    const int k = static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x);
     const int ix = nx - 2 * R, iy = ny - 2 * R, iz = nz - 2 * R, two_w = 2 * width;
     const int cells_x = iz * iy * two_w, cells_y = iz * two_w * ix, cells_z = two_w * iy * ix;
+    // in 64 bits: the last block's spare threads may pass 2^31 - 1 where the cells come close to it
+    const long long cell = static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x;
+    if (cell >= static_cast<long long>(cells_x) + cells_y + cells_z) return;
+    const int k = static_cast<int>(cell);
     int x, y, z, v, stride, table;
     if (k < cells_x) {
         const int row = k / two_w;
@@ -526,14 +529,12 @@ __global__ void __launch_bounds__(THREADS) cpml_psi(const float* __restrict__ p,
         y = coordinate(row % two_w, ny, width);
         z = R + row / two_w;
         v = y, stride = nx, table = nx;
-    } else if (k < cells_x + cells_y + cells_z) {
+    } else {
         const int j = k - cells_x - cells_y, row = j / ix;
         x = R + (j - row * ix);
         y = R + row % iy;
         z = coordinate(row / iy, nz, width);
         v = z, stride = nx * ny, table = nx + ny;
-    } else {
-        return;
     }
     const float* __restrict__ a = p + ((z * ny + y) * nx + x);
     const float g = d1(__ldg(a - 2 * stride), __ldg(a - stride), __ldg(a + stride), __ldg(a + 2 * stride));
