@@ -390,10 +390,11 @@ def diagonalize(
         applied: list[cupy.cuda.Event | None] = [None, None]
         chase = kernels.kernel(SOURCE, CHASE_KERNEL[dtype])
         cycles = cupy.zeros(3, np.int64) if counts is not None else None
-        chunk = 0
         null = np.uint64(0)
         spans: dict[str, list[tuple[cupy.cuda.Event, cupy.cuda.Event]]] = {"chase": [], "rotations": []}  # for `counts`
-        while True:
+
+        def chase_chunk(chunk: int) -> None:
+            """Launch the chase's next chunk of sweeps, logging into buffer chunk % 2."""
             buffer = chunk % 2
             log = logs[buffer] if vectors else None
             if applied[buffer] is not None:
@@ -421,20 +422,28 @@ def diagonalize(
                 shared_mem=shared,
             )
             spans["chase"].append((chase_start, main.record()))
+
+        chunk = 0
+        chase_chunk(chunk)
+        while True:
             status = state.get()  # waits for this chunk of the chase
             if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
                 raise NoConvergence(f"bidiagonal QR did not converge in {max_sweeps} sweeps")
+            log = logs[chunk % 2] if vectors else None
             logged = int(status[STATE_LOGGED])
-            if log is not None and logged:
-                headers = log.sweeps[:logged].get()
-                chased = main.record()
+            headers = log.sweeps[:logged].get() if log is not None and logged else None
+            done = status[STATE_STATUS] == STATUS_DONE
+            if not done:
+                chase_chunk(chunk + 1)  # the chase goes on while the host batches this chunk's rotations
+            if log is not None and headers is not None:
+                chased = spans["chase"][chunk][1]
                 with side:
                     side.wait_event(chased)
                     apply_start = side.record()
                     _apply_log(log, headers, ut, vt)
-                    applied[buffer] = side.record()
-                    spans["rotations"].append((apply_start, applied[buffer]))
-            if status[STATE_STATUS] == STATUS_DONE:
+                    applied[chunk % 2] = side.record()
+                    spans["rotations"].append((apply_start, applied[chunk % 2]))
+            if done:
                 break
             chunk += 1
         if counts is not None:
