@@ -28,12 +28,13 @@ GPU_METHODS = ("golub_reinsch", "cusolver")
 # chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
 # are refused there rather than left to hold a job stream for an hour.
 GOLUB_REINSCH_CPU_MAX_SIDE = 512
-# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER, with vectors (H100,
-# 2026-11-26, after the float64 chase and QR first): float32 from 4096 columns on (1.01x;
-# 0.73x at 1024, 0.68x at 2048, 0.82x at 8192x512, 0.94x at 16384x1024); float64 0.70-0.98x
-# below 4096, 1.04x at 4096 (one run: left to cuSOLVER). Values only: not measured since
-# the chase went to float64, so cuSOLVER. Both pass LAPACK's accuracy ratios.
-AUTO_GOLUB_REINSCH_MIN_SIDE = 4096
+# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER (H100, 2026-11-26,
+# after the bidiagonalization went to CUDA graphs): with vectors at every size measured,
+# min(m, n) from 512 (float32 1.11-1.34x, float64 1.09-1.20x; 512x512 to 4096x4096,
+# 2048x512, 8192x512, 16384x1024); values only, float32 from 1024 columns (1.20-1.45x;
+# 8192x512 0.96x), float64 never (0.61-0.68x: the exact float64 chase is the slower one).
+AUTO_GOLUB_REINSCH_MIN_SIDE = 512  # with vectors
+AUTO_VALUES_ONLY_MIN_SIDE = 1024  # float32, values only
 MATRIX_FILE = "matrix.npy"
 BLOCK_SIZE_MIN, BLOCK_SIZE_MAX = 1, 512  # columns per panel of the blocked bidiagonalization
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -130,7 +131,11 @@ def make_matrix(
 
 def auto_gpu_method(m: int, n: int, dtype, compute_uv: bool = True) -> str:
     """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
-    ours = compute_uv and np.dtype(dtype) == np.float32 and min(m, n) >= AUTO_GOLUB_REINSCH_MIN_SIDE
+    side = min(m, n)
+    if compute_uv:
+        ours = side >= AUTO_GOLUB_REINSCH_MIN_SIDE
+    else:
+        ours = np.dtype(dtype) == np.float32 and side >= AUTO_VALUES_ONLY_MIN_SIDE
     return "golub_reinsch" if ours else "cusolver"
 
 

@@ -299,7 +299,11 @@ def test_the_job_runs_a_spec_on_the_lease(lease, method, seed):
 
     spec = MatrixSpec(m=400, n=300, dtype="float32", seed=seed % 2**31, kind="clustered")
     result = svd.run(SvdJob(SvdParams(method=method), spec=spec), lease)
-    exact = accuracy.exact_values(spec.build())
+    matrix = spec.build()
+    exact = accuracy.exact_values(matrix)
     values = np.asarray(result.summary["singular_values"])
-    assert accuracy.largest_error(values, exact) <= 2e-6, f"seed {seed}"
+    # ours chases in float64 (2e-6 of s_max, a few float32 ulp); cuSOLVER's float32 gesvd
+    # loses more (2e-6 to 2e-5 in bench/svd.py), held here to its CPU peer's, LAPACK's gesvd
+    bound = 2e-6 if result.summary["method"] == "golub_reinsch" else max(2e-6, 4 * accuracy.lapack_error(matrix, exact))
+    assert accuracy.largest_error(values, exact) <= bound, f"{result.summary['method']}, seed {seed}"
     assert result.summary["method"] != "auto" and max(result.summary["accuracy"].values()) <= MAX_RATIO, result.summary

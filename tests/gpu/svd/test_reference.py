@@ -144,15 +144,17 @@ def test_float32_matrices_keep_the_accuracy_of_their_bidiagonal(seed):
 
 
 def test_auto_picks_the_method_measured_faster():
-    """bench/svd.py on an H100: ours for float32 with vectors from 4096 columns (the smaller
-    side), cuSOLVER for values only, float64 and smaller or thinner matrices."""
+    """bench/svd.py on an H100: ours with vectors from 512 columns (the smaller side), in
+    both dtypes; values only, ours for float32 from 1024 columns; cuSOLVER elsewhere."""
     from gpu.svd.params import auto_gpu_method
 
-    assert auto_gpu_method(4096, 4096, np.float32) == "golub_reinsch"
-    assert auto_gpu_method(5000, 4096, np.float32, compute_uv=True) == "golub_reinsch"
-    assert auto_gpu_method(4096, 4096, np.float32, compute_uv=False) == "cusolver"
-    assert auto_gpu_method(16384, 1024, np.float32) == "cusolver"
-    assert auto_gpu_method(4096, 4096, np.float64) == "cusolver"
+    assert auto_gpu_method(512, 512, np.float32) == "golub_reinsch"
+    assert auto_gpu_method(8192, 512, np.float64, compute_uv=True) == "golub_reinsch"
+    assert auto_gpu_method(16384, 1024, np.float32) == "golub_reinsch"
+    assert auto_gpu_method(511, 4096, np.float32) == "cusolver"  # the smaller side decides
+    assert auto_gpu_method(4096, 4096, np.float32, compute_uv=False) == "golub_reinsch"
+    assert auto_gpu_method(8192, 512, np.float32, compute_uv=False) == "cusolver"
+    assert auto_gpu_method(4096, 4096, np.float64, compute_uv=False) == "cusolver"
 
 
 def test_singular_vectors_match_lapack_up_to_sign(seed):
