@@ -50,7 +50,7 @@ from gpu.pencil.params import PencilParams
 from gpu.video import PREPARE_WORKERS
 from gpu.video.decode import Reader
 from gpu.video.drawer import Drawer
-from gpu.video.encode import PRESET, Writer, video_frame
+from gpu.video.encode import PRESET, Writer
 from gpu.video.pipeline import Step, pipelined
 from gpu.video.probe import audio_stream, open_input, video_stream
 from gpu.video.temporal import SteadyTone, luma_histogram
@@ -146,7 +146,7 @@ def stages(path: Path, params: video.VideoParams, backend: str, frames: int) -> 
         start = time.perf_counter()
         writer = Writer(sink, reader.size, info.rate, info.time_base)
         for frame, drawing in zip(decoded, drawings, strict=True):
-            writer.frame(video_frame(drawing), frame.pts)
+            writer.frame(drawing, frame.pts)
         writer.close()
         rates["encode"] = len(decoded) / (time.perf_counter() - start)
     return rates

@@ -9,9 +9,9 @@ the same into a path or file (the command line's `pencil-gpu sketch clip.mp4`).
 Modules, one idea each: probe.py (what a clip holds, checked before a job is queued),
 decode.py (frames out: demux, threaded decode; RGB, upright, sized on worker threads),
 temporal.py (the steady tone LUT), drawer.py (a frame staged, then drawn, on a lease or the CPU), encode.py
-(drawings made into yuv420p frames, then libx264 on its frame threads, the audio copied),
-pipeline.py (decode, prepare, stage with the steady tone, draw, pack into frames and encode
-on their own threads with bounded queues).
+(drawings in: libx264 on its frame threads, the audio copied), pipeline.py (decode,
+prepare, stage with the steady tone, draw and encode on their own threads with bounded
+queues).
 """
 
 from __future__ import annotations
@@ -52,9 +52,6 @@ __all__ = [
 RESULT_FILE = "sketch.mp4"
 PROGRESS_S = 0.5  # a job's progress (a database write, and its cancel checkpoint) at most this often
 PREPARE_WORKERS = 4  # threads converting decoded frames to RGB (2.2 ms a 720p frame: 4 keep ahead of 300/s)
-# threads making drawings into the encoder's yuv420p frames: on the encoding thread, the
-# pipeline's serial end, that was about 40 % of its time (py-spy, H100 host)
-PACK_WORKERS = 2
 
 FrameProgress = Callable[[int, int], None]  # (frames drawn, frames in the clip: exact or estimated, 0 unknown)
 
@@ -101,7 +98,7 @@ def draw(
     import av  # with decode.py and encode.py: see probe.py on why PyAV loads here
 
     from gpu.video.decode import Reader
-    from gpu.video.encode import CRF, PRESET, Writer, video_frame
+    from gpu.video.encode import CRF, PRESET, Writer
 
     info = info or probe(source)
     pencil = params.pencil
@@ -124,13 +121,6 @@ def draw(
         frame, staged = item
         return frame, drawer.draw(staged)
 
-    def pack(item: tuple[Frame, Any] | av.Packet) -> tuple[Frame, av.VideoFrame] | av.Packet:
-        """The drawing as the encoder's frame, off the thread that encodes."""
-        if isinstance(item, av.Packet):
-            return item
-        frame, drawing = item
-        return frame, video_frame(drawing)
-
     started = time.perf_counter()
     with open_input(source) as container:
         video, audio = video_stream(container), audio_stream(container)
@@ -138,19 +128,14 @@ def draw(
         writer = Writer(target, reader.size, info.rate, info.time_base, audio)
         first_pts = last_pts = None
         try:
-            steps = [
-                Step("prepare", reader.prepare, PREPARE_WORKERS),
-                Step("stage", stage),
-                Step("draw", draw_one),
-                Step("pack", pack, PACK_WORKERS),
-            ]
+            steps = [Step("prepare", reader.prepare, PREPARE_WORKERS), Step("stage", stage), Step("draw", draw_one)]
             with pipelined(reader, steps) as results:
                 for result in results:
                     if isinstance(result, av.Packet):
                         writer.packet(result)
                         continue
-                    frame, picture = result
-                    writer.frame(picture, frame.pts)
+                    frame, drawing = result
+                    writer.frame(drawing, frame.pts)
                     first_pts = frame.pts if first_pts is None else first_pts
                     last_pts = frame.pts
                     if progress is not None:

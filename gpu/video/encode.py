@@ -39,7 +39,7 @@ LIMITED_Y = np.round(16 + np.arange(256) * 219 / 255).astype(np.uint8)
 
 
 class Writer:
-    """An MP4 being written: `frame(video_frame(drawing), pts)` encodes one drawing, `packet(p)` takes
+    """An MP4 being written: `frame(drawing, pts)` encodes one drawing, `packet(p)` takes
     one packet of the input's audio stream, `close()` flushes the encoders and ends the
     file.
 
@@ -94,9 +94,10 @@ class Writer:
             "copied": self.copy_audio,
         }
 
-    def frame(self, frame: av.VideoFrame, pts: int) -> None:
-        """Encode one drawing made into a frame by `video_frame`, shown at `pts` (time_base
-        units)."""
+    def frame(self, drawing: np.ndarray, pts: int) -> None:
+        """Encode one drawing, (H, W) uint8 grey or (H, W, 3) uint8 RGB of `size`, shown at
+        `pts` (time_base units)."""
+        frame = av.VideoFrame.from_ndarray(yuv420p(drawing), format="yuv420p")
         frame.pts, frame.time_base = pts, self.time_base
         self.container.mux(self.video.encode(frame))
         self.frames += 1
@@ -125,30 +126,6 @@ class Writer:
     def abandon(self) -> None:
         """Close without flushing (the caller discards what was written)."""
         self.container.close()
-
-
-def video_frame(drawing: np.ndarray) -> av.VideoFrame:
-    """A drawing, (H, W) uint8 grey or (H, W, 3) uint8 RGB of the writer's size (even), as
-    the yuv420p frame `Writer.frame` encodes. Safe on any thread: gpu.video makes them on a
-    step of their own, off the thread that encodes. The planes are copied in by NumPy,
-    which lets go of the GIL for it (PyAV's from_ndarray copies twice, holding it)."""
-    height, width = drawing.shape[:2]
-    planes = yuv420p(drawing)
-    quarter = height * width // 4
-    chroma = planes[height:].reshape(-1)
-    frame = av.VideoFrame(width, height, "yuv420p")
-    for plane, source in zip(
-        frame.planes,
-        (
-            planes[:height],
-            chroma[:quarter].reshape(height // 2, width // 2),
-            chroma[quarter:].reshape(height // 2, width // 2),
-        ),
-        strict=True,
-    ):
-        rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
-        np.copyto(rows[:, : plane.width], source)
-    return frame
 
 
 def yuv420p(drawing: np.ndarray) -> np.ndarray:

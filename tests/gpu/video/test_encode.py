@@ -10,7 +10,7 @@ import av
 import cv2
 import numpy as np
 
-from gpu.video.encode import LIMITED_Y, Writer, video_frame, yuv420p
+from gpu.video.encode import LIMITED_Y, Writer, yuv420p
 from tests.gpu.video.clips import panned
 
 
@@ -39,7 +39,7 @@ def test_frames_keep_their_times_and_the_file_decodes_to_the_drawings(rng):
     buffer = io.BytesIO()
     writer = Writer(buffer, (64, 96), Fraction(25), Fraction(1, 1000))
     for drawing, pts in zip(drawings, times_ms, strict=True):
-        writer.frame(video_frame(drawing), int(pts))
+        writer.frame(drawing, int(pts))
     writer.close()
     assert writer.frames == 12 and writer.audio is None
     with av.open(io.BytesIO(buffer.getvalue())) as output:
