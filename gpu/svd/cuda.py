@@ -25,6 +25,7 @@ gpu/svd/reference.py, on a lease of the device pool:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +47,10 @@ STATE_SWEEPS, STATE_STATUS, STATE_LOGGED, STATE_CHASED, STATE_TESTED = 1, 5, 6, 
 STATUS_DONE, STATUS_NO_CONVERGENCE = 2, 3
 SWEEPS_PER_BATCH = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}  # sweeps per pass of apply_sweeps
 
-REFLECTOR_THREADS = 1024  # column_reflector: one block per Householder reflector
-# left_step and right_step: 32 columns (a warp each) or 32 rows (its warps splitting the
-# columns) a block, which summarises their 32 entries of the next reflector's vector
+# The bidiagonalization's blocks (svd.cu's STEP_THREADS): left_step and right_step take 32
+# columns (a warp each) or 32 rows (its warps splitting the columns) a block, which
+# summarises their 32 entries of the next reflector's vector; a panel's 2 nb columns of
+# [U W] must not outnumber a block's threads (params.BLOCK_SIZE_MAX: nb <= 512).
 STEP_THREADS = 1024
 APPLY_THREADS = 64  # columns per block when applying rotations: few columns, many SMs
 SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to the side stream
@@ -112,21 +114,17 @@ class _PanelSteps:
         self.e = cupy.zeros(max(n - 1, 1), dtype)
         self.tau_left, self.tau_right = cupy.zeros(n, dtype), cupy.zeros(n, dtype)
         self.panel_start = cupy.zeros(1, np.int32)
-        row, t, s = cupy.zeros(n, dtype), cupy.zeros(width, dtype), cupy.zeros(width, dtype)
+        if width > STEP_THREADS:
+            raise ValueError(f"a panel of {nb} columns: at most {STEP_THREADS // 2}")
+        row, t, s = kernels.empty(n, dtype), kernels.empty(width, dtype), kernels.empty(width, dtype)
         left_grid, right_grid = max(1, kernels.div_up(n - 1, 32)), max(1, kernels.div_up(m - 1, 32))
         blocks = max(left_grid, right_grid)
         # each block's summary of the entries of x it made (svd.cu, "reflectors from the blocks' parts")
-        parts = (cupy.zeros(blocks, dtype), cupy.zeros(blocks, dtype), cupy.zeros(blocks * width, dtype))
+        parts = (kernels.empty(blocks, dtype), kernels.empty(blocks, dtype), kernels.empty(blocks * width, dtype))
         left_arrivals, right_arrivals = cupy.zeros(1, np.uint32), cupy.zeros(1, np.uint32)
         i32 = np.int32
         panel = (work, self.uw, self.zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), self.panel_start)
-        self._first_column = (
-            _k("column_reflector", dtype),
-            (1,),
-            (REFLECTOR_THREADS,),
-            lambda i: (*panel, i32(i), self.tau_left, self.d, t),
-            width * item,
-        )
+        self._first_column = (_k("first_column", dtype), (*panel, self.tau_left, self.d, t))
         self._steps = [
             (
                 _k("left_step", dtype),
@@ -149,8 +147,8 @@ class _PanelSteps:
         """One panel's launches on the current stream."""
         self.uw.fill(0)
         self.zv.fill(0)
-        kernel, grid, block, arguments, shared = self._first_column
-        kernel(grid, block, arguments(0), shared_mem=shared)
+        kernel, arguments = self._first_column
+        kernel((1,), (STEP_THREADS,), arguments)
         for i in range(self.nb):
             for kernel, grid, block, arguments, shared in self._steps:
                 kernel(grid, block, arguments(i), shared_mem=shared)
@@ -166,8 +164,11 @@ def _replayable(launch, stream: cupy.cuda.Stream):
     stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
     try:
         launch()
-    finally:
-        graph = stream.end_capture()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the launch's error is the one to see
+            stream.end_capture()
+        raise
+    graph = stream.end_capture()
     return lambda: graph.launch(stream)
 
 
@@ -428,6 +429,7 @@ def diagonalize(
         while True:
             status = state.get()  # waits for this chunk of the chase
             if status[STATE_STATUS] == STATUS_NO_CONVERGENCE:
+                side.synchronize()  # the rotations in flight are done with U, V^T and the logs
                 raise NoConvergence(f"bidiagonal QR did not converge in {max_sweeps} sweeps")
             log = logs[chunk % 2] if vectors else None
             logged = int(status[STATE_LOGGED])

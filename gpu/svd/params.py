@@ -28,6 +28,9 @@ GPU_METHODS = ("golub_reinsch", "cusolver")
 # chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
 # are refused there rather than left to hold a job stream for an hour.
 GOLUB_REINSCH_CPU_MAX_SIDE = 512
+# the GPU's bulge chase keeps the bidiagonal, (2 n + 1) float64, in one block's shared memory:
+# 227 KiB on an H100 or H200
+GOLUB_REINSCH_GPU_MAX_SIDE = 14_527
 # Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER (H100, 2026-11-26,
 # after the bidiagonalization went to CUDA graphs): with vectors at every size measured,
 # min(m, n) from 512 (float32 1.11-1.34x, float64 1.09-1.20x; 512x512 to 4096x4096,
@@ -132,7 +135,9 @@ def make_matrix(
 def auto_gpu_method(m: int, n: int, dtype, compute_uv: bool = True) -> str:
     """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
     side = min(m, n)
-    if compute_uv:
+    if side > GOLUB_REINSCH_GPU_MAX_SIDE:
+        ours = False
+    elif compute_uv:
         ours = side >= AUTO_GOLUB_REINSCH_MIN_SIDE
     else:
         ours = np.dtype(dtype) == np.float32 and side >= AUTO_VALUES_ONLY_MIN_SIDE
@@ -212,9 +217,16 @@ class SvdJob:
 
     def check_backend(self, backend: str) -> None:
         """ParamError when the method cannot run on `backend` ("cpu" or "cuda")."""
-        if backend == "cuda":
-            return
         method = self.params.method
+        if backend == "cuda":
+            if method == "golub_reinsch" and min(self.shape) > GOLUB_REINSCH_GPU_MAX_SIDE:
+                raise ParamError(
+                    "method",
+                    f"golub_reinsch on the GPU takes matrices with min(m, n) <= {GOLUB_REINSCH_GPU_MAX_SIDE} "
+                    f"(its bulge chase holds the bidiagonal in shared memory; this one: {min(self.shape)}); "
+                    "use auto, cusolver or lapack",
+                )
+            return
         if method == "cusolver":
             raise ParamError(
                 "method",

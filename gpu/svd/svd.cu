@@ -56,22 +56,21 @@ template <typename T> __device__ T block_sum(T v, T* scratch) {
 // ------------------------------------------------------------------ reflectors --
 // reference.householder for x (len,), one block: v (len,) with v[0] = 1 and
 // (I - tau v v^T) x = beta e_1; tau and beta stored at tau_out[0], beta_out[0].
-// The norm is scaled by max |x_i| so that squaring cannot overflow. x is read through L2
-// (__ldcg): other blocks of the calling kernel may have just written it.
+// The norm is scaled by max |x_i| so that squaring cannot overflow.
 template <typename T>
 __device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v, T* tau_out, T* beta_out) {
     __shared__ T scratch[32];
     T biggest = 0;
-    for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) biggest = max(biggest, abs(__ldcg(x + i)));
+    for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) biggest = max(biggest, abs(x[i]));
     biggest = block_max(biggest, scratch);
     T sum = 0;
     if (biggest > 0)
         for (int i = 1 + threadIdx.x; i < len; i += blockDim.x) {
-            const T y = __ldcg(x + i) / biggest;
+            const T y = x[i] / biggest;
             sum += y * y;
         }
     sum = block_sum(sum, scratch);
-    const T alpha = __ldcg(x);
+    const T alpha = x[0];
     const T rest = biggest * sqrt_t(sum);
     if (rest == 0) {
         for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : T(0);
@@ -83,25 +82,10 @@ __device__ void householder(const T* __restrict__ x, int len, T* __restrict__ v,
     }
     const T beta = -copysign_t(hypot_t(alpha, rest), alpha);
     const T denominator = alpha - beta;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : __ldcg(x + i) / denominator;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) v[i] = i == 0 ? T(1) : x[i] / denominator;
     if (threadIdx.x == 0) {
         *tau_out = (beta - alpha) / beta;
         *beta_out = beta;
-    }
-}
-
-// out[k] = sum_r columns[r + k ld] y[r] for k < count, r < len: a warp per k (lanes over r),
-// the whole block. Read through L2, as `householder`.
-template <typename T>
-__device__ void block_column_dots(const T* __restrict__ columns, long long ld, int count, const T* __restrict__ y, int len,
-                                  T* __restrict__ out) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    for (int k = warp; k < count; k += warps) {
-        T dot = 0;
-#pragma unroll 4
-        for (int r = lane; r < len; r += 32) dot += __ldcg(columns + r + k * ld) * __ldcg(y + r);
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane == 0) out[k] = dot;
     }
 }
 
@@ -175,7 +159,7 @@ __device__ void summarise_part(const T* xs, int first, int len, const T* __restr
 // other blocks wrote through L2.
 template <typename T>
 __device__ void reflector_from_parts(const T* x, int len, ReflectorParts<T> parts, int count, const T* y_first, long long ld,
-                                     int width, T* __restrict__ v, T* tau_out, T* beta_out, T* __restrict__ out) {
+                                     int width, T* v, T* tau_out, T* beta_out, T* __restrict__ out) {
     __shared__ T scratch[32];
     __shared__ T sums[1024];  // dots summed by group of parts: (groups, width)
     T biggest = 0;
@@ -202,7 +186,6 @@ __device__ void reflector_from_parts(const T* x, int len, ReflectorParts<T> part
     const T rest = biggest * sqrt_t(ssq);
     const T beta = rest == 0 ? alpha : -copysign_t(hypot_t(alpha, rest), alpha);
     const T denominator = alpha - beta;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) v[j] = j == 0 ? T(1) : rest == 0 ? T(0) : __ldcg(x + j) / denominator;
     for (int kk = threadIdx.x; kk < width; kk += blockDim.x) {
         const T first = __ldcg(y_first + kk * ld);
         if (rest == 0) {
@@ -213,6 +196,8 @@ __device__ void reflector_from_parts(const T* x, int len, ReflectorParts<T> part
             out[kk] = (total - beta * first) / denominator;
         }
     }
+    __syncthreads();  // Y's first row holds v[0]'s place (v is Y's next column): read it before v is written
+    for (int j = threadIdx.x; j < len; j += blockDim.x) v[j] = j == 0 ? T(1) : rest == 0 ? T(0) : __ldcg(x + j) / denominator;
     if (threadIdx.x == 0) {
         *tau_out = rest == 0 ? T(0) : (beta - alpha) / beta;
         *beta_out = beta;
@@ -230,7 +215,7 @@ __device__ void reflector_from_parts(const T* x, int len, ReflectorParts<T> part
 //   right_step  y = A[c+1:, c+1:] v (a block per 32 rows), w, then column c+1 brought up
 //               to date on each block's rows, and in the last block its reflector u and
 //               t = [U W][c+1:, :]^T u (not after the panel's last column: the rank-2L
-//               update comes first; column_reflector makes a panel's first).
+//               update comes first; first_column makes a panel's first).
 // UW = [U | W] (m, 2 nb) and ZV = [Z | V] (n, 2 nb) are the panel's reflectors and
 // updates, zero where not made yet; A itself is updated once a panel, by GEMM.
 struct Panel {
@@ -239,28 +224,22 @@ struct Panel {
     const int* panel_start;  // the panel's first column p
 };
 
-// Column c = p + i (one block): A[c:, c] -= [U W][c:, :] [Z V][c, :]^T, its reflector u
-// (into UW[c:, i], tau_left[c], d[c]), and t = [U W][c:, :]^T u (2 nb,) for left_step.
+// The panel's first column c = p (one block): the GEMM has brought it up to date and the
+// panel's [U W] is still zero, so its reflector u (into UW[c:, 0], tau_left[c], d[c]) and
+// t = [U W][c:, :]^T u = (u . u, 0, ..., 0) (2 nb,) for left_step.
 template <typename T>
-__device__ void column_reflector(T* __restrict__ a, T* __restrict__ uw, const T* __restrict__ zv, Panel panel, int i,
-                                 T* __restrict__ tau_left, T* __restrict__ d, T* __restrict__ t) {
-    extern __shared__ unsigned char shared_bytes[];
-    T* zv_c = reinterpret_cast<T*>(shared_bytes);
-    const int c = *panel.panel_start + i, width = 2 * panel.nb, len = panel.m - c;
-    if (i >= panel.nb || c >= panel.n) return;
-    for (int k = threadIdx.x; k < width; k += blockDim.x) zv_c[k] = zv[c + (long long)k * panel.ldz];
+__device__ void first_column(T* __restrict__ a, T* __restrict__ uw, Panel panel, T* __restrict__ tau_left, T* __restrict__ d,
+                             T* __restrict__ t) {
+    __shared__ T scratch[32];
+    const int c = *panel.panel_start, width = 2 * panel.nb, len = panel.m - c;
+    if (c >= panel.n) return;
+    T* u = uw + c;
+    householder(a + c + (long long)c * panel.lda, len, u, tau_left + c, d + c);
     __syncthreads();
-    T* column = a + c + (long long)c * panel.lda;
-    for (int r = threadIdx.x; r < len; r += blockDim.x) {
-        T dot = 0;
-        for (int k = 0; k < width; ++k) dot += uw[c + r + (long long)k * panel.ldu] * zv_c[k];
-        column[r] -= dot;
-    }
-    __syncthreads();
-    T* u = uw + c + (long long)i * panel.ldu;
-    householder(column, len, u, tau_left + c, d + c);
-    __syncthreads();
-    block_column_dots(uw + c, panel.ldu, width, u, len, t);
+    T dot = 0;
+    for (int r = threadIdx.x; r < len; r += blockDim.x) dot += u[r] * u[r];
+    dot = block_sum(dot, scratch);
+    for (int k = threadIdx.x; k < width; k += blockDim.x) t[k] = k == 0 ? dot : T(0);
 }
 
 // Column c = p + i's left step (c < n - 1). Warp j of the grid takes column col = c + 1 + j
@@ -1020,22 +999,23 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
 
 // ------------------------------------------------------------ entry points --
 // A Panel as kernel arguments (CuPy passes scalars and pointers, not structs).
+#define STEP_THREADS 1024  // the bidiagonalization's blocks (gpu/svd/cuda.py: STEP_THREADS)
 #define PANEL_PARAMETERS int m, int n, int nb, int lda, int ldu, int ldz, const int* panel_start
 #define PANEL (Panel{m, n, nb, lda, ldu, ldz, panel_start})
 #define PARTS_PARAMETERS(T) T *part_scale, T *part_ssq, T *part_dots
 #define PARTS(T) (ReflectorParts<T>{part_scale, part_ssq, part_dots})
 extern "C" __global__ void next_panel_kernel(int* panel_start, int nb) { next_panel(panel_start, nb); }
 #define SVD_KERNELS(T, SUFFIX)                                                                                                      \
-    extern "C" __global__ void column_reflector_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, T* tau_left, T* d,     \
-                                                         T* t) {                                                                     \
-        column_reflector<T>(a, uw, zv, PANEL, i, tau_left, d, t);                                                                    \
+    extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) first_column_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS,     \
+                                                                                  T* tau_left, T* d, T* t) {                         \
+        first_column<T>(a, uw, PANEL, tau_left, d, t);                                                                               \
     }                                                                                                                                \
-    extern "C" __global__ void left_step_##SUFFIX(const T* a, const T* uw, T* zv, PANEL_PARAMETERS, int i, const T* tau_left,        \
+    extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) left_step_##SUFFIX(const T* a, const T* uw, T* zv, PANEL_PARAMETERS, int i, const T* tau_left,        \
                                                   const T* t, T* row, T* tau_right, T* e, T* s, PARTS_PARAMETERS(T),                 \
                                                   unsigned* arrivals) {                                                               \
         left_step<T>(a, uw, zv, PANEL, i, tau_left, t, row, tau_right, e, s, PARTS(T), arrivals);                                    \
     }                                                                                                                                \
-    extern "C" __global__ void right_step_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, const T* tau_right,             \
+    extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) right_step_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS, int i, const T* tau_right,             \
                                                    const T* s, T* tau_left, T* d, T* t, PARTS_PARAMETERS(T), unsigned* arrivals) {   \
         right_step<T>(a, uw, zv, PANEL, i, tau_right, s, tau_left, d, t, PARTS(T), arrivals);                                        \
     }                                                                                                                                \

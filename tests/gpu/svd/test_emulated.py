@@ -26,7 +26,7 @@ from tests.gpu.emulator import library as emulator
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "emulator" / "svd_emu.cpp"
 SOURCE = HERE.parents[2] / "gpu" / "svd" / "svd.cu"
-REFLECTOR_THREADS, STEP_THREADS = 1024, 1024  # gpu/svd/cuda.py
+STEP_THREADS = 1024  # gpu/svd/cuda.py
 SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
@@ -67,14 +67,7 @@ def bidiagonalize_on_emulator(library, a: np.ndarray, nb: int):
         assert panel_start[0] == p
         uw[:] = 0
         zv[:] = 0
-        emulator.launch(
-            library,
-            f"column_reflector_{suffix}",
-            1,
-            REFLECTOR_THREADS,
-            width * item,
-            (*panel, i32(0), tau_left, d, t),
-        )
+        emulator.launch(library, f"first_column_{suffix}", 1, STEP_THREADS, 0, (*panel, tau_left, d, t))
         for i in range(nb):
             emulator.launch(
                 library,
@@ -108,6 +101,7 @@ def bidiagonalize_on_emulator(library, a: np.ndarray, nb: int):
         (70, 50, 8, np.float64),  # m > n, a partial last panel (50 = 6 x 8 + 2), 3 row blocks
         (33, 17, 4, np.float32),  # 32 rows after the first: one full row block, then fewer
         (9, 9, 9, np.float32),  # one square panel: the last column's reflector from the last step
+        (20, 20, 7, np.float64),  # 2 nb = 14 columns of [U W]: the parts summed in groups of 73
     ],
 )
 def test_bidiagonalization_matches_the_reference(library, m, n, nb, dtype, seed):
@@ -141,14 +135,18 @@ def test_bidiagonalization_matches_the_reference(library, m, n, nb, dtype, seed)
     np.testing.assert_allclose(rebuilt, a, atol=scale * np.sqrt(m * n), err_msg=f"Q B P^T, seed {seed}")
 
 
-def test_a_rank_one_matrix_leaves_zero_reflectors(library, seed):
-    """After the first column of a rank-1 matrix the trailing columns are zero: the
-    reflectors are the identity (tau 0) and d, e vanish past the first entries."""
+def test_exactly_zero_trailing_columns_leave_identity_reflectors(library, seed):
+    """Past a matrix's first three columns, the rest exactly zero: each later reflector is
+    made from an exactly zero vector (the norm's rest == 0 branch of the blocks' parts),
+    tau 0, and d, e vanish there, as in the reference."""
     rng = np.random.default_rng(seed)
-    a = np.outer(rng.standard_normal(24), rng.standard_normal(12))
-    d, e, *_ = bidiagonalize_on_emulator(library, a, 4)
-    _, d_ref, e_ref, _ = ref.bidiagonalize(a, 4, "none")
+    a = np.zeros((40, 12))
+    a[:, :3] = rng.standard_normal((40, 3))
+    d, e, _, tau_left, _, tau_right = bidiagonalize_on_emulator(library, a, 5)
+    _, d_ref, e_ref, _ = ref.bidiagonalize(a, 5, "none")
     scale = float(np.abs(a).max()) * 1e-12
     np.testing.assert_allclose(d, d_ref, atol=scale, err_msg=f"seed {seed}")
     np.testing.assert_allclose(e, e_ref, atol=scale, err_msg=f"seed {seed}")
-    assert np.all(np.abs(d[2:]) <= scale) and abs(d[0]) > 1e-3, f"seed {seed}"
+    assert np.all(d[3:] == 0) and np.all(e[3:] == 0) and np.all(tau_left[3:] == 0) and np.all(tau_right[3:11] == 0), (
+        f"seed {seed}"
+    )

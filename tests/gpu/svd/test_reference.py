@@ -155,6 +155,7 @@ def test_auto_picks_the_method_measured_faster():
     assert auto_gpu_method(4096, 4096, np.float32, compute_uv=False) == "golub_reinsch"
     assert auto_gpu_method(8192, 512, np.float32, compute_uv=False) == "cusolver"
     assert auto_gpu_method(4096, 4096, np.float64, compute_uv=False) == "cusolver"
+    assert auto_gpu_method(20_000, 15_000, np.float32) == "cusolver"  # past the chase's shared memory
 
 
 def test_singular_vectors_match_lapack_up_to_sign(seed):

@@ -54,6 +54,15 @@ def test_methods_the_cpu_cannot_run_are_refused_before_the_job_exists():
         job.check_backend("cuda")
 
 
+def test_golub_reinsch_past_the_chases_shared_memory_is_refused_on_the_gpu():
+    """A spec is never built to check it: a 15000-column one is refused at once."""
+    spec = svd.MatrixSpec(m=15_000, n=15_000)
+    with pytest.raises(ParamError, match="shared memory") as caught:
+        svd.SvdJob(svd.SvdParams(method="golub_reinsch"), spec=spec).check_backend("cuda")
+    assert caught.value.field == "method"
+    svd.SvdJob(svd.SvdParams(method="auto"), spec=spec).check_backend("cuda")
+
+
 @pytest.mark.parametrize(
     ("matrix", "spec", "field", "code"),
     [

@@ -6,7 +6,7 @@
 #include SVD_SOURCE
 
 #define KERNELS(X)                                                                                                       \
-    X(column_reflector_f32) X(left_step_f32) X(right_step_f32) X(column_reflector_f64) X(left_step_f64) X(right_step_f64) \
+    X(first_column_f32) X(left_step_f32) X(right_step_f32) X(first_column_f64) X(left_step_f64) X(right_step_f64) \
     X(next_panel_kernel)
 
 EMU_ENTRY_POINT(KERNELS)
