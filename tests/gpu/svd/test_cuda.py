@@ -142,6 +142,28 @@ def test_block_sizes(cuda, lease, block_size, seed):
     _check(cuda, lease, a, SvdParams(method="golub_reinsch", block_size=block_size), f"block {block_size}")
 
 
+def test_the_widest_panel(cuda, lease, seed):
+    """block_size 512 (params.BLOCK_SIZE_MAX): 1024 columns of [U W], one per thread of the
+    steps' blocks, the blocks' parts summed in one group."""
+    a = make_matrix(600, 530, np.float32, seed, "gaussian")
+    _check(cuda, lease, a, SvdParams(method="golub_reinsch", block_size=512), "block 512")
+
+
+def test_bidiagonalization_on_the_legacy_default_stream(cuda, seed):
+    """The null stream cannot capture a graph: the panels' launches run one by one there,
+    with the same d and e."""
+    import cupy
+
+    a = make_matrix(90, 70, np.float64, seed, "gaussian")
+    _, d_ref, e_ref, _ = ref.bidiagonalize(a, 16, "none")
+    with cupy.cuda.Device(0), cupy.cuda.Stream.null:
+        d, e, _ = cuda.bidiagonalize(cupy.asarray(a), 16, vectors=False)
+        d, e = d.get(), e.get()[:69]
+    scale = np.abs(a).max() * 1e-12
+    np.testing.assert_allclose(d, d_ref, atol=scale, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(e, e_ref, atol=scale, err_msg=f"seed {seed}")
+
+
 def test_bidiagonalization_matches_the_reference(cuda, lease, seed):
     """Same reflectors as the NumPy definition: d and e agree to rounding."""
     import cupy
