@@ -332,15 +332,20 @@ int emu_arity(void (*)(A...), int* sizes) {
 
 // ------------------------------------------------ 2-D and 3-D grids and blocks --
 // emu_run_dims runs every launch, 1-D ones (EMU_ENTRY_POINT) as dim3{n, 1, 1}
-// (gpu/pencil/pencil.cu launches 32 x 8 blocks on 2-D grids): thread t of a block is (t % x, t / x % y, t / (x y)) and its warp t / 32, as on the
-// device; blocks run one after another, x fastest. EMU_DIMS_ENTRY_POINT(LIST) defines the
-// C entry point emu_launch_dims(name, grid x, y, z, block x, y, z, shared bytes, argument
-// pointers, argument sizes, count), with emu_launch's return codes
-// (tests/gpu/emulator/library.py: launch_dims).
+// (gpu/pencil/pencil.cu launches 32 x 8 blocks on 2-D grids): thread t of a block is
+// (t % x, t / x % y, t / (x y)) and its warp t / 32, as on the device; blocks run one
+// after another, x fastest (with EMU_BLOCK_ORDER=reverse in the environment, last first).
+// EMU_DIMS_ENTRY_POINT(LIST) defines the C entry point emu_launch_dims(name, grid x, y, z,
+// block x, y, z, shared bytes, argument pointers, argument sizes, count), with
+// emu_launch's return codes (tests/gpu/emulator/library.py: launch_dims).
 template <class... A>
 void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsigned smem_bytes, const char* name = "a kernel") {
     EmuWatchdog watchdog(name);
     const unsigned threads = block.x * block.y * block.z, blocks = grid.x * grid.y * grid.z;
+    // EMU_BLOCK_ORDER=reverse runs the last block first: a kernel whose blocks meet (the
+    // last to arrive finishing the grid's work) must not depend on which one that is
+    const char* order = std::getenv("EMU_BLOCK_ORDER");
+    const bool reverse = order != nullptr && std::strcmp(order, "reverse") == 0;
     std::vector<unsigned char> smem(smem_bytes + 64);
     unsigned char* base = (unsigned char*)(((uintptr_t)smem.data() + 15) & ~(uintptr_t)15);
     EmuBlock blk;
@@ -355,9 +360,10 @@ void emu_run_dims(void (*kernel)(A...), void** args, dim3 grid, dim3 block, unsi
             blockDim = block;
             gridDim = grid;
             emu_block = &blk;
-            for (unsigned b = 0; b < blocks; ++b) {
+            for (unsigned k = 0; k < blocks; ++k) {
                 if (t == 0) std::memset(base, EMU_GARBAGE, smem_bytes);
                 blk.bar->arrive_and_wait();
+                const unsigned b = reverse ? blocks - 1 - k : k;
                 blockIdx = dim3{b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)};
                 [&]<size_t... I>(std::index_sequence<I...>) {
                     kernel(*reinterpret_cast<std::remove_reference_t<A>*>(args[I])...);

@@ -135,6 +135,18 @@ def test_bidiagonalization_matches_the_reference(library, m, n, nb, dtype, seed)
     np.testing.assert_allclose(rebuilt, a, atol=scale * np.sqrt(m * n), err_msg=f"Q B P^T, seed {seed}")
 
 
+def test_the_last_block_to_arrive_may_be_any_block(library, seed, monkeypatch):
+    """The emulator runs a grid's blocks in order, so the last to arrive is the highest;
+    here the first, block 0 (which holds x_0 = alpha), finishes each step instead."""
+    monkeypatch.setenv("EMU_BLOCK_ORDER", "reverse")
+    a = make_matrix(70, 50, np.float64, seed, "gaussian")
+    d, e, *_ = bidiagonalize_on_emulator(library, a, 8)
+    _, d_ref, e_ref, _ = ref.bidiagonalize(a, 8, "none")
+    scale = 1e-12 * float(np.abs(a).max())
+    np.testing.assert_allclose(d, d_ref, atol=scale, err_msg=f"d, seed {seed}")
+    np.testing.assert_allclose(e, e_ref, atol=scale, err_msg=f"e, seed {seed}")
+
+
 def test_exactly_zero_trailing_columns_leave_identity_reflectors(library, seed):
     """Past a matrix's first three columns, the rest exactly zero: each later reflector is
     made from an exactly zero vector (the norm's rest == 0 branch of the blocks' parts),
