@@ -123,35 +123,36 @@ class _PanelSteps:
         parts = (kernels.empty(blocks, dtype), kernels.empty(blocks, dtype), kernels.empty(blocks * width, dtype))
         left_arrivals, right_arrivals = cupy.zeros(1, np.uint32), cupy.zeros(1, np.uint32)
         i32 = np.int32
-        panel = (work, self.uw, self.zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), self.panel_start)
-        self._first_column = (_k("first_column", dtype), (*panel, self.tau_left, self.d, t))
-        self._steps = [
+        dims = (i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), self.panel_start)  # svd.cu's PANEL_PARAMETERS
+        self._first_column = _k("first_column", dtype), (work, self.uw, *dims, self.tau_left, self.d, t)
+        # left_step, right_step: (kernel, grid, dynamic shared bytes, the arguments after
+        # (A, UW, ZV, the panel's dims and the column i))
+        self._panel = (work, self.uw, self.zv, *dims)
+        self._steps = (
             (
                 _k("left_step", dtype),
                 (left_grid,),
-                (STEP_THREADS,),
-                lambda i: (*panel, i32(i), self.tau_left, t, row, self.tau_right, self.e, s, *parts, left_arrivals),
                 2 * width * item,
+                (self.tau_left, t, row, self.tau_right, self.e, s, *parts, left_arrivals),
             ),
             (
                 _k("right_step", dtype),
                 (right_grid,),
-                (STEP_THREADS,),
-                lambda i: (*panel, i32(i), self.tau_right, s, self.tau_left, self.d, t, *parts, right_arrivals),
                 (2 * width + STEP_THREADS) * item,
+                (self.tau_right, s, self.tau_left, self.d, t, *parts, right_arrivals),
             ),
-        ]
+        )
         self._next_panel = kernels.kernel(SOURCE, "next_panel_kernel")
 
     def launch(self) -> None:
         """One panel's launches on the current stream."""
         self.uw.fill(0)
         self.zv.fill(0)
-        kernel, arguments = self._first_column
-        kernel((1,), (STEP_THREADS,), arguments)
+        first_column, arguments = self._first_column
+        first_column((1,), (STEP_THREADS,), arguments)
         for i in range(self.nb):
-            for kernel, grid, block, arguments, shared in self._steps:
-                kernel(grid, block, arguments(i), shared_mem=shared)
+            for kernel, grid, shared, after in self._steps:
+                kernel(grid, (STEP_THREADS,), (*self._panel, np.int32(i), *after), shared_mem=shared)
         self._next_panel((1,), (1,), (self.panel_start, np.int32(self.nb)))
 
 

@@ -1006,8 +1006,8 @@ __device__ void apply_sweeps(T* __restrict__ x, int width, long long ld, int fir
 #define PARTS(T) (ReflectorParts<T>{part_scale, part_ssq, part_dots})
 extern "C" __global__ void next_panel_kernel(int* panel_start, int nb) { next_panel(panel_start, nb); }
 #define SVD_KERNELS(T, SUFFIX)                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) first_column_##SUFFIX(T* a, T* uw, const T* zv, PANEL_PARAMETERS,     \
-                                                                                  T* tau_left, T* d, T* t) {                         \
+    extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) first_column_##SUFFIX(T* a, T* uw, PANEL_PARAMETERS, T* tau_left,  \
+                                                                                     T* d, T* t) {                                     \
         first_column<T>(a, uw, PANEL, tau_left, d, t);                                                                               \
     }                                                                                                                                \
     extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1) left_step_##SUFFIX(const T* a, const T* uw, T* zv, PANEL_PARAMETERS, int i, const T* tau_left,        \

@@ -251,6 +251,16 @@ def test_batches_group_sweeps_of_one_direction():
 # ------------------------------------------------------------- against cuSOLVER --
 
 
+def _errors_beside_cusolver(cuda, lease, a: np.ndarray):
+    """Our SVD of `a` and cuSOLVER's: ((u, s, vt) ours, our largest value error, cuSOLVER's,
+    the resolution of the float64 reference), errors in units of s_max."""
+    exact = accuracy.exact_values(a)
+    ours = cuda.svd(a, SvdParams(method="golub_reinsch"), lease)
+    _, s_cusolver, _ = cuda.cusolver_svd(a, SvdParams(method="cusolver"), lease)
+    error, anchor = accuracy.largest_error(ours[1], exact), accuracy.largest_error(s_cusolver, exact)
+    return ours, error, anchor, accuracy.resolution(a, exact)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", accuracy.CASES)
 def test_singular_values_at_most_twice_the_error_of_cusolver(cuda, lease, case, dtype, seed):
@@ -259,11 +269,7 @@ def test_singular_values_at_most_twice_the_error_of_cusolver(cuda, lease, case, 
     matrix), to within the resolution of the float64 reference. tall and wide take the
     QR-first path."""
     a = accuracy.matrix(case, 300, dtype, seed)
-    exact = accuracy.exact_values(a)
-    _, s, _ = cuda.svd(a, SvdParams(method="golub_reinsch"), lease)
-    _, s_cusolver, _ = cuda.cusolver_svd(a, SvdParams(method="cusolver"), lease)
-    ours, anchor = accuracy.largest_error(s, exact), accuracy.largest_error(s_cusolver, exact)
-    noise = accuracy.resolution(a, exact)
+    _, ours, anchor, noise = _errors_beside_cusolver(cuda, lease, a)
     print(f"seed {seed} {case} {np.dtype(dtype).name}: ours {ours:.2e}, cuSOLVER {anchor:.2e}, resolution {noise:.1e}")
     assert ours <= 2 * anchor + noise, (
         f"seed {seed}: {case} {a.shape} {np.dtype(dtype).name}: largest error {ours:.2e} of s_max, "
@@ -276,11 +282,7 @@ def test_the_issues_graded_clustered_matrix(cuda, lease, dtype, seed):
     """Issue 21's case: 1500 x 1200, singular values graded from 1 to 1e-6 with 200 equal
     values at each end; ours was 2.4e-5 of s_max in float32, cuSOLVER 4.7e-7."""
     a = make_matrix(1500, 1200, dtype, seed, "clustered", cond=1e6)
-    exact = accuracy.exact_values(a)
-    u, s, vt = cuda.svd(a, SvdParams(method="golub_reinsch"), lease)
-    _, s_cusolver, _ = cuda.cusolver_svd(a, SvdParams(method="cusolver"), lease)
-    ours, anchor = accuracy.largest_error(s, exact), accuracy.largest_error(s_cusolver, exact)
-    noise = accuracy.resolution(a, exact)
+    (u, s, vt), ours, anchor, noise = _errors_beside_cusolver(cuda, lease, a)
     print(f"seed {seed} 1500x1200 {np.dtype(dtype).name}: ours {ours:.2e}, cuSOLVER {anchor:.2e}, noise {noise:.1e}")
     assert ours <= 2 * anchor + noise, f"seed {seed}: ours {ours:.2e}, cuSOLVER {anchor:.2e}"
     ratios = ref.accuracy(a, u, s, vt)

@@ -62,12 +62,13 @@ def bidiagonalize_on_emulator(library, a: np.ndarray, nb: int):
     left_arrivals, right_arrivals = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     left, right = np.zeros((m, n), dtype, order="F"), np.zeros((n, n), dtype, order="F")
     i32 = np.int32
-    panel = (work, uw, zv, i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), panel_start)
+    dims = (i32(m), i32(n), i32(nb), i32(m), i32(m), i32(n), panel_start)
+    panel = (work, uw, zv, *dims)
     for p in range(0, n, nb):
         assert panel_start[0] == p
         uw[:] = 0
         zv[:] = 0
-        emulator.launch(library, f"first_column_{suffix}", 1, STEP_THREADS, 0, (*panel, tau_left, d, t))
+        emulator.launch(library, f"first_column_{suffix}", 1, STEP_THREADS, 0, (work, uw, *dims, tau_left, d, t))
         for i in range(nb):
             emulator.launch(
                 library,
