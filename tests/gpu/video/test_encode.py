@@ -16,16 +16,28 @@ from tests.gpu.video.clips import panned
 
 def test_grey_maps_to_limited_range_with_neutral_chroma():
     drawing = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    planes = yuv420p(drawing)
+    planes = yuv420p(drawing).to_ndarray()
     assert planes.shape == (24, 16)
     assert (planes[0, 0], planes[15, 15]) == (16, 235)  # black and white
     np.testing.assert_array_equal(planes[:16], LIMITED_Y[drawing])
     assert (planes[16:] == 128).all()
 
 
+def test_planes_with_padded_rows_are_written_whole(rng):
+    """A width whose rows FFmpeg pads (1000 -> 1008 bytes): every pixel lands, none of the padding shows."""
+    drawing = rng.integers(0, 256, (562, 1000), dtype=np.uint8)
+    picture = yuv420p(drawing)
+    assert picture.planes[0].line_size > 1000
+    planes = picture.to_ndarray()
+    np.testing.assert_array_equal(planes[:562], LIMITED_Y[drawing])
+    assert (planes[562:] == 128).all()
+    image = rng.integers(0, 256, (562, 1000, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(yuv420p(image).to_ndarray(), cv2.cvtColor(image, cv2.COLOR_RGB2YUV_I420))
+
+
 def test_colour_matches_ffmpegs_bt601_conversion():
     image = panned("coffee", 96, 64, 1, 0)[0]
-    ours = yuv420p(image).astype(np.int16)
+    ours = yuv420p(image).to_ndarray().astype(np.int16)
     theirs = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p").to_ndarray()
     difference = np.abs(ours - theirs)
     assert image.std() > 20 and difference[:64].max() <= 1  # Y': the same matrix and range
