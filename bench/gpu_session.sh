@@ -31,7 +31,7 @@ else
 fi
 if compgen -G ".whlv/*.whl" > /dev/null; then  # PyAV, for the video steps (bench/prepare_device.sh)
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/sitev .whlv/*.whl || exit 1
-  export PYTHONPATH=/tmp/sitev:$PYTHONPATH
+  export PYTHONPATH=/tmp/sitev:$PYTHONPATH PATH=/tmp/sitev/bin:$PATH
 fi
 steps=${*:-tests sanitize bench e2e}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
@@ -75,7 +75,7 @@ for step in $steps; do
       settings=(); for s in ${E2E_SETTINGS:-}; do settings+=(--setting "$s"); done  # none: the shipped defaults
       python3 bench/pencil.py --e2e --backend cuda "${settings[@]}" ${E2E_ARGS:-} --out "$out" 2>&1 | tee "$out/e2e.log" | tail -60 ;;
     video) python3 -m pytest -q -m gpu tests/gpu/video -p no:cacheprovider 2>&1 | tee "$out/video-tests.log" | tail -5
-      python3 bench/video.py --backend cuda 2>&1 | tee "$out/video.log" | tail -12 ;;
+      python3 bench/video.py --backend cuda --gil-profile "$out/video-gil" 2>&1 | tee "$out/video.log" | tail -30 ;;
     live) python3 bench/live.py ${LIVE_ARGS:-} --out "$out" 2>&1 | tee "$out/live.log" | tail -40 ;;
     scale) python3 bench/scale.py ${SCALE_ARGS:-} --out "$out" 2>&1 | tee "$out/scale.log" | tail -40 ;;
     e2e-mps)

@@ -2,7 +2,7 @@
 # Builds, on this (networked) machine, what a GPU session carries to the offline device:
 #   .whl/  wheels of the web stack the device lacks (../shared/tools/wheelhouse.sh), for the
 #          HTTP GPU tests and the end-to-end benchmark;
-#   .whlv/ PyAV's wheel alone, for the video steps (carry it instead of .whl: both pass 64 MiB);
+#   .whlv/ PyAV's wheel (and py-spy's), for the video steps (carry it instead of .whl: both pass 64 MiB);
 #   .rg/   Debian's ripgrep and its libpcre2, for bench/search.py's host anchor.
 # Both are kept out of git (.git/info/exclude). Then one device call, carrying both:
 #   carry [".whl", ".rg"], command: bash bench/gpu_session.sh stencil-tests cs256-tests search-tests ...
@@ -18,7 +18,8 @@ if [ -x ../shared/tools/wheelhouse.sh ] || [ -f ../shared/tools/wheelhouse.sh ];
   bash ../shared/tools/wheelhouse.sh "nvidia-nvimgcodec-cu13>=0.9" "py-spy>=0.3"
   # PyAV (36 MB) beside nvImageCodec (25 MB) would pass what one device call carries (64 MiB):
   # it goes to .whlv/, carried alone for the video steps (the server loads it only for a clip).
-  rm -rf .whlv && mkdir -p .whlv && mv .whl/av-*.whl .whlv/
+  # py-spy rides with it too, for bench/video.py --gil-profile.
+  rm -rf .whlv && mkdir -p .whlv && mv .whl/av-*.whl .whlv/ && cp .whl/py_spy-*.whl .whlv/
 else
   echo "no ../shared/tools/wheelhouse.sh: .whl/ not built (the HTTP GPU tests will skip)" >&2
 fi

@@ -20,6 +20,10 @@ an AAC sine, 30 frames a second. Then, on that clip:
 and prints the frames a second of each and the ratio. `main(argv)` is what bench/live.py
 --video calls.
 
+--gil-profile DIR then runs ours again for a few seconds under py-spy (`--gil`: samples of
+the thread holding Python's GIL only), writes the raw stacks to DIR and prints the share of
+GIL samples by thread and by source line: what serialises the job's threads.
+
 --flicker measures the temporal option instead (the figures of docs/video.md): the tone
 map's own flicker (how much a luma value's drawn tone changes from frame to frame),
 per-frame matching against the steady LUT and against the first design (a steady target,
@@ -32,10 +36,15 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -216,6 +225,47 @@ def speed(args: argparse.Namespace) -> None:
             f"{anchor:.2f} frames/s"
         )
         print(f"ratio: {ours_fps / anchor:.1f}x")
+        if args.gil_profile:
+            gil_profile(lambda: ours(clip, params, args.backend, Path(folder) / "out.mp4"), Path(args.gil_profile))
+
+
+def gil_profile(job: Callable[[], object], folder: Path, seconds: int = 6) -> None:
+    """`job` run over and over for `seconds` while py-spy samples the thread holding the GIL
+    (raw stacks to folder/pyspy-gil.txt); prints the shares of the samples by thread and by
+    the innermost line of this repository's code."""
+    pyspy = shutil.which("py-spy")
+    if pyspy is None:
+        print("gil profile: py-spy is not installed (bench/prepare_device.sh carries it)")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = folder / "pyspy-gil.txt"
+    command = [pyspy, "record", "--pid", str(os.getpid()), "--gil", "--threads", "--nonblocking"]
+    recorder = subprocess.Popen(
+        [*command, "--format", "raw", "--rate", "400", "--duration", str(seconds), "--output", str(raw)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    started = time.perf_counter()
+    while recorder.poll() is None and time.perf_counter() - started < seconds + 5:
+        job()
+    if recorder.wait() != 0 or not raw.exists():
+        print(f"gil profile: py-spy failed: {recorder.stderr.read().decode()[-300:] if recorder.stderr else ''}")
+        return
+    threads: Counter[str] = Counter()
+    lines: Counter[str] = Counter()
+    for record in raw.read_text().splitlines():
+        stack, _, count = record.rpartition(" ")
+        frames = stack.split(";")
+        threads[frames[0].rsplit(": ", 1)[-1].rstrip(")")] += int(count)
+        here = [frame for frame in frames[1:] if "gpu/" in frame or "bench/" in frame]
+        lines[here[-1] if here else frames[-1]] += int(count)
+    total = sum(threads.values())
+    print(
+        f"GIL samples ({total}, {raw}) by thread: "
+        + ", ".join(f"{name} {n / total:.0%}" for name, n in threads.most_common(6))
+    )
+    for line, count in lines.most_common(15):
+        print(f"  {count / total:6.1%}  {line}")
 
 
 # ------------------------------------------------------------------------ flicker --
@@ -299,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temporal", default="steady", choices=video.TEMPORAL_CHOICES)
     parser.add_argument("--repeats", type=int, default=3, help="runs of ours (the median is printed)")
     parser.add_argument("--flicker", action="store_true", help="measure the temporal option instead")
+    parser.add_argument("--gil-profile", metavar="DIR", help="then profile the GIL with py-spy, raw stacks to DIR")
     args = parser.parse_args(argv)
     if args.flicker:
         flicker(args)
