@@ -6,7 +6,9 @@ On a GPU lease (gpu.pencil.cuda), `stage` uploads the RGB frame on a stream of i
 through the lease's pinned staging and counts the histogram on the device (the pipeline's
 own luma_histogram kernel: OpenCV's Y of YCrCb, the CPU's values), and `draw` runs
 render_device on the lease's streams and downloads the drawing; the two may run on two
-threads at once. On the CPU, `stage` counts the histogram with OpenCV and `draw` is
+threads at once. The drawing is captured as a CUDA graph at the clip's first frame and
+replayed for the others (gpu.pencil.replay: one host call a frame instead of ~25, for
+texture "fast"; "lu" is drawn directly). On the CPU, `stage` counts the histogram with OpenCV and `draw` is
 gpu.pencil.reference.render.
 
 Measured on an H100's host (1280x720, bench/video.py): the histogram cost 1.5 ms a frame on
@@ -28,6 +30,7 @@ from gpu.pencil.params import PencilParams
 from gpu.video.temporal import luma_histogram
 
 log = logging.getLogger("pencil.video")
+REPLAY = True  # draw through a CUDA graph a clip (gpu.pencil.replay) where the params allow
 
 
 @dataclass
@@ -54,6 +57,7 @@ class Drawer:
         self.params, self.lease = params, lease
         self.on_cpu = lease is None  # also once the line kernels prove too large for the GPU passes
         self.upload_stream = None
+        self.replays: dict[tuple[tuple[int, ...], bool], Any] = {}  # (shape, explicit tone) -> ReplayedRender or None
         if lease is not None:
             import cupy
 
@@ -82,12 +86,42 @@ class Drawer:
         from gpu.pencil import cuda
 
         try:
-            out = cuda.render_device(self.lease, staged.on_device, self.params, tone_lut=tone_lut)
+            out = self._render(staged.on_device, tone_lut)
         except cuda.LineKernelTooLarge as exc:
             log.warning("%s; drawing this clip on the CPU", exc)
             self.on_cpu = True
             return reference.render(staged.image, self.params, tone_lut)
         return cuda.download(self.lease, out)
+
+    def _render(self, image: Any, tone_lut: np.ndarray | None) -> Any:
+        """cuda.render_device of a device frame, through a CUDA graph captured at the first
+        frame of its shape (gpu.pencil.replay) where REPLAY and the params allow, else
+        directly; the drawing is ready in the order of the lease's stream."""
+        from gpu.pencil import cuda
+
+        key = (image.shape, tone_lut is not None)
+        if key not in self.replays:
+            self.replays[key] = self._capture(image.shape, tone_lut is not None)
+        replay = self.replays[key]
+        if replay is None:
+            return cuda.render_device(self.lease, image, self.params, tone_lut=tone_lut)
+        return replay(image, tone_lut)
+
+    def _capture(self, shape: tuple[int, ...], explicit_tone: bool) -> Any:
+        """A ReplayedRender for frames of `shape`, or None (not replayable, or the capture
+        failed: logged, and the clip is drawn directly)."""
+        from gpu.pencil import cuda
+        from gpu.pencil.replay import ReplayedRender
+
+        if not REPLAY or not ReplayedRender.supports(self.params):
+            return None
+        try:
+            return ReplayedRender(self.lease, shape, self.params, explicit_tone)
+        except cuda.LineKernelTooLarge:
+            raise
+        except Exception as exc:  # a driver or CuPy that cannot capture this drawing
+            log.warning("the drawing could not be captured as a CUDA graph (%s); drawing each frame directly", exc)
+            return None
 
     def __call__(self, image: np.ndarray, tone_lut: np.ndarray | None = None) -> np.ndarray:
         """One frame staged and drawn at once, with `tone_lut` (None: its own tone)."""

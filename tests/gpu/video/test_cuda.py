@@ -67,3 +67,55 @@ def test_a_frame_staged_on_a_lease_counts_the_cpus_histogram_and_draws_with_the_
     assert on_cpu.std() > 10
     difference = np.abs(drawing.astype(np.int16) - on_cpu)
     assert difference.mean() < 1.0 and np.mean(difference > 1) < 0.01, f"mean |diff| {difference.mean():.3f}"
+
+
+@pytest.mark.parametrize("explicit_tone", [True, False], ids=["steady-lut", "own-tone"])
+def test_a_drawer_replaying_its_graph_draws_what_it_draws_directly(pool, monkeypatch, caplog, explicit_tone):
+    from gpu.video import drawer as drawer_module
+    from gpu.video.temporal import SteadyTone
+    from tests.gpu.video.clips import panned
+
+    clip = panned("coffee", 320, 180, 6, 4.0, noise=3.0)
+    params = PencilParams(texture="fast")
+
+    def drawings(lease, replay: bool) -> list[np.ndarray]:
+        monkeypatch.setattr(drawer_module, "REPLAY", replay)
+        drawer = drawer_module.Drawer(params, lease)
+        steady = SteadyTone("auto", 30.0)
+        out = []
+        for image in clip:
+            staged = drawer.stage(image, histogram=explicit_tone)
+            if explicit_tone:
+                staged.tone_lut = steady.lut(staged.histogram)
+            out.append(drawer.draw(staged))
+        assert (next(iter(drawer.replays.values())) is not None) == replay
+        return out
+
+    replayed = pool.run(lambda lease: drawings(lease, True))
+    direct = pool.run(lambda lease: drawings(lease, False))
+    for index, (got, expected) in enumerate(zip(replayed, direct, strict=True)):
+        assert expected.std() > 10
+        np.testing.assert_array_equal(got, expected, err_msg=f"frame {index}")
+
+    # a capture that fails (a driver that cannot capture, say) is logged and the clip drawn directly
+    def refuse(*args, **kwargs):
+        raise RuntimeError("capture refused by this test")
+
+    monkeypatch.setattr("gpu.pencil.replay.ReplayedRender.__init__", refuse)
+    monkeypatch.setattr(drawer_module, "REPLAY", True)
+
+    def fallback(lease) -> list[np.ndarray]:
+        drawer = drawer_module.Drawer(params, lease)
+        out = []
+        for image in clip[:2]:
+            staged = drawer.stage(image, histogram=explicit_tone)
+            if explicit_tone:
+                staged.tone_lut = SteadyTone("auto", 30.0).lut(staged.histogram)
+            out.append(drawer.draw(staged))
+        assert list(drawer.replays.values()) == [None]
+        return out
+
+    with caplog.at_level("WARNING", logger="pencil.video"):
+        first = pool.run(fallback)
+    assert "could not be captured" in caplog.text and "capture refused by this test" in caplog.text
+    np.testing.assert_array_equal(first[0], direct[0])
