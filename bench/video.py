@@ -238,32 +238,36 @@ def gil_profile(job: Callable[[], object], folder: Path, seconds: int = 6) -> No
         print("gil profile: py-spy is not installed (bench/prepare_device.sh carries it)")
         return
     folder.mkdir(parents=True, exist_ok=True)
-    raw = folder / "pyspy-gil.txt"
+    raw, log = folder / "pyspy-gil.txt", folder / "pyspy-gil.log"
     command = [pyspy, "record", "--pid", str(os.getpid()), "--gil", "--threads", "--nonblocking"]
-    recorder = subprocess.Popen(
-        [*command, "--format", "raw", "--rate", "400", "--duration", str(seconds), "--output", str(raw)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    started = time.perf_counter()
-    while recorder.poll() is None and time.perf_counter() - started < seconds + 5:
-        job()
-    if recorder.wait() != 0 or not raw.exists():
-        print(f"gil profile: py-spy failed: {recorder.stderr.read().decode()[-300:] if recorder.stderr else ''}")
+    with log.open("wb") as errors:
+        recorder = subprocess.Popen(
+            [*command, "--format", "raw", "--rate", "400", "--duration", str(seconds), "--output", str(raw)],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+        started = time.perf_counter()
+        while recorder.poll() is None and time.perf_counter() - started < seconds + 5:
+            job()
+        status = recorder.wait()
+    if status != 0 or not raw.exists():
+        print(f"gil profile: py-spy failed ({log}): {log.read_text(errors='replace')[-300:]}")
         return
     threads: Counter[str] = Counter()
     lines: Counter[str] = Counter()
     for record in raw.read_text().splitlines():
         stack, _, count = record.rpartition(" ")
         frames = stack.split(";")
-        threads[frames[0].rsplit(": ", 1)[-1].rstrip(")")] += int(count)
-        here = [frame for frame in frames[1:] if "gpu/" in frame or "bench/" in frame]
-        lines[here[-1] if here else frames[-1]] += int(count)
+        thread = frames[0]  # "thread (0x7f..): name", or "thread (0x7f..)" for an unnamed one
+        threads[thread.rsplit(": ", 1)[-1] if ": " in thread else thread] += int(count)
+        ours = [frame for frame in frames[1:] if "gpu/" in frame]  # py-spy names bench/ files bare
+        lines[ours[-1] if ours else frames[-1]] += int(count)
     total = sum(threads.values())
-    print(
-        f"GIL samples ({total}, {raw}) by thread: "
-        + ", ".join(f"{name} {n / total:.0%}" for name, n in threads.most_common(6))
-    )
+    if total == 0:
+        print(f"gil profile: no samples held the GIL ({raw})")
+        return
+    shares = ", ".join(f"{name} {n / total:.0%}" for name, n in threads.most_common(6))
+    print(f"GIL samples ({total}, {raw}) by thread: {shares}")
     for line, count in lines.most_common(15):
         print(f"  {count / total:6.1%}  {line}")
 

@@ -60,8 +60,11 @@ ALONG_Y = tuple(d for d in range(DIRECTIONS) if DIRECTIONS // 4 < d < 3 * DIRECT
 
 def _upload_shared(array: np.ndarray) -> cupy.ndarray:
     """A device copy of `array` for every stream of the device: the copy is finished on
-    return (renders on other, non-blocking streams would not wait for it)."""
-    device_array = cupy.asarray(array)
+    return (renders on other, non-blocking streams would not wait for it). Allocated from
+    CuPy's default memory pool whatever allocator the caller has set: these are the
+    device caches, which outlive a caller's private pool (gpu/pencil/replay.py's)."""
+    with cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc):
+        device_array = cupy.asarray(array)
     cupy.cuda.get_current_stream().synchronize()
     return device_array
 

@@ -12,7 +12,11 @@ graph's own input (`frame`) before each replay, an explicit tone LUT is written 
 pinned staging buffer the captured copy reads, and the drawing lands in the same output
 each time (the caller downloads it before the next replay). The temporaries render_device
 allocates come from a memory pool of the replay's own that nothing else allocates from, so
-what render_device frees while it is captured stays where the graph reads and writes it.
+what render_device frees while it is captured stays where the graph reads and writes it
+(about one frame's temporaries, ~25 MB at 1280x720, held until the replay is dropped). The
+device caches the graph reads (texture, tone tables, line tables) are built before that
+pool is in use, from CuPy's default pool, and the replay keeps its line plans referenced:
+the caches' LRU may drop them, the graph may not.
 
 Not for texture "lu": its CG loop reads the residual on the host every few iterations,
 which a graph cannot do.
@@ -42,10 +46,16 @@ class ReplayedRender:
         self.memory = cupy.cuda.MemoryPool()
         stream = lease.stream
         lut = np.arange(256, dtype=np.uint8) if explicit_tone else None
+        with cupy.cuda.Device(lease.device), stream:
+            # A direct drawing with the process's allocator first: it builds the device
+            # caches the graph will read, outside this replay's pool.
+            cuda.render_device(lease, cupy.zeros(self.shape, cupy.uint8), params, tone_lut=lut)
+            device_assets = cuda.assets(lease.device)
+            length = params.line_length(self.shape[0], self.shape[1])
+            self._caches = (device_assets.line_plan(length, 0), device_assets.line_plan(length, params.stroke_width))
         with cupy.cuda.Device(lease.device), stream, cupy.cuda.using_allocator(self.memory.malloc):
             self.frame = cupy.zeros(self.shape, cupy.uint8)
-            # One direct drawing first: it fills the device caches (line tables, tone
-            # targets) and this pool with the blocks the captured one then takes.
+            # Another in this pool: it leaves there the blocks the captured one then takes.
             cuda.render_device(lease, self.frame, params, tone_lut=lut)
             stream.synchronize()
             stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
@@ -64,21 +74,27 @@ class ReplayedRender:
         return params.texture != "lu"
 
     def __call__(self, image: cupy.ndarray, tone_lut: np.ndarray | None = None) -> cupy.ndarray:
-        """Queue the drawing of `image` (a device array of `shape`, ready for lease.stream)
-        on lease.stream, with `tone_lut` ((256,) uint8, given exactly when explicit_tone);
-        returns the drawing's device array, ready in the order of lease.stream and
-        overwritten by the next call (download it first)."""
-        if image.shape != self.shape:
-            raise ValueError(f"this replay draws frames of shape {self.shape}, got {image.shape}")
+        """Queue the drawing of `image` (a C-contiguous uint8 device array of `shape`, ready
+        for lease.stream) on lease.stream, with `tone_lut` ((256,) uint8, given exactly when
+        explicit_tone); returns the drawing's device array, ready in the order of
+        lease.stream. The next call overwrites the drawing, and the LUT's pinned staging
+        (written by the host at once): the caller must have waited for this drawing
+        (downloaded it) before the next call."""
+        if image.shape != self.shape or image.dtype != cupy.uint8 or not image.flags.c_contiguous:
+            raise ValueError(
+                f"this replay draws C-contiguous uint8 frames of shape {self.shape}, got {image.dtype} {image.shape}"
+            )
         if (tone_lut is not None) != self.explicit_tone:
             raise ValueError("a replay captured with an explicit tone LUT takes one every frame, and only then")
+        lut = None
+        if tone_lut is not None:
+            lut = np.asarray(tone_lut, np.uint8)
+            if lut.shape != (256,):
+                raise ValueError(f"a tone LUT has 256 entries, got shape {lut.shape}")
         stream = self.lease.stream
         with cupy.cuda.Device(self.lease.device):
             self.frame.data.copy_from_device_async(image.data, self.frame.nbytes, stream)
             if self.tone_staging is not None:
-                lut = np.asarray(tone_lut, np.uint8)
-                if lut.shape != (256,):
-                    raise ValueError(f"a tone LUT has 256 entries, got shape {lut.shape}")
                 self.tone_staging[:] = lut
             self.graph.launch(stream)
         return self.out

@@ -110,6 +110,8 @@ class Drawer:
     def _capture(self, shape: tuple[int, ...], explicit_tone: bool) -> Any:
         """A ReplayedRender for frames of `shape`, or None (not replayable, or the capture
         failed: logged, and the clip is drawn directly)."""
+        import cupy
+
         from gpu.pencil import cuda
         from gpu.pencil.replay import ReplayedRender
 
@@ -117,8 +119,8 @@ class Drawer:
             return None
         try:
             return ReplayedRender(self.lease, shape, self.params, explicit_tone)
-        except cuda.LineKernelTooLarge:
-            raise
+        except (cuda.LineKernelTooLarge, cupy.cuda.memory.OutOfMemoryError):
+            raise  # the CPU fallback, and the pool's free-and-retry
         except Exception as exc:  # a driver or CuPy that cannot capture this drawing
             log.warning("the drawing could not be captured as a CUDA graph (%s); drawing each frame directly", exc)
             return None

@@ -79,3 +79,45 @@ def test_what_a_replay_refuses(lease, rng):
         replay(cupy.asarray(rng.integers(0, 256, (90, 160, 3), dtype=np.uint8)), None)
     with pytest.raises(ValueError, match="256 entries"):
         replay(cupy.asarray(rng.integers(0, 256, (90, 160, 3), dtype=np.uint8)), lut[:128])
+
+
+def test_the_device_caches_stay_outside_the_replays_pool(lease, monkeypatch):
+    """The first drawing of a process builds the device caches (texture, tone tables, line
+    tables): built by a replay, they must not come from its pool, which dies with it while
+    the caches live on. The pool holds the graph's input and output, nothing else in use."""
+    from gpu.pencil import cuda
+    from gpu.pencil.replay import ReplayedRender
+
+    monkeypatch.setattr(cuda, "_assets", {})  # as in a fresh process
+    replay = ReplayedRender(lease, (120, 200, 3), PencilParams(texture="fast", tone="dark"), explicit_tone=False)
+
+    def rounded(nbytes: int) -> int:  # CuPy's pool hands out multiples of 512 bytes
+        return -(-nbytes // 512) * 512
+
+    assert replay.memory.used_bytes() == rounded(replay.frame.nbytes) + rounded(replay.out.nbytes)
+
+
+def test_a_replay_outlives_its_line_tables_leaving_the_cache(lease, rng):
+    """The line tables' cache keeps the 64 last used: other sizes drawn meanwhile push a
+    clip's out, and their memory is handed out again; the graph still reads them."""
+    import cupy
+
+    from gpu.pencil import cuda
+    from gpu.pencil.replay import ReplayedRender
+
+    params = PencilParams(texture="fast")
+    image = frames(rng, grey=False)[0]
+    replay = ReplayedRender(lease, image.shape, params, explicit_tone=False)
+    device_assets = cuda.assets(lease.device)
+    length = params.line_length(*image.shape[:2])
+    others = [(other, width) for width in range(6) for other in range(3, 27, 2) if other != length]
+    for other, width in others[:70]:
+        device_assets.line_plan(other, width)
+    assert (length, 0) not in device_assets._lines and (length, params.stroke_width) not in device_assets._lines
+    garbage = [cupy.full(1 << 16, -1, cupy.int32) for _ in range(64)]  # freed tables' memory, overwritten
+    on_device = cupy.asarray(image)
+    replayed = cuda.download(lease, replay(on_device))
+    direct = cuda.download(lease, cuda.render_device(lease, on_device, params))
+    del garbage
+    assert direct.std() > 10
+    np.testing.assert_array_equal(replayed, direct)
