@@ -13,7 +13,7 @@ pinned staging buffer the captured copy reads, and the drawing lands in the same
 each time (the caller downloads it before the next replay). The temporaries render_device
 allocates come from a memory pool of the replay's own that nothing else allocates from, so
 what render_device frees while it is captured stays where the graph reads and writes it
-(about one frame's temporaries, ~25 MB at 1280x720, held until the replay is dropped). The
+(one frame's temporaries, some tens of MB at 1280x720, held until the replay is dropped). The
 device caches the graph reads (texture, tone tables, line tables) are built before that
 pool is in use, from CuPy's default pool, and the replay keeps its line plans referenced:
 the caches' LRU may drop them, the graph may not.
