@@ -9,6 +9,7 @@ mismatch is an error: tests/gpu/emulator/library.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import types
@@ -82,6 +83,17 @@ class _Runtime:
         ctypes.memmove(dst, src, size)
 
 
+class _MemoryPool:
+    """CuPy's memory pool, in name only: the emulator's arrays are NumPy's, whatever
+    allocator is current (`using_allocator` is a no-op)."""
+
+    def malloc(self, size):
+        raise NotImplementedError("the emulator allocates with NumPy")
+
+
+_DEFAULT_POOL = _MemoryPool()
+
+
 class RawKernel:
     def __init__(self, library, name: str):
         self.library, self.name = library, name
@@ -103,8 +115,14 @@ def install(library_path: str):
     cupy.full = lambda shape, value, dtype=None: np.full(shape, value, dtype).view(ndarray)
     cupy.zeros_like = lambda a: np.zeros_like(a).view(ndarray)
     cupy.asarray = lambda a, dtype=None: _device(np.array(a, dtype=dtype))
+    cupy.get_default_memory_pool = lambda: _DEFAULT_POOL
     cupy.cuda = types.SimpleNamespace(
-        Stream=Stream, Event=Event, Device=Device, runtime=_Runtime, get_current_stream=get_current_stream
+        Stream=Stream,
+        Event=Event,
+        Device=Device,
+        runtime=_Runtime,
+        get_current_stream=get_current_stream,
+        using_allocator=contextlib.nullcontext,
     )
     sys.modules["cupy"] = cupy
     from gpu.pencil import cuda
