@@ -1,16 +1,20 @@
 """CUDA C sources (gpu/**/*.cu) compiled at run time with NVRTC through cupy.RawModule:
 no build step at install time. Each (source, device) is compiled once per process and
 its kernels are cached; callers ask for a kernel on the current device. Also the helpers
-every gpu/*/cuda.py launches with: `div_up` (grid sizes) and `empty` (poisoned in tests).
+every gpu/*/cuda.py launches with: `div_up` (grid sizes), `empty` (poisoned in tests) and
+`capture` (launches recorded once as a CUDA graph, to replay in one host call).
 
 Importing this module needs CuPy; nothing in `app/` or the CPU backend imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 import cupy
 
@@ -52,6 +56,25 @@ def kernel(source: Path, name: str) -> cupy.RawKernel:
     function.max_dynamic_shared_size_bytes = max_shared_bytes() - function.shared_size_bytes
     with _lock:
         return _kernels.setdefault(key, function)
+
+
+T = TypeVar("T")
+
+
+def capture(work: Callable[[], T], stream: cupy.cuda.Stream) -> tuple[Any, T]:
+    """(graph, result): what `work()` queues on `stream` (and on streams it joins back)
+    recorded into a CUDA graph in relaxed mode, not run; `graph.launch(stream)` replays
+    it. Device addresses are fixed at capture: what the launches read and write must stay
+    allocated while the graph lives. If `work` raises, the capture is ended and work's own
+    error raised."""
+    stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+    try:
+        result = work()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the launch's error is the one to see
+            stream.end_capture()
+        raise
+    return stream.end_capture(), result
 
 
 def div_up(a: int, b: int) -> int:

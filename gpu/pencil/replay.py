@@ -13,10 +13,10 @@ pinned staging buffer the captured copy reads, and the drawing lands in the same
 each time (the caller downloads it before the next replay). The temporaries render_device
 allocates come from a memory pool of the replay's own that nothing else allocates from, so
 what render_device frees while it is captured stays where the graph reads and writes it
-(one frame's temporaries, some tens of MB at 1280x720, held until the replay is dropped). The
-device caches the graph reads (texture, tone tables, line tables) are built before that
-pool is in use, from CuPy's default pool, and the replay keeps its line plans referenced:
-the caches' LRU may drop them, the graph may not.
+(one frame's temporaries, some tens of MB at 1280x720, held until the replay is dropped).
+The device caches the graph reads (texture, tone tables, line tables) come from CuPy's
+default pool whatever the allocator (cuda._upload_shared), and the replay keeps its line
+plans referenced: the caches' LRU may drop them, the graph may not.
 
 Not for texture "lu": its CG loop reads the residual on the host every few iterations,
 which a graph cannot do.
@@ -24,11 +24,10 @@ which a graph cannot do.
 
 from __future__ import annotations
 
-import contextlib
-
 import cupy
 import numpy as np
 
+from gpu import kernels
 from gpu.pencil import cuda
 from gpu.pencil.params import PencilParams
 
@@ -46,26 +45,18 @@ class ReplayedRender:
         self.memory = cupy.cuda.MemoryPool()
         stream = lease.stream
         lut = np.arange(256, dtype=np.uint8) if explicit_tone else None
-        with cupy.cuda.Device(lease.device), stream:
-            # A direct drawing with the process's allocator first: it builds the device
-            # caches the graph will read, outside this replay's pool.
-            cuda.render_device(lease, cupy.zeros(self.shape, cupy.uint8), params, tone_lut=lut)
-            device_assets = cuda.assets(lease.device)
-            length = params.line_length(self.shape[0], self.shape[1])
-            self._caches = (device_assets.line_plan(length, 0), device_assets.line_plan(length, params.stroke_width))
         with cupy.cuda.Device(lease.device), stream, cupy.cuda.using_allocator(self.memory.malloc):
             self.frame = cupy.zeros(self.shape, cupy.uint8)
-            # Another in this pool: it leaves there the blocks the captured one then takes.
+            # One direct drawing first: it builds any device cache still missing and leaves
+            # in this pool the blocks the captured drawing then takes.
             cuda.render_device(lease, self.frame, params, tone_lut=lut)
             stream.synchronize()
-            stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
-            try:
-                self.out = cuda.render_device(lease, self.frame, params, tone_lut=lut)
-            except BaseException:
-                with contextlib.suppress(Exception):  # the drawing's own error is the one to see
-                    stream.end_capture()
-                raise
-            self.graph = stream.end_capture()
+            device_assets = cuda.assets(lease.device)
+            length = params.line_length(self.shape[0], self.shape[1])
+            self._line_plans = [device_assets.line_plan(length, width) for width in (0, params.stroke_width)]
+            self.graph, self.out = kernels.capture(
+                lambda: cuda.render_device(lease, self.frame, params, tone_lut=lut), stream
+            )
         # the buffer cuda.upload_tone_lut filled while captured: its address is in the graph
         self.tone_staging = lease.staging("tone", 256) if explicit_tone else None
 

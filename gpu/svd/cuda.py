@@ -25,7 +25,6 @@ gpu/svd/reference.py, on a lease of the device pool:
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,14 +161,7 @@ def _replayable(launch, stream: cupy.cuda.Stream):
     stream, which cannot capture."""
     if stream.ptr == 0:
         return launch
-    stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
-    try:
-        launch()
-    except BaseException:
-        with contextlib.suppress(Exception):  # the launch's error is the one to see
-            stream.end_capture()
-        raise
-    graph = stream.end_capture()
+    graph, _ = kernels.capture(launch, stream)
     return lambda: graph.launch(stream)
 
 

@@ -8,8 +8,8 @@ own luma_histogram kernel: OpenCV's Y of YCrCb, the CPU's values), and `draw` ru
 render_device on the lease's streams and downloads the drawing; the two may run on two
 threads at once. The drawing is captured as a CUDA graph at the clip's first frame and
 replayed for the others (gpu.pencil.replay: one host call a frame instead of ~25, for
-texture "fast"; "lu" is drawn directly). On the CPU, `stage` counts the histogram with OpenCV and `draw` is
-gpu.pencil.reference.render.
+texture "fast"; "lu" is drawn directly). On the CPU, `stage` counts the histogram with
+OpenCV and `draw` is gpu.pencil.reference.render.
 
 Measured on an H100's host (1280x720, bench/video.py): the histogram cost 1.5 ms a frame on
 the CPU and did not scale over threads (OpenCV's own thread pool is shared); on the device
