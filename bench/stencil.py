@@ -19,8 +19,8 @@ Shapes are nx x ny x nz (x fastest, as the job's grids; the paper's 1024 .. 7168
   chunks; --zchunk N: N planes a block everywhere). Before the table: each kernel's
   registers and blocks per SM (the plans and the predictions depend on them).
 - --boundary sponge|cpml (--width W cells, default 20; --sponge W is --boundary sponge
-  --width W): the kernels with the sponge's damping term or the CPML's (cpml_psi and the
-  layer terms, timed together: one step).
+  --width W): the kernels with the sponge's damping term, or the CPML's step (cpml_shell
+  on the layers' shell and the variant on the inner box, timed together: one step).
 All of the above is kernel-only: bare launches on resident buffers, no source, receivers
 or snapshots. Then, per shape and boundary of --job-boundaries:
 - job path: gpu.stencil.cuda.simulate, what the job runs: the default receivers (every
@@ -273,8 +273,10 @@ def kernel_tables(args, shapes, variants, widths: dict[str, int], energy: bool, 
     else:
         print("# energy: not measured (--no-energy)")
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-    for variant in variants:
-        name = cuda.kernel_name(variant, widths["sponge"], widths["cpml"])
+    names = [cuda.kernel_name(variant, widths["sponge"]) for variant in variants]
+    if widths["cpml"]:
+        names.append("cpml_shell")
+    for name in names:
         kernel = cuda._k(name)
         print(
             f"# kernel {name}: {kernel.num_regs} registers, {kernel.shared_size_bytes} B shared, "

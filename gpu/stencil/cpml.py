@@ -26,9 +26,14 @@ edge), b = exp(-(d + alpha) dt), a = d (b - 1) / (d + alpha). Computed in float6
 once to float32.
 
 Arithmetic is float32, operation by operation as written below and in stencil.cu (no
-fused multiply-add), so that the CUDA kernels agree with this bit for bit. This module
-holds psi and zeta as whole-grid arrays (the readable definition; the CPU backend's grids
-are small); the CUDA path keeps them only in the layers (cuda.py, StencilParams.cpml_slabs).
+fused multiply-add), so that the CUDA kernels agree with this bit for bit. psi and zeta
+are kept from one step to the next as bfloat16 (rounded to nearest, ties to even:
+`to_bfloat16`): a step uses its own psi^n and zeta^n in float32 and stores them rounded.
+Two bytes a value halve what the layers add to a step's memory traffic (BENCHMARKS.md);
+the reflection stays far under the target (tests/gpu/stencil/test_cpml.py). This module
+holds psi and zeta as whole-grid float32 arrays of bfloat16 values (the readable
+definition; the CPU backend's grids are small); the CUDA path keeps them only in the
+layers, both of a cell in one 32-bit word (cuda.py, StencilParams.cpml_slabs).
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ D2_ONE = np.float32(4.0 / 3.0)
 D2_TWO = np.float32(-1.0 / 12.0)
 AXES = ("x", "y", "z")
 ARRAY_AXIS = {"x": 2, "y": 1, "z": 0}  # (nz, ny, nx) arrays
+
+
+def to_bfloat16(values):
+    """float32 array -> float32 array of the nearest bfloat16 values (ties to even), by
+    the bit arithmetic of stencil.cu's `bfloat16`: keep the top 16 bits after adding
+    0x7fff plus the lowest kept bit. Works on NumPy and CuPy arrays."""
+    bits = values.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
 
 
 def depth(n: int, width: int) -> np.ndarray:
@@ -78,10 +92,10 @@ def axis_profile(n: int, params: StencilParams) -> tuple[np.ndarray, np.ndarray]
 
 
 def profile_table(params: StencilParams) -> np.ndarray:
-    """The CUDA kernels' profile, float32: a of x (nx values), y (ny), z (nz), then b of x,
-    y, z (axis_profile, so bit-identical with the reference)."""
+    """The CUDA kernels' profile, float32 (a, b) pairs: of x (nx pairs), y (ny), z (nz)
+    (axis_profile, so bit-identical with the reference)."""
     profiles = [axis_profile(n, params) for n in (params.nx, params.ny, params.nz)]
-    return np.concatenate([p[0] for p in profiles] + [p[1] for p in profiles])
+    return np.concatenate([np.column_stack(pair).ravel() for pair in profiles])
 
 
 def layers(n: int, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -111,7 +125,8 @@ def d2(p: np.ndarray, region: tuple[slice, ...], dim: int) -> np.ndarray:
 
 class CpmlLayers:
     """The memory variables psi and zeta of the three axes, whole-grid (nz, ny, nx)
-    float32 arrays of module xp (0 outside each axis's layers), and the profile."""
+    float32 arrays of module xp holding bfloat16 values between steps (0 outside each
+    axis's layers), and the profile."""
 
     def __init__(self, params: StencilParams, xp=np):
         self.xp = xp
@@ -133,20 +148,23 @@ class CpmlLayers:
         self.zeta = [xp.zeros(shape, np.float32) for _ in AXES]
 
     def update_psi(self, p: np.ndarray) -> None:
-        """psi^n = b psi^(n-1) + a D1 p^n in every layer (p: p^n, (nz, ny, nx))."""
+        """psi^n = b psi^(n-1) + a D1 p^n in every layer, in float32 (p: p^n, (nz, ny, nx))."""
         for dim, region, a, b in self.parts:
             psi = self.psi[2 - dim]
             psi[region] = b * psi[region] + a * d1(p, region, dim)
 
     def add_terms(self, p: np.ndarray, out: np.ndarray) -> None:
         """zeta^n = b zeta^(n-1) + a (D2 p + D1 psi^n), and out = (e_x + e_y) + e_z with
-        e = D1 psi^n + zeta^n in the axis's layers (0 elsewhere). out: (nz, ny, nx)
-        float32, left 0 outside the layers; call update_psi first."""
+        e = D1 psi^n + zeta^n in the axis's layers (0 elsewhere), all in float32; then psi^n
+        and zeta^n are kept as bfloat16. out: (nz, ny, nx) float32, left 0 outside the
+        layers; call update_psi first."""
         for _, region, _, _ in self.parts:
             out[region] = 0
         for dim, region, a, b in self.parts:
             psi, zeta = self.psi[2 - dim], self.zeta[2 - dim]
             g = d1(psi, region, dim)
             z = b * zeta[region] + a * (d2(p, region, dim) + g)
-            zeta[region] = z
+            zeta[region] = to_bfloat16(z)
             out[region] += g + z
+        for k, psi in enumerate(self.psi):
+            self.psi[k] = to_bfloat16(psi)

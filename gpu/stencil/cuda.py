@@ -3,10 +3,11 @@ readonly x plain / int_z / int_z_reg), launched through CuPy on a lease's stream
 
 One shot, on the lease's main stream:
 
-    upload c = (v dt / h)^2, zero p and pp (and the CPML's psi, zeta) -> [auto: time each
+    upload c = (v dt / h)^2, zero p and pp (and the CPML's words) -> [auto: time each
        variant, once per grid and boundary]
-    -> per step: [CPML: cpml_psi] stencil kernel (pp <- p^(n+1), then swap) -> gather the receivers into
-       row n of the record [-> copy the snapshot slices]
+    -> per step: [CPML: cpml_shell on the layers' shell] the variant's kernel on the
+       interior (CPML: its inner box) (pp <- p^(n+1), then swap) -> gather the receivers
+       into row n of the record [-> copy the snapshot slices]
     -> in batches of steps: wait for the previous batch's event, report progress (the
        cancel checkpoint), so the GPU always has a batch queued
     -> download record and snapshots.
@@ -123,13 +124,16 @@ def ramp_table(nx: int, ny: int, nz: int, sponge: int, lo: int = 0, hi: int | No
 
 @dataclass
 class CpmlBuffers:
-    """The CPML's state on the device (gpu/stencil/cpml.py): psi and zeta of the three axes
-    in its layers only (float32, the slab layout of StencilParams.cpml_slabs, zero at the start), the
-    profile table (a then b of x, y, z) and the width in cells."""
+    """The CPML's state on the device (gpu/stencil/cpml.py): the words (psi and zeta as
+    bfloat16 halves, uint32, the slab layout of StencilParams.cpml_slabs, zero at the
+    start) of the last step (`state`) and of this one (`next`), the profile table ((a, b)
+    of x, y, z), cpml_shell's chunks ((blocks, 4) int32, geometry.shell_chunks) and the
+    width."""
 
-    psi: cupy.ndarray
-    zeta: cupy.ndarray
+    state: cupy.ndarray
+    next: cupy.ndarray
     profile: cupy.ndarray
+    chunks: cupy.ndarray
     width: int
 
     @classmethod
@@ -139,11 +143,15 @@ class CpmlBuffers:
             return None
         cells = sum(params.cpml_slabs)
         profile = cupy.asarray(cpml_profile.profile_table(params))
-        return cls(cupy.zeros(cells, np.float32), cupy.zeros(cells, np.float32), profile, params.cpml)
+        chunks = cupy.asarray(geometry.shell_chunks(params.shape, params.cpml))
+        return cls(cupy.zeros(cells, np.uint32), cupy.zeros(cells, np.uint32), profile, chunks, params.cpml)
 
     def reset(self) -> None:
-        self.psi.fill(0)
-        self.zeta.fill(0)
+        self.state.fill(0)
+        self.next.fill(0)
+
+    def swap(self) -> None:
+        self.state, self.next = self.next, self.state
 
 
 def launch(
@@ -162,18 +170,19 @@ def launch(
     """One step on the current stream: pp (p^(n-1) in, p^(n+1) out) from p (p^n) and c.
     p, pp, c: flat float32 device arrays of nz ny nx points (shape = (nz, ny, nx));
     source (x, y, z) receives `amp`; sponge width in cells with eta_max (see params), or
-    the CPML's buffers (psi advanced by cpml_psi first, zeta in the stencil kernel);
-    zchunk: planes per block of the z-marching variants (default: march_plan's waves).
-    Grids of 2^31 points or more run as z slabs (geometry.slabs), one launch each."""
+    the CPML's buffers (cpml_shell on the layers' shell, the variant on the inner box;
+    the words swapped after); zchunk: planes per block of the z-marching variants
+    (default: march_plan's waves). Grids of 2^31 points or more run as z slabs
+    (geometry.slabs), one launch each."""
     nz, ny, nx = shape
     plane = nx * ny
     width = cpml.width if cpml is not None else 0
     if cpml is not None:
-        blocks = kernels.div_up(cpml.psi.size, geometry.THREADS)
-        _k("cpml_psi")(
-            (blocks,),
-            (geometry.THREADS,),
-            (p, cpml.psi, cpml.profile, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(width)),
+        ints = (nx, ny, nz, width, *source)
+        _k("cpml_shell")(
+            (len(cpml.chunks),),
+            BLOCK,
+            (p, pp, c, cpml.chunks, cpml.profile, cpml.state, cpml.next, *(np.int32(v) for v in ints), np.float32(amp)),
         )
     for step in launches(variant, shape, source, sponge, zchunk, width):
         views = (
@@ -181,20 +190,20 @@ def launch(
             if (step.lo, step.hi) == (0, nz)
             else tuple(a[step.lo * plane : step.hi * plane] for a in (p, pp, c))
         )
-        if cpml is not None:
-            tables, layers = cpml.profile, (cpml.psi, cpml.zeta, np.int32(width))
-        else:  # neither is read without a sponge or a CPML
-            tables = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]
-            layers = (views[2], views[1], np.int32(0))
-        args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), tables, *layers)
+        ramps = ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else views[2]  # unread without a sponge
+        args = (*views, *(np.int32(v) for v in step.ints), np.float32(amp), np.float32(eta_max), ramps)
         _k(step.kernel)(step.grid, BLOCK, args)
+    if cpml is not None:
+        cpml.swap()
 
 
 def march_plan(
     variant: str, shape: tuple[int, int, int], zchunk: int | None = None, sponge: int = 0, cpml: int = 0
 ) -> geometry.MarchPlan | None:
-    """The blocks of a z-marching variant's (first) launch on this device, None for plain."""
-    return launches(variant, shape, sponge=sponge, zchunk=zchunk, cpml=cpml)[0].plan
+    """The blocks of a z-marching variant's (first) launch on this device, None for plain
+    (or where a CPML leaves no inner box)."""
+    found = launches(variant, shape, sponge=sponge, zchunk=zchunk, cpml=cpml)
+    return found[0].plan if found else None
 
 
 # ---------------------------------------------------------------------- a shot --

@@ -13,11 +13,12 @@
 //                int_z_reg the z-march keeping p's z column in registers: one new plane
 //                          value per step along z, loads issued several planes ahead
 //
-// Each variant has three kernels, stencil_<variant> (no sponge: eta = 0, and the operations
-// (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference),
-// stencil_<variant>_sponge and stencil_<variant>_cpml (the convolutional PML's terms added
-// to the Laplacian in its layers, after cpml_psi has advanced psi: gpu/stencil/cpml.py);
-// the registers of each are allocated for its own path.
+// Each variant has two kernels, stencil_<variant> (no sponge: eta = 0, and the operations
+// (1 - eta) p_prev and num / (1 + eta) are identities, left out as in the reference) and
+// stencil_<variant>_sponge; the registers of each are allocated for its own path. Both
+// update a box of the interior (Step's x_lo .. y_hi, and the planes of the launch's view):
+// the whole interior, or, with the convolutional PML, the inner box that no layer reaches;
+// cpml_shell (below) updates the rest, the layers' shell (gpu/stencil/cpml.py).
 //
 // Fields are (nz, ny, nx) float32, x fastest. Ping-pong: p is p^n (read only), pp holds
 // p^(n-1) on entry and receives p^(n+1) (each point read, then written, by one thread),
@@ -32,11 +33,12 @@
 // (evict-first) loads and stores __ldcs / __stcs, so that they do not push out of L2 the
 // planes of p that are still to be reused.
 //
-// Tiles: a block is 32 x 8 threads, one point each. x tiles start at x = 32 bx (aligned
-// with the 128-byte lines when nx % 32 == 0), y tiles at y = 2 + 8 by. Threads outside
-// the interior (x < 2, x > nx-3, y > ny-3) never write; where they load, they load their
-// point clamped into the array, a value no interior point ever reads (every neighbour of an
-// interior point lies inside the array). So those loads need no branch and stay in bounds.
+// Tiles: a block is 32 x 8 threads, one point each. x tiles start at x = x_tile + 32 bx
+// (x_tile a multiple of 32: aligned with the 128-byte lines when nx % 32 == 0), y tiles at
+// y = y_lo + 8 by. Threads outside the box (x < x_lo, x >= x_hi, y >= y_hi) never write;
+// where they load, they load their point clamped into the array, a value no interior point
+// ever reads (every neighbour of an interior point lies inside the array). So those loads
+// need no branch and stay in bounds.
 //
 // int_z_reg software pipeline (the point of that variant):
 // p's values live in a ring of PR = 8 registers (planes z-2 .. z+5: the stencil's column
@@ -73,20 +75,16 @@ constexpr float C2 = -1.0f / 12.0f;
 
 enum Memory { NAIVE = 0, SHARED = 1, READONLY = 2 };
 enum March { PLAIN = 0, INT_Z = 1, INT_Z_REG = 2 };
-enum Boundary { WALLS = 0, SPONGE = 1, CPML = 2 };  // what lies inside the Dirichlet border
+enum Boundary { WALLS = 0, SPONGE = 1 };  // what lies inside the Dirichlet border (the CPML: cpml_shell)
 
 struct Step {
     int nx, ny, nz;
+    int x_tile, x_lo, x_hi, y_lo, y_hi;  // the box: x in [x_lo, x_hi), tiles from x_tile; y in [y_lo, y_hi)
     int tiles_x, tiles_a, za, zb;  // z-marching plan (cuda.py: march_plan)
     int sx, sy, sz;  // source point
     float amp;       // source term of this step, dt^2 v_src^2 w(n dt)
     float eta_max;   // sigma dt at the sponge's outer edge (sponge kernels)
-    const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp;
-                                      // CPML kernels: a of x, y, z then b of x, y, z (cpml.profile_table)
-    const float* __restrict__ p;      // CPML kernels: p^n, psi^n (cpml_psi's), zeta (read and written)
-    const float* __restrict__ psi;    // and the layers' width in cells
-    float* __restrict__ zeta;
-    int width;
+    const float* __restrict__ ramps;  // sponge kernels: fx (nx values), fy (ny), fz (nz): reference.axis_ramp
 };
 
 template <int M>
@@ -121,8 +119,8 @@ template <int B>
 __device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
     Point q;
     q.x = x0 + static_cast<int>(threadIdx.x);
-    q.y = y0 + static_cast<int>(threadIdx.y);  // >= R always
-    q.active = q.x >= R && q.x < s.nx - R && q.y < s.ny - R;
+    q.y = y0 + static_cast<int>(threadIdx.y);  // >= y_lo always
+    q.active = q.x >= s.x_lo && q.x < s.x_hi && q.y < s.y_hi;
     q.own = min(q.y, s.ny - 1) * s.nx + min(q.x, s.nx - 1);
     q.source = q.x == s.sx && q.y == s.sy;
     q.fxy = 0.0f;
@@ -135,100 +133,17 @@ __device__ __forceinline__ Point point(int x0, int y0, const Step& s) {
     return q;
 }
 
-// ------------------------------------------------------------------- the CPML --
-// (gpu/stencil/cpml.py.) psi and zeta live only in the layers: axis x's cells as (nz-4,
-// ny-4, 2W), y's as (nz-4, 2W, nx-4), z's as (2W, ny-4, nx-4), one array after the other;
-// along its own axis a cell's slot is d (0 .. W-1) in the low layer, 2W-1-d in the high one
-// (d: cells from the first interior cell of the nearer face).
-
-// The slot of coordinate v (of n) in its axis's layers, -1 outside them.
-__device__ __forceinline__ int slot(int v, int n, int w) {
-    const int low = v - R, high = n - 1 - R - v;
-    if (low >= 0 && low < w) return low;
-    if (high >= 0 && high < w) return 2 * w - 1 - high;
-    return -1;
-}
-
-// The coordinate of a slot (slot's inverse).
-__device__ __forceinline__ int coordinate(int l, int n, int w) { return l < w ? R + l : n - R - 2 * w + l; }
-
-// (8 (f[+1] - f[-1]) - (f[+2] - f[-2])) / 12
-__device__ __forceinline__ float d1(float m2, float m1, float p1, float p2) {
-    return __fmul_rn(__fsub_rn(__fmul_rn(8.0f, __fsub_rn(p1, m1)), __fsub_rn(p2, m2)), 1.0f / 12.0f);
-}
-
-// A cell seen along one axis: its coordinate v of n points and p's stride; where its psi and
-// zeta are (the axis's slab offset, the cell's index there with slot 0, a slot's stride);
-// the axis's offset into the profile tables.
-struct Axis {
-    int v, n, stride;
-    int slab, base, step;
-    int table;
-};
-
-__device__ __forceinline__ Axis axis_x(int x, int y, int z, const Step& s) {
-    return Axis{x, s.nx, 1, 0, ((z - R) * (s.ny - 2 * R) + (y - R)) * 2 * s.width, 1, 0};
-}
-
-__device__ __forceinline__ Axis axis_y(int x, int y, int z, const Step& s) {
-    const int ix = s.nx - 2 * R;
-    return Axis{y, s.ny, s.nx, (s.nz - 2 * R) * (s.ny - 2 * R) * 2 * s.width, (z - R) * 2 * s.width * ix + (x - R), ix, s.nx};
-}
-
-__device__ __forceinline__ Axis axis_z(int x, int y, int z, const Step& s) {
-    const int ix = s.nx - 2 * R, iy = s.ny - 2 * R, iz = s.nz - 2 * R;
-    return Axis{z, s.nz, s.nx * s.ny, (iz * iy + iz * ix) * 2 * s.width, (y - R) * ix + (x - R), iy * ix, s.nx + s.ny};
-}
-
-// psi of the axis's cell at v + k: 0 outside the layers. The load is unconditional (slot 0
-// stands in outside), so that the compiler can issue the four of a D1 together.
-__device__ __forceinline__ float psi_at(const Axis& a, int k, const Step& s) {
-    const int l = slot(a.v + k, a.n, s.width);
-    const float value = __ldg(s.psi + (a.slab + a.base + max(l, 0) * a.step));
-    return l < 0 ? 0.0f : value;
-}
-
-// e = D1 psi + zeta^n of point i along one axis, with zeta^n = b zeta + a (D2 p + D1 psi)
-// stored; 0 (and nothing stored) outside the axis's layers.
-__device__ __forceinline__ float cpml_axis(const Axis& a, int i, const Step& s) {
-    const int l = slot(a.v, a.n, s.width);
-    if (l < 0) return 0.0f;
-    const float* __restrict__ p = s.p + i;
-    const float one = __fadd_rn(__ldg(p - a.stride), __ldg(p + a.stride));
-    const float two = __fadd_rn(__ldg(p - 2 * a.stride), __ldg(p + 2 * a.stride));
-    const float d2 = __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, __ldg(p)), __fmul_rn(C1, one)), __fmul_rn(C2, two));
-    const float g = d1(psi_at(a, -2, s), psi_at(a, -1, s), psi_at(a, 1, s), psi_at(a, 2, s));
-    const int total = s.nx + s.ny + s.nz;
-    const float ca = __ldg(s.ramps + (a.table + a.v)), cb = __ldg(s.ramps + (total + a.table + a.v));
-    float* zeta = s.zeta + (a.slab + a.base + l * a.step);
-    const float z = __fadd_rn(__fmul_rn(cb, __ldcs(zeta)), __fmul_rn(ca, __fadd_rn(d2, g)));
-    __stcs(zeta, z);
-    return __fadd_rn(g, z);
-}
-
-// (e_x + e_y) + e_z of point i at (x, y, z): the CPML's addition to h^2 Lap4 p there.
-__device__ __forceinline__ float cpml_terms(int i, int x, int y, int z, const Step& s) {
-    const float ex = cpml_axis(axis_x(x, y, z, s), i, s);
-    const float ey = cpml_axis(axis_y(x, y, z, s), i, s);
-    return __fadd_rn(__fadd_rn(ex, ey), cpml_axis(axis_z(x, y, z, s), i, s));
-}
-
-__device__ __forceinline__ bool in_layers(int x, int y, int z, const Step& s) {
-    return slot(x, s.nx, s.width) >= 0 || slot(y, s.ny, s.width) >= 0 || slot(z, s.nz, s.width) >= 0;
+// h^2 Lap4 p from the centre value and the neighbour sums at distance 1 (s1) and 2 (s2).
+__device__ __forceinline__ float laplacian(float centre, float s1, float s2) {
+    return __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
 }
 
 // p^(n+1) at the point's plane z (flat index i) from the centre value, p^(n-1), c, and the
 // neighbour sums at distance 1 (s1) and 2 (s2).
 template <int B>
 __device__ __forceinline__ float update(float centre, float prev, float c, float s1, float s2, int z, int i, const Point& q, const Step& s) {
-    const float lap = __fadd_rn(__fadd_rn(__fmul_rn(C0, centre), __fmul_rn(C1, s1)), __fmul_rn(C2, s2));
-    if constexpr (B == CPML) {
-        float term = lap;
-        if (in_layers(q.x, q.y, z, s)) term = __fadd_rn(lap, cpml_terms(i, q.x, q.y, z, s));
-        float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), prev), __fmul_rn(c, term));
-        if (q.source && z == s.sz) num = __fadd_rn(num, s.amp);
-        return num;
-    } else if constexpr (B == SPONGE) {
+    const float lap = laplacian(centre, s1, s2);
+    if constexpr (B == SPONGE) {
         const float fz = __ldg(s.ramps + s.nx + s.ny + z);
         const float eta = __fmul_rn(s.eta_max, __fadd_rn(q.fxy, __fmul_rn(fz, fz)));
         float num = __fadd_rn(__fsub_rn(__fadd_rn(centre, centre), __fmul_rn(__fsub_rn(1.0f, eta), prev)), __fmul_rn(c, lap));
@@ -242,17 +157,112 @@ __device__ __forceinline__ float update(float centre, float prev, float c, float
     }
 }
 
+
+// ------------------------------------------------------------------- the CPML --
+// (gpu/stencil/cpml.py.) A CPML step is two launches: cpml_shell on the layers' shell, then
+// the variant's kernel on the inner box, which no layer reaches. The shell's blocks are
+// 32 x 8 columns of points marching along z over planes [z0, z1), listed by the host
+// (geometry.shell_chunks) as int4 (x0, y0, z0, z1): thread (tx, ty) updates (x0 + tx,
+// y0 + ty, z) for z0 <= z < z1 when 2 <= x <= nx-3 and y <= ny-3.
+//
+// The memory variables of a layer cell and axis share one 32-bit word, psi's bfloat16 in
+// its low half and zeta's in its high half, kept only in the layers: axis x's cells as
+// (nz-4, ny-4, 2W), y's as (nz-4, 2W, nx-4), z's as (2W, ny-4, nx-4), one array after the
+// other; along its own axis a cell's slot is d (0 .. W-1) in the low layer, 2W-1-d in the
+// high one (d: cells from the first interior cell of the nearer face). The words of step n-1
+// are read from `state` and those of step n written to `next` (the host swaps the two):
+// D1 psi^n needs psi^n of the 4 neighbours along the axis, which no other launch has
+// written, so each thread computes them itself from psi^(n-1) and p^n: along z once a
+// plane, as it marches (a ring of 5 values in registers); along x and y for each point.
+
+struct Shell {
+    int nx, ny, nz, width;
+    const float* __restrict__ p;         // p^n
+    const float2* __restrict__ profile;  // (a, b) of x, y, z (cpml.profile_table)
+    const unsigned* __restrict__ state;  // step n-1's words
+    unsigned* __restrict__ next;         // step n's
+};
+
+// The slot of coordinate v (of n) in its axis's layers, -1 outside them.
+__device__ __forceinline__ int slot(int v, int n, int w) {
+    const int low = v - R, high = n - 1 - R - v;
+    if (low >= 0 && low < w) return low;
+    if (high >= 0 && high < w) return 2 * w - 1 - high;
+    return -1;
+}
+
+// (8 (f[+1] - f[-1]) - (f[+2] - f[-2])) / 12
+__device__ __forceinline__ float d1(float m2, float m1, float p1, float p2) {
+    return __fmul_rn(__fsub_rn(__fmul_rn(8.0f, __fsub_rn(p1, m1)), __fsub_rn(p2, m2)), 1.0f / 12.0f);
+}
+
+// -5/2 p + 4/3 (p[-1] + p[+1])) - 1/12 (p[-2] + p[+2])
+__device__ __forceinline__ float d2(float m2, float m1, float centre, float p1, float p2) {
+    return __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, centre), __fmul_rn(C1, __fadd_rn(m1, p1))), __fmul_rn(C2, __fadd_rn(m2, p2)));
+}
+
+// bfloat16 halves of a word, as floats; a float rounded to bfloat16 (to nearest, ties to
+// even; the bits cpml.to_bfloat16 gives).
+__device__ __forceinline__ float low_half(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float high_half(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ unsigned bfloat16(float f) {
+    const unsigned u = __float_as_uint(f);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// psi^n = b psi^(n-1) + a D1 p^n of a layer cell, from its word of step n-1, its (a, b)
+// and p^n at its 4 neighbours.
+__device__ __forceinline__ float psi_now(unsigned w, float2 ab, float m2, float m1, float p1, float p2) {
+    return __fadd_rn(__fmul_rn(ab.y, low_half(w)), __fmul_rn(ab.x, d1(m2, m1, p1, p2)));
+}
+
+// e = D1 psi^n + zeta^n with zeta^n = b zeta^(n-1) + a (D2 p^n + D1 psi^n), the cell's
+// word of step n (psi^n, zeta^n) stored at `next`. psi: psi^n at v-2 .. v+2; q: p^n there.
+__device__ __forceinline__ float layer_e(const float psi[5], const float q[5], unsigned w, float2 ab, unsigned* next) {
+    const float g = d1(psi[0], psi[1], psi[3], psi[4]);
+    const float zeta = __fadd_rn(__fmul_rn(ab.y, high_half(w)), __fmul_rn(ab.x, __fadd_rn(d2(q[0], q[1], q[2], q[3], q[4]), g)));
+    __stcs(next, (bfloat16(zeta) << 16) | bfloat16(psi[2]));
+    return __fadd_rn(g, zeta);
+}
+
+// e of the layer cell (x, y, z) (flat index i) along the in-plane axis AX (0: x, 1: y), its
+// word stored. Every load is unconditional, so that the compiler issues them together: p at
+// v-4 .. v+4 (those past the border are other rows' values, which only feed a neighbour
+// outside the layers, whose psi is 0), a neighbour's word at slot 0 when it has none.
+template <int AX>
+__device__ __forceinline__ float in_plane_e(int x, int y, int z, int i, const Shell& s) {
+    const int ix = s.nx - 2 * R, iy = s.ny - 2 * R, iz = s.nz - 2 * R, two_w = 2 * s.width;
+    int v, n, st, base, step, table;  // the words of the cell's row along the axis: base + slot * step
+    if constexpr (AX == 0) {
+        v = x, n = s.nx, st = 1, base = ((z - R) * iy + (y - R)) * two_w, step = 1, table = 0;
+    } else {
+        v = y, n = s.ny, st = s.nx, base = iz * iy * two_w + (z - R) * two_w * ix + (x - R), step = ix, table = s.nx;
+    }
+    float q[9];  // p^n at v-4 .. v+4
+#pragma unroll
+    for (int k = -4; k <= 4; ++k) q[k + 4] = __ldg(s.p + (i + k * st));
+    float psi[5];
+#pragma unroll
+    for (int k = -2; k <= 2; ++k) {
+        const int l = slot(v + k, n, s.width);
+        const float value = psi_now(__ldg(s.state + (base + max(l, 0) * step)), __ldg(s.profile + (table + v + k)), q[k + 2], q[k + 3], q[k + 5], q[k + 6]);
+        psi[k + 2] = l < 0 ? 0.0f : value;
+    }
+    const int own = base + slot(v, n, s.width) * step;
+    return layer_e(psi, q + 2, __ldg(s.state + own), __ldg(s.profile + (table + v)), s.next + own);
+}
+
 // ------------------------------------------------------------- block geometry --
 
 struct Block {
-    int x0, y0;  // first point of the tile (x0 = 32 bx, y0 = 2 + 8 by)
+    int x0, y0;  // first point of the tile (x0 = x_tile + 32 bx, y0 = y_lo + 8 by)
     int z0, z1;  // planes [z0, z1) of the block (plain: one)
 };
 
-__device__ __forceinline__ Block plain_block() {
+__device__ __forceinline__ Block plain_block(const Step& s) {
     Block b;
-    b.x0 = static_cast<int>(blockIdx.x) * BX;
-    b.y0 = R + static_cast<int>(blockIdx.y) * BY;
+    b.x0 = s.x_tile + static_cast<int>(blockIdx.x) * BX;
+    b.y0 = s.y_lo + static_cast<int>(blockIdx.y) * BY;
     b.z0 = R + static_cast<int>(blockIdx.z);
     b.z1 = b.z0 + 1;
     return b;
@@ -263,7 +273,7 @@ __device__ __forceinline__ Block plain_block() {
 // numbered x-fastest: tile = by tiles_x + bx.
 __device__ __forceinline__ Block march_block(const Step& s) {
     const int interior = s.nz - 2 * R;
-    const int tiles = s.tiles_x * ((s.ny - 2 * R + BY - 1) / BY);
+    const int tiles = s.tiles_x * ((s.y_hi - s.y_lo + BY - 1) / BY);
     const int chunks_a = (interior + s.za - 1) / s.za;
     int b = static_cast<int>(blockIdx.x), tile, chunk, length;
     if (b < s.tiles_a * chunks_a) {
@@ -279,8 +289,8 @@ __device__ __forceinline__ Block march_block(const Step& s) {
     }
     const int by = tile / s.tiles_x;
     Block k;
-    k.x0 = (tile - by * s.tiles_x) * BX;
-    k.y0 = R + by * BY;
+    k.x0 = s.x_tile + (tile - by * s.tiles_x) * BX;
+    k.y0 = s.y_lo + by * BY;
     k.z0 = R + chunk * length;
     k.z1 = min(k.z0 + length, s.nz - R);
     return k;
@@ -458,7 +468,7 @@ template <int M, int Z, int B>
 __device__ __forceinline__ void variant(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const Step& s) {
     Tile* tiles = nullptr;
     if constexpr (M == SHARED) tiles = shared_tiles;
-    const Block b = Z == PLAIN ? plain_block() : march_block(s);
+    const Block b = Z == PLAIN ? plain_block(s) : march_block(s);
     if constexpr (Z == INT_Z_REG) {
         march_reg<M, B>(p, pp, c, tiles, b, s);
     } else if constexpr (M == SHARED) {
@@ -470,76 +480,123 @@ __device__ __forceinline__ void variant(const float* __restrict__ p, float* __re
 
 }  // namespace
 
-// ------------------------------------------------------- the kernels (9 x 3) --
+// ------------------------------------------------------- the kernels (9 x 2) --
 
-#define STENCIL_ARGS                                                                                              \
-    const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz,     \
-        int tiles_x, int tiles_a, int za, int zb, int sx, int sy, int sz, float amp, float eta_max,               \
-        const float* __restrict__ ramps, const float* __restrict__ psi, float* __restrict__ zeta, int width
-#define STEP Step{nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps, p, psi, zeta, width}
+#define STENCIL_ARGS                                                                                                \
+    const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, int nx, int ny, int nz,       \
+        int x_tile, int x_lo, int x_hi, int y_lo, int y_hi, int tiles_x, int tiles_a, int za, int zb, int sx,       \
+        int sy, int sz, float amp, float eta_max, const float* __restrict__ ramps
+#define STEP Step{nx, ny, nz, x_tile, x_lo, x_hi, y_lo, y_hi, tiles_x, tiles_a, za, zb, sx, sy, sz, amp, eta_max, ramps}
 
 // Occupancy (blocks of 256 threads per SM, registers per thread): plain and int_z 8 (32);
 // int_z_reg 6 (40): its queues hold 20 registers; the sponge kernels of int_z and int_z_reg
-// one block less (the IEEE division's call needs registers); the CPML kernels 8 (32) plain,
-// 4 (64) z-marching: the layer terms' addresses and loads, inlined (a call instead spills
-// the Step to the stack; 5 or 6 blocks spill the z-marching ones). No spills (nvcc
+// one block less (the IEEE division's call needs registers). No spills (nvcc
 // --resource-usage).
-#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS, CPML_BLOCKS)                                              \
+#define KERNELS(NAME, MEMORY, MARCH, BLOCKS, SPONGE_BLOCKS)                                                           \
     __global__ void __launch_bounds__(THREADS, BLOCKS) stencil_##NAME(STENCIL_ARGS) {                               \
         variant<MEMORY, MARCH, WALLS>(p, pp, c, STEP);                                                                 \
     }                                                                                                                 \
     __global__ void __launch_bounds__(THREADS, SPONGE_BLOCKS) stencil_##NAME##_sponge(STENCIL_ARGS) {               \
         variant<MEMORY, MARCH, SPONGE>(p, pp, c, STEP);                                                                \
-    }                                                                                                                 \
-    __global__ void __launch_bounds__(THREADS, CPML_BLOCKS) stencil_##NAME##_cpml(STENCIL_ARGS) {                   \
-        variant<MEMORY, MARCH, CPML>(p, pp, c, STEP);                                                                  \
     }
+
+// cpml_shell: 5 blocks (48 registers; 32-72 bytes of its ring spill to the stack, which ran
+// 10-15 % faster than 4 blocks with no spill, on an H200).
+#ifndef SHELL_BLOCKS
+#define SHELL_BLOCKS 5
+#endif
 
 extern "C" {
 
-KERNELS(naive, NAIVE, PLAIN, 8, 8, 8)
-KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6, 4)
-KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5, 4)
-KERNELS(shared, SHARED, PLAIN, 8, 8, 8)
-KERNELS(shared_int_z, SHARED, INT_Z, 8, 6, 4)
-KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5, 4)
-KERNELS(readonly, READONLY, PLAIN, 8, 8, 8)
-KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6, 4)
-KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5, 4)
+KERNELS(naive, NAIVE, PLAIN, 8, 8)
+KERNELS(naive_int_z, NAIVE, INT_Z, 8, 6)
+KERNELS(naive_int_z_reg, NAIVE, INT_Z_REG, 6, 5)
+KERNELS(shared, SHARED, PLAIN, 8, 8)
+KERNELS(shared_int_z, SHARED, INT_Z, 8, 6)
+KERNELS(shared_int_z_reg, SHARED, INT_Z_REG, 6, 5)
+KERNELS(readonly, READONLY, PLAIN, 8, 8)
+KERNELS(readonly_int_z, READONLY, INT_Z, 8, 6)
+KERNELS(readonly_int_z_reg, READONLY, INT_Z_REG, 6, 5)
 
-// The CPML's first half step: psi^n = b psi^(n-1) + a D1 p^n for every cell of the layers
-// (the slab layout above: k < x cells, then y's, then z's), one thread a cell.
-__global__ void __launch_bounds__(THREADS) cpml_psi(const float* __restrict__ p, float* __restrict__ psi, const float* __restrict__ profile, int nx, int ny, int nz, int width) {
-    const int ix = nx - 2 * R, iy = ny - 2 * R, iz = nz - 2 * R, two_w = 2 * width;
-    const int cells_x = iz * iy * two_w, cells_y = iz * two_w * ix, cells_z = two_w * iy * ix;
-    // in 64 bits: the last block's spare threads may pass 2^31 - 1 where the cells come close to it
-    const long long cell = static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x;
-    if (cell >= static_cast<long long>(cells_x) + cells_y + cells_z) return;
-    const int k = static_cast<int>(cell);
-    int x, y, z, v, stride, table;
-    if (k < cells_x) {
-        const int row = k / two_w;
-        x = coordinate(k - row * two_w, nx, width);
-        y = R + row % iy;
-        z = R + row / iy;
-        v = x, stride = 1, table = 0;
-    } else if (k < cells_x + cells_y) {
-        const int j = k - cells_x, row = j / ix;
-        x = R + (j - row * ix);
-        y = coordinate(row % two_w, ny, width);
-        z = R + row / two_w;
-        v = y, stride = nx, table = nx;
-    } else {
-        const int j = k - cells_x - cells_y, row = j / ix;
-        x = R + (j - row * ix);
-        y = R + row % iy;
-        z = coordinate(row / iy, nz, width);
-        v = z, stride = nx * ny, table = nx + ny;
+// The CPML's shell (see "the CPML" above): p^(n+1) into pp at the chunk's points, with
+// e = (e_x + e_y) + e_z of the axes whose layers hold the point added to the Laplacian, as
+// the reference does. p's in-plane neighbours come through the read-only path, its column
+// from a ring of registers: planes z-2 .. z+4 (z+4 for psi_z^n at z+2), with psi_z^n at
+// z-2 .. z+2 and the z words at z .. z+2.
+__global__ void __launch_bounds__(THREADS, SHELL_BLOCKS)
+    cpml_shell(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const int4* __restrict__ chunks,
+               const float2* __restrict__ profile, const unsigned* __restrict__ state, unsigned* __restrict__ next, int nx, int ny, int nz,
+               int width, int sx, int sy, int sz, float amp) {
+    const int4 k = __ldg(chunks + blockIdx.x);
+    const int x = k.x + static_cast<int>(threadIdx.x), y = k.y + static_cast<int>(threadIdx.y), z0 = k.z, z1 = k.w;
+    if (x < R || x >= nx - R || y >= ny - R) return;
+    const Shell s{nx, ny, nz, width, p, profile, state, next};
+    const int sy_ = nx, sz_ = nx * ny, column = y * nx + x;
+    const bool in_x = slot(x, nx, width) >= 0, in_y = slot(y, ny, width) >= 0;
+    const int zbase = (nz - 2 * R) * 2 * width * ((ny - 2 * R) + (nx - 2 * R)) + (y - R) * (nx - 2 * R) + (x - R);
+    const int zstep = (ny - 2 * R) * (nx - 2 * R), ztable = nx + ny;
+
+    // The column at z0: p at z0-2 .. z0+3 (planes outside the array read as 0: they only
+    // feed psi outside the layers), psi_z^n at z0-2 .. z0+1, words at z0, z0+1.
+    float r[7], psi[5];
+    unsigned w[3] = {0u, 0u, 0u};
+    float early[2];  // p at z0-4, z0-3: psi_z^n at z0-2 needs them
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int zz = z0 - 4 + j;
+        early[j] = zz >= 0 ? __ldg(p + (zz * sz_ + column)) : 0.0f;
     }
-    const float* __restrict__ a = p + ((z * ny + y) * nx + x);
-    const float g = d1(__ldg(a - 2 * stride), __ldg(a - stride), __ldg(a + stride), __ldg(a + 2 * stride));
-    const float ca = __ldg(profile + (table + v)), cb = __ldg(profile + (nx + ny + nz + table + v));
-    __stcs(psi + k, __fadd_rn(__fmul_rn(cb, __ldcs(psi + k)), __fmul_rn(ca, g)));
+#pragma unroll
+    for (int j = 0; j < 6; ++j) {
+        const int zz = z0 - 2 + j;
+        r[j] = zz < nz ? __ldg(p + (zz * sz_ + column)) : 0.0f;
+    }
+    r[6] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // psi_z^n at z0-2+j from p at z0-4+j .. z0+j
+        const int zz = z0 - 2 + j, l = slot(zz, nz, width);
+        psi[j] = 0.0f;
+        if (l >= 0) {
+            const float m2 = j < 2 ? early[j] : r[j - 2];
+            const float m1 = j < 1 ? early[j + 1] : r[j - 1];
+            const unsigned word = __ldg(state + (zbase + l * zstep));
+            psi[j] = psi_now(word, __ldg(profile + (ztable + zz)), m2, m1, r[j + 1], r[j + 2]);
+            if (j >= 2) w[j - 2] = word;
+        }
+    }
+    psi[4] = 0.0f;
+
+#pragma unroll 1
+    for (int z = z0; z < z1; ++z) {
+        const int i = z * sz_ + column;
+        // The ring's new plane, and psi_z^n at z+2.
+        r[6] = z + 4 < nz ? __ldg(p + (i + 4 * sz_)) : 0.0f;
+        const int l2 = slot(z + 2, nz, width);
+        psi[4] = 0.0f;
+        w[2] = 0u;
+        if (l2 >= 0) {
+            w[2] = __ldg(state + (zbase + l2 * zstep));
+            psi[4] = psi_now(w[2], __ldg(profile + (ztable + z + 2)), r[2], r[3], r[5], r[6]);
+        }
+        const float* __restrict__ a = p + i;
+        const float s1 = sum6(__ldg(a - 1), __ldg(a + 1), __ldg(p + (i - sy_)), __ldg(p + (i + sy_)), r[1], r[3]);
+        const float s2 = sum6(__ldg(a - 2), __ldg(a + 2), __ldg(p + (i - 2 * sy_)), __ldg(p + (i + 2 * sy_)), r[0], r[4]);
+        float e = 0.0f;
+        if (in_x) e = __fadd_rn(e, in_plane_e<0>(x, y, z, i, s));
+        if (in_y) e = __fadd_rn(e, in_plane_e<1>(x, y, z, i, s));
+        const int l = slot(z, nz, width);
+        if (l >= 0) e = __fadd_rn(e, layer_e(psi, r, w[0], __ldg(profile + (ztable + z)), next + (zbase + l * zstep)));
+        const float term = __fadd_rn(laplacian(r[2], s1, s2), e);
+        float num = __fadd_rn(__fsub_rn(__fadd_rn(r[2], r[2]), __ldcs(pp + i)), __fmul_rn(__ldcs(c + i), term));
+        if (x == sx && y == sy && z == sz) num = __fadd_rn(num, amp);
+        __stcs(pp + i, num);
+#pragma unroll
+        for (int j = 0; j < 6; ++j) r[j] = r[j + 1];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) psi[j] = psi[j + 1];
+        w[0] = w[1];
+        w[1] = w[2];
+    }
 }
 
 // The shot record: out[k] = p[index[k]] for k < n (one row of the record per step).

@@ -433,8 +433,12 @@ def test_a_shot_on_the_gpu_matches_the_reference(make_client, variant, layer):
     assert result["energy"]["joules"] is None or result["gpts_per_j"] > 0
     record = np.load(io.BytesIO(fetch(client, r["files"]["shot_record.npy"])))
     expected = expected_shot(body).record
-    if "boundary" in layer:  # from rest the CPML carries subnormals the GPU rounds otherwise: test_cuda.py
+    if "boundary" in layer:
+        # From rest the CPML carries subnormals, which the GPU flushes (test_cuda.py); a value
+        # a few ulps off on a bfloat16 rounding boundary is then stored one bfloat16 step away
+        # in the layers' memory (cpml.py): measured 1.5e-5, against 2e-4 between bfloat16 and
+        # float32 memory variables themselves (BENCHMARKS.md).
         error = np.linalg.norm((record - expected).astype(np.float64)) / np.linalg.norm(expected.astype(np.float64))
-        assert error <= 1e-6, f"relative L2 {error:.3g}"
+        assert error <= 1e-4, f"relative L2 {error:.3g}"
     else:
         np.testing.assert_array_equal(record, expected)

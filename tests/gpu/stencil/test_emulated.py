@@ -1,19 +1,20 @@
 """gpu/stencil/stencil.cu on the CPU: the real kernel source compiled by g++ with a small
 CUDA shim (tests/gpu/stencil/emulator/emulator.cpp), launched exactly as cuda.launch
-launches it (geometry.launches: slabs, wave plans, grids, arguments), against
-gpu/stencil/reference.py bit for bit.
+launches it (geometry.launches: slabs, wave plans, boxes, grids, arguments; the CPML's
+cpml_shell over geometry.shell_chunks), against gpu/stencil/reference.py bit for bit.
 
-What this checks without a GPU: the index arithmetic of all 27 kernels (9 variants: no
-layer, the sponge, the CPML) and of cpml_psi, with the production blocks (32 x 8 threads;
-cpml_psi 256), on odd sizes, partial tiles, one-point grids, every kind of z
-chunking (uniform, two-phase plans, chunks shorter than the register pipeline), z slabs;
-that no load leaves the arrays and no store leaves pp, or the CPML's zeta and psi, each of
-whose cells is stored once a launch (the emulator bounds-checks and counts each);
-that the Dirichlet border and p are never written; that barriers are block-uniform and
-shared memory is never read before it is written in a block (poisoned with NaN); and, by
-running each block's threads in forward, reverse and shuffled order between barriers,
-that there is no shared-memory race. What it cannot check: timing, and the GPU's own
-compiler (the GPU tests in test_cuda.py run the same cases on the device).
+What this checks without a GPU: the index arithmetic of all 18 variant kernels (no layer,
+the sponge; with the CPML on its inner box) and of cpml_shell, with the production blocks
+(32 x 8 threads), on odd sizes, partial tiles, one-point grids, every kind of z chunking
+(uniform, two-phase plans, chunks shorter than the register pipeline), z slabs, shell
+columns cut into chunks that start inside a layer; that no load leaves the arrays and no
+store leaves the interior of pp or the CPML's next words, that each interior point is
+stored exactly once a step (by the shell or the box) and each word once a launch; that the
+Dirichlet border and p are never written; that barriers are block-uniform and shared
+memory is never read before it is written in a block (poisoned with NaN); and, by running
+each block's threads in forward, reverse and shuffled order between barriers, that there
+is no shared-memory race. What it cannot check: timing, and the GPU's own compiler (the
+GPU tests in test_cuda.py run the same cases on the device).
 """
 
 from __future__ import annotations
@@ -75,31 +76,36 @@ def emulator(tmp_path_factory):
         ctypes.c_longlong,
         FLOAT_P,
         ctypes.c_longlong,
-        FLOAT_P,
-        FLOAT_P,
-        ctypes.c_longlong,
-        ctypes.c_int,
         ctypes.POINTER(ctypes.c_int),
         ctypes.c_float,
         ctypes.c_float,
+        *(ctypes.c_int,) * 4,
+        ctypes.c_uint,
+        ctypes.c_char_p,
         ctypes.c_int,
+    ]
+    lib.emulate_shell.restype = ctypes.c_int
+    lib.emulate_shell.argtypes = [
+        FLOAT_P,
+        FLOAT_P,
+        FLOAT_P,
+        ctypes.c_void_p,
         ctypes.c_int,
-        ctypes.c_int,
+        FLOAT_P,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_longlong,
+        *(ctypes.c_int,) * 7,
+        ctypes.c_float,
         ctypes.c_int,
         ctypes.c_uint,
         ctypes.c_char_p,
         ctypes.c_int,
     ]
-    lib.emulate_psi.restype = ctypes.c_int
-    lib.emulate_psi.argtypes = [
-        FLOAT_P,
-        FLOAT_P,
-        ctypes.c_longlong,
-        FLOAT_P,
-        *(ctypes.c_int,) * 5,
-        ctypes.c_char_p,
-        ctypes.c_int,
-    ]
+    lib.begin_step.restype = None
+    lib.begin_step.argtypes = [FLOAT_P, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.end_step.restype = ctypes.c_int
+    lib.end_step.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return lib
 
 
@@ -109,42 +115,71 @@ def _pointer(a: np.ndarray):
 
 
 class CpmlState:
-    """The CPML's buffers as cuda.CpmlBuffers holds them, in NumPy: psi, zeta (slab layout,
-    zero at the start), the profile table, the width."""
+    """The CPML's buffers as cuda.CpmlBuffers holds them, in NumPy: the words of the last
+    step and of this one (uint32, psi and zeta as bfloat16, slab layout, zero at the start),
+    the profile table, cpml_shell's chunks and the width."""
 
-    def __init__(self, params: StencilParams):
+    def __init__(self, params: StencilParams, planes: int | None = None):
         cells = sum(params.cpml_slabs)
-        self.psi, self.zeta = np.zeros(cells, np.float32), np.zeros(cells, np.float32)
+        self.state, self.next = np.zeros(cells, np.uint32), np.zeros(cells, np.uint32)
         self.profile = layers.profile_table(params)
+        self.chunks = geometry.shell_chunks(params.shape, params.cpml, planes)
         self.width = params.cpml
 
+    def swap(self) -> None:
+        self.state, self.next = self.next, self.state
 
-def psi_on_emulator(lib, p: np.ndarray, shape, state: CpmlState, blocks_short: int = 0) -> tuple[int, bytes]:
-    """cpml_psi on the emulator with the grid cuda.launch gives it, `blocks_short` blocks
-    fewer: (return code, the emulator's message)."""
+
+def shell_on_emulator(
+    lib, p, pp, c, shape, source, amp: float, state: CpmlState, blocks_short: int = 0, order: int = 0, seed: int = 0
+) -> tuple[int, bytes]:
+    """cpml_shell on the emulator over the shell's chunks (`blocks_short` fewer), inside a
+    step (begin_step): (return code, the emulator's message)."""
     nz, ny, nx = shape
     message = ctypes.create_string_buffer(512)
-    blocks = -(-state.psi.size // geometry.THREADS) - blocks_short
-    rc = lib.emulate_psi(
+    rc = lib.emulate_shell(
         _pointer(p),
-        _pointer(state.psi),
-        state.psi.size,
+        _pointer(pp),
+        _pointer(c),
+        state.chunks.ctypes.data,
+        len(state.chunks) - blocks_short,
         _pointer(state.profile),
+        state.state.ctypes.data,
+        state.next.ctypes.data,
+        state.state.size,
         nx,
         ny,
         nz,
         state.width,
-        blocks,
+        *source,
+        amp,
+        order,
+        seed,
         message,
         len(message),
     )
     return rc, message.value
 
 
-def emulated_psi(lib, p: np.ndarray, shape, state: CpmlState) -> None:
-    """cpml_psi as cuda.launch launches it, on the emulator."""
-    rc, message = psi_on_emulator(lib, p, shape, state)
-    assert rc == 0, f"cpml_psi: {message.decode()}"
+def emulate_kernel(lib, step: geometry.Launch, views, ramps, amp: float, eta_max: float, grid=None, order=0, seed=0):
+    """One launch of a variant's kernel on the emulator: (return code, message)."""
+    message = ctypes.create_string_buffer(512)
+    rc = lib.emulate(
+        step.kernel.encode(),
+        *(_pointer(v) for v in views),
+        views[0].size,
+        _pointer(ramps) if ramps is not None else None,
+        0 if ramps is None else ramps.size,
+        (ctypes.c_int * len(step.ints))(*step.ints),
+        amp,
+        eta_max,
+        *(grid or step.grid),
+        order,
+        seed,
+        message,
+        len(message),
+    )
+    return rc, message.value
 
 
 def emulated_launch(
@@ -165,44 +200,26 @@ def emulated_launch(
     seed: int = 0,
     cpml: CpmlState | None = None,
 ) -> None:
-    """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the emulator."""
+    """One step as cuda.launch does it (p, pp, c flat float32 NumPy arrays), on the
+    emulator; every interior point must be stored exactly once by the step's launches."""
     nz, ny, nx = shape
     plane = nx * ny
-    width = cpml.width if cpml is not None else 0
+    lib.begin_step(_pointer(pp), nx, ny, nz)
     if cpml is not None:
-        emulated_psi(lib, p, shape, cpml)
+        rc, text = shell_on_emulator(lib, p, pp, c, shape, source, amp, cpml, order=order, seed=seed)
+        assert rc == 0, f"cpml_shell: {text.decode()}"
+    width = cpml.width if cpml is not None else 0
     for step in geometry.launches(variant, shape, source, sponge, zchunk, lambda _name: resident, max_points, width):
         part = slice(step.lo * plane, step.hi * plane)
-        views = p[part], pp[part], c[part]
-        if cpml is not None:
-            ramps = cpml.profile
-        else:
-            ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
-        ints = (ctypes.c_int * 10)(*step.ints)
-        message = ctypes.create_string_buffer(512)
-        rc = lib.emulate(
-            step.kernel.encode(),
-            *(_pointer(v) for v in views),
-            views[0].size,
-            _pointer(ramps) if ramps is not None else None,
-            0 if ramps is None else ramps.size,
-            _pointer(cpml.psi) if cpml is not None else None,
-            _pointer(cpml.zeta) if cpml is not None else None,
-            cpml.psi.size if cpml is not None else 0,
-            width,
-            ints,
-            amp,
-            eta_max,
-            *step.grid,
-            order,
-            seed,
-            message,
-            len(message),
-        )
+        ramps = ref.ramp_table(nx, ny, nz, sponge, step.lo, step.hi) if sponge > 0 else None
+        rc, text = emulate_kernel(lib, step, (p[part], pp[part], c[part]), ramps, amp, eta_max, order=order, seed=seed)
         assert rc == 0, (
-            f"{step.kernel} {step.grid}: "
-            f"{message.value.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
+            f"{step.kernel} {step.grid}: {text.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
         )
+    message = ctypes.create_string_buffer(512)
+    assert lib.end_step(message, len(message)) == 0, message.value.decode()
+    if cpml is not None:
+        cpml.swap()
 
 
 def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, source=None, cpml: int = 0):
@@ -237,14 +254,21 @@ def random_case(rng: np.random.Generator, shape_xyz, sponge: int, steps: int, so
 
 
 def run_emulated(
-    lib, variant: str, params: StencilParams, p0: np.ndarray, p_prev: np.ndarray, **launch
+    lib,
+    variant: str,
+    params: StencilParams,
+    p0: np.ndarray,
+    p_prev: np.ndarray,
+    shell_planes: int | None = None,
+    **launch,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(p^steps, p^(steps-1)) of `params.steps` emulated steps from (p0, p_prev)."""
+    """(p^steps, p^(steps-1)) of `params.steps` emulated steps from (p0, p_prev); the
+    CPML's shell in chunks of at most `shell_planes` planes."""
     c = ref.coefficients(params.velocity(), params.dt, params.h).ravel()
     p, pp = p0.ravel().copy(), p_prev.ravel().copy()
     amplitudes = ref.source_amplitudes(params)
     eta_max = float(np.float32(params.eta_max))
-    state = CpmlState(params) if params.cpml else None
+    state = CpmlState(params, shell_planes) if params.cpml else None
     for n in range(params.steps):
         before = p.copy()
         emulated_launch(
@@ -314,12 +338,12 @@ def test_every_z_chunking(emulator, rng, variant):
     interior = params.nz - 4
     for zchunk in (1, 2, 3, 4, 5, 7, 8, 9, 16, interior, interior + 5):
         assert_matches(emulator, variant, params, p0, p_prev, zchunk=zchunk)
-    with_cpml, p0_cpml, p_prev_cpml = random_case(rng, (45, 19, 27), sponge=0, steps=2, cpml=4)
+    with_cpml, p0_cpml, p_prev_cpml = random_case(rng, (100, 43, 31), sponge=0, steps=2, cpml=6)  # an inner box
     for zchunk in (1, 3, 5, 8, 9, interior + 5):
         assert_matches(emulator, variant, with_cpml, p0_cpml, p_prev_cpml, zchunk=zchunk)
-    tiles = np.prod(geometry.tiles(params.nx, params.ny))
-    for resident in (1, 3, 5, int(tiles) - 1, int(tiles) + 1, 1000):
-        plan = geometry.march_plan(params.nx, params.ny, params.nz, resident, geometry.marching(variant))
+    tiles = int(np.prod(geometry.interior(params.shape).tiles))
+    for resident in (1, 3, 5, tiles - 1, tiles + 1, 1000):
+        plan = geometry.march_plan(tiles, interior, resident, geometry.marching(variant))
         assert_matches(emulator, variant, params, p0, p_prev, what=plan.describe(), resident=resident)
 
 
@@ -371,92 +395,50 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
         p_prev.ravel().copy(),
         ref.coefficients(params.velocity(), params.dt, params.h).ravel(),
     )
-    step = geometry.launches("readonly_int_z_reg", params.shape, params.source, params.sponge, None, lambda _name: 792)[
-        0
-    ]
+    [step] = geometry.launches(
+        "readonly_int_z_reg", params.shape, params.source, params.sponge, None, lambda _name: 792
+    )
     short = ref.ramp_table(nx, ny, nz, params.sponge, 0, 2)  # fz of the border planes 0, 1 only
+    emulator.begin_step(_pointer(pp), nx, ny, nz)
+    rc, text = emulate_kernel(emulator, step, (p, pp, c), short, 0.0, 1.0)
+    assert rc == 1 and b"load outside" in text
+    [fewer] = geometry.launches("readonly", params.shape, params.source, 0, None, lambda _name: 792)
+    emulator.begin_step(_pointer(pp), nx, ny, nz)
+    rc, text = emulate_kernel(emulator, fewer, (p, pp, c), None, 0.0, 0.0, grid=(*fewer.grid[:2], fewer.grid[2] - 1))
+    assert rc == 0
     message = ctypes.create_string_buffer(512)
-    rc = emulator.emulate(
-        step.kernel.encode(),
-        _pointer(p),
-        _pointer(pp),
-        _pointer(c),
-        p.size,
-        _pointer(short),
-        short.size,
-        None,
-        None,
-        0,
-        0,
-        (ctypes.c_int * 10)(*step.ints),
-        0.0,
-        1.0,
-        *step.grid,
-        0,
-        0,
-        message,
-        len(message),
-    )
-    assert rc == 1 and b"load outside" in message.value
-    fewer = geometry.launches("readonly", params.shape, params.source, 0, None, lambda _name: 792)[0]
-    grid = (fewer.grid[0], fewer.grid[1], fewer.grid[2] - 1)
-    rc = emulator.emulate(
-        fewer.kernel.encode(),
-        _pointer(p),
-        _pointer(pp),
-        _pointer(c),
-        p.size,
-        None,
-        0,
-        None,
-        None,
-        0,
-        0,
-        (ctypes.c_int * 10)(*fewer.ints),
-        0.0,
-        0.0,
-        *grid,
-        0,
-        0,
-        message,
-        len(message),
-    )
-    assert rc == 1 and b"not written" in message.value
+    assert emulator.end_step(message, len(message)) == 1 and b"not written" in message.value
 
 
 def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
-    """A psi launch one block short leaves the last layer cells unwritten; a stencil launch
-    missing its last plane leaves zeta cells unwritten: both are reported."""
-    params, p0, _ = random_case(rng, (37, 12, 11), sponge=0, steps=1, cpml=3)
+    """A shell launch one chunk short leaves its layer words unwritten; a step whose inner
+    box launch misses its last plane leaves interior points unwritten: both are reported."""
+    params, p0, _ = random_case(rng, (100, 50, 45), sponge=0, steps=1, cpml=5)
     nz, ny, nx = params.shape
     state = CpmlState(params)
     p = p0.ravel().copy()
-    rc, text = psi_on_emulator(emulator, p, params.shape, state, blocks_short=1)
-    assert rc == 1 and b"CPML cell" in text and b"not written" in text, text
-    message = ctypes.create_string_buffer(512)
     pp, c = np.zeros_like(p), ref.coefficients(params.velocity(), params.dt, params.h).ravel()
-    step = geometry.launches("naive", params.shape, params.source, 0, None, lambda _name: 792, cpml=3)[0]
-    rc = emulator.emulate(
-        step.kernel.encode(),
-        _pointer(p),
-        _pointer(pp),
-        _pointer(c),
-        p.size,
-        _pointer(state.profile),
-        state.profile.size,
-        _pointer(state.psi),
-        _pointer(state.zeta),
-        state.psi.size,
-        3,
-        (ctypes.c_int * 10)(*step.ints),
-        0.0,
-        0.0,
-        step.grid[0],
-        step.grid[1],
-        step.grid[2] - 1,
-        0,
-        0,
-        message,
-        len(message),
-    )
-    assert rc == 1 and b"not written" in message.value, message.value
+    emulator.begin_step(_pointer(pp), nx, ny, nz)
+    rc, text = shell_on_emulator(emulator, p, pp, c, params.shape, params.source, 0.0, state, blocks_short=1)
+    assert rc == 1 and b"CPML word" in text and b"not written" in text, text
+    emulator.begin_step(_pointer(pp), nx, ny, nz)
+    rc, text = shell_on_emulator(emulator, p, pp, c, params.shape, params.source, 0.0, state)
+    assert rc == 0, text
+    [box] = geometry.launches("naive", params.shape, params.source, 0, None, lambda _name: 792, cpml=5)
+    part = slice(box.lo * nx * ny, box.hi * nx * ny)
+    grid = (*box.grid[:2], box.grid[2] - 1)
+    rc, text = emulate_kernel(emulator, box, (p[part], pp[part], c[part]), None, 0.0, 0.0, grid=grid)
+    assert rc == 0, text
+    message = ctypes.create_string_buffer(512)
+    assert emulator.end_step(message, len(message)) == 1 and b"not written" in message.value
+
+
+def test_shell_chunks_that_start_inside_a_layer(emulator, rng):
+    """Shell columns cut into chunks of 3 and 7 planes (their rings start inside the z
+    layers and across their edges), on a grid with an inner box, with and without the
+    source in the layers."""
+    for planes in (3, 7):
+        for source in (None, (3, 4, 3)):
+            params, p0, p_prev = random_case(rng, (100, 43, 31), sponge=0, steps=3, source=source, cpml=6)
+            assert geometry.inner_box(params.shape, 6) is not None
+            assert_matches(emulator, "readonly", params, p0, p_prev, what=f"chunks of {planes}", shell_planes=planes)

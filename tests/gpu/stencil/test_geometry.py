@@ -1,5 +1,6 @@
 """gpu/stencil/geometry.py: tiles, the z-marching plans (every interior (tile, plane) once,
-whole waves on the benchmark's grids), the z slabs past 2^31 points, and the launches that
+whole waves on the benchmark's grids), the z slabs past 2^31 points, the CPML's inner box
+and shell (every interior point once, by one of the two), and the launches that
 cuda.launch and the CPU emulation share."""
 
 from __future__ import annotations
@@ -33,13 +34,20 @@ def makespan(plan: geometry.MarchPlan, resident: int, start: float) -> float:
     return max(slots)
 
 
+def plan_of(nx: int, ny: int, nz: int, resident: int, kind: str = "int_z_reg") -> geometry.MarchPlan:
+    """march_plan for the whole interior of a grid."""
+    tx, ty = geometry.interior((nz, ny, nx)).tiles
+    return geometry.march_plan(tx * ty, nz - 4, resident, kind)
+
+
 def test_tiles_start_at_x_0_and_y_2():
-    assert geometry.tiles(1024, 256) == (
+    assert geometry.interior((256, 256, 1024)).tiles == (
         32,
         32,
-    )  # 1024 columns in 32 aligned tiles; 252 interior rows in 32 (the last half full)
-    assert geometry.tiles(33, 13) == (2, 2)  # the second x tile holds only the border column x = 32
-    assert geometry.tiles(5, 5) == (1, 1)
+    )  # 1020 interior columns from x = 0 in 32 aligned tiles; 252 rows in 32 (the last half full)
+    assert geometry.interior((9, 13, 33)).tiles == (1, 2)  # x = 2 .. 30 in one tile
+    assert geometry.interior((9, 13, 35)).tiles == (2, 2)  # x = 32 in a second
+    assert geometry.interior((5, 5, 5)).tiles == (1, 1)
 
 
 @pytest.mark.parametrize("kind", ["int_z", "int_z_reg"])
@@ -49,13 +57,14 @@ def test_tiles_start_at_x_0_and_y_2():
 def test_every_plan_updates_every_interior_plane_of_every_tile_once(shape, kind):
     nx, ny, nz = shape
     for resident in (1, 2, 7, 64, 792, 100_000):
-        plan = geometry.march_plan(nx, ny, nz, resident, kind)
+        plan = plan_of(nx, ny, nz, resident, kind)
         assert (covered(plan) == 1).all(), (shape, resident, plan)
         assert plan.tiles_a % resident == 0 or plan.tiles_a == plan.tiles  # phase A: whole waves
+    tiles = int(np.prod(geometry.interior((nz, ny, nx)).tiles))
     for zchunk in (1, 3, 8, nz, 10 * nz):
-        assert (covered(geometry.uniform_plan(nx, ny, nz, zchunk)) == 1).all(), (shape, zchunk)
+        assert (covered(geometry.uniform_plan(tiles, nz - 4, zchunk)) == 1).all(), (shape, zchunk)
     with pytest.raises(ValueError):
-        geometry.uniform_plan(nx, ny, nz, 0)
+        geometry.uniform_plan(tiles, nz - 4, 0)
 
 
 @pytest.mark.parametrize(
@@ -66,19 +75,19 @@ def test_the_plans_fill_whole_waves_on_the_benchmark_grids(shape):
     plan's blocks finish within 5% of the ideal (every slot busy to the end, no start
     cost), where whole columns for every tile (the obvious plan) lose up to 35%."""
     nx, ny, nz = shape
-    tiles = np.prod(geometry.tiles(nx, ny))
+    tiles = int(np.prod(geometry.interior((nz, ny, nx)).tiles))
     start = geometry.START_PLANES["int_z_reg"]
     for resident in (4 * 132, 5 * 132, 6 * 132, 8 * 132):
         ideal = tiles * (nz - 4) / resident
-        plan = geometry.march_plan(nx, ny, nz, resident)
+        plan = plan_of(nx, ny, nz, resident)
         efficiency = ideal / makespan(plan, resident, start)
         assert efficiency > 0.95, (shape, resident, plan.describe(), efficiency)
-        whole = geometry.uniform_plan(nx, ny, nz, nz)
+        whole = geometry.uniform_plan(tiles, nz - 4, nz)
         assert efficiency >= ideal / makespan(whole, resident, start) - 1e-9
 
 
 def test_a_plan_for_the_widest_benchmark_grid():
-    plan = geometry.march_plan(7168, 256, 256, 792)
+    plan = plan_of(7168, 256, 256, 792)
     assert (plan.tiles, plan.tiles_a, plan.za) == (7168, 7128, 252)  # 9 full waves of whole columns
     assert plan.tiles - plan.tiles_a == 40 and plan.zb == 16  # the 40 left in 16 chunks of 16: one more (short) wave
     assert plan.describe() == "7128 tiles x 1 chunk of 252 + 40 tiles x 16 chunks of 16 planes"
@@ -111,22 +120,71 @@ def test_launches(variant):
     nz, ny, nx = shape
     [one] = geometry.launches(variant, shape, source, 0, None, lambda name: 792)
     assert one.kernel == f"stencil_{variant}" and (one.lo, one.hi) == (0, nz)
+    assert one.ints[:8] == (nx, ny, nz, 0, 2, nx - 2, 2, ny - 2)  # the box: the whole interior
     kind = geometry.marching(variant)
     if kind is None:
         assert one.plan is None and one.grid == (1, 2, nz - 4)
     else:
-        assert one.plan == geometry.march_plan(nx, ny, nz, 792, kind) and one.grid == (one.plan.blocks, 1, 1)
-        assert one.ints[3:7] == (1, one.plan.tiles_a, one.plan.za, one.plan.zb)
-    assert one.ints[:3] == (nx, ny, nz) and one.ints[7:] == source
+        assert one.plan == plan_of(nx, ny, nz, 792, kind) and one.grid == (one.plan.blocks, 1, 1)
+        assert one.ints[8:12] == (1, one.plan.tiles_a, one.plan.za, one.plan.zb)
+    assert one.ints[12:] == source
     slabs = geometry.launches(variant, shape, source, 3, 4, lambda name: 792, max_points=9 * nx * ny)
     assert [s.kernel for s in slabs] == [f"stencil_{variant}_sponge"] * len(slabs) and len(slabs) == 5
     for s in slabs:
-        assert s.ints[2] == s.hi - s.lo and s.ints[9] == source[2] - s.lo  # the source's z in the slab's view
+        assert s.ints[2] == s.hi - s.lo and s.ints[14] == source[2] - s.lo  # the source's z in the slab's view
         if kind is not None:
-            assert s.plan == geometry.uniform_plan(nx, ny, s.hi - s.lo, 4)
-    [cpml] = geometry.launches(variant, shape, source, 0, None, lambda name: 792, cpml=3)
-    assert cpml.kernel == f"stencil_{variant}_cpml" and cpml.ints == one.ints
+            assert s.plan == geometry.uniform_plan(one.ints[8] * 2, s.hi - s.lo - 4, 4)
+    with pytest.raises(ValueError, match="not both"):
+        geometry.launches(variant, shape, source, 2, None, lambda name: 792, cpml=2)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_cpml_launches_the_variant_on_its_inner_box(variant):
+    shape, source = (60, 61, 130), (70, 30, 12)
+    nz, ny, nx = shape
+    box = geometry.inner_box(shape, 9)
+    assert box == geometry.Box(32, 32, 96, 18, 50, 11, 49)  # x in whole tiles, y in whole 8-row tiles from 2
+    [one] = geometry.launches(variant, shape, source, 0, None, lambda name: 792, cpml=9)
+    assert one.kernel == f"stencil_{variant}" and (one.lo, one.hi) == (box.z_lo - 2, box.z_hi + 2)
+    assert one.ints[:8] == (nx, ny, one.hi - one.lo, 32, 32, 96, 18, 50)
+    assert one.ints[12:] == (70, 30, 12 - one.lo)
+    if geometry.marching(variant) is None:
+        assert one.grid == (2, 4, box.z_hi - box.z_lo)
+    assert geometry.launches(variant, (40, 37, 70), source, 0, None, lambda name: 792, cpml=6) == []  # no box
     with pytest.raises(ValueError, match="one launch"):
         geometry.launches(variant, shape, source, 0, 4, lambda name: 792, max_points=9 * nx * ny, cpml=3)
-    with pytest.raises(ValueError, match="not both"):
-        geometry.kernel_name(variant, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "shape_width",
+    [
+        ((256, 256, 1024), 20),
+        ((60, 61, 130), 9),
+        ((33, 70, 97), 3),
+        ((40, 37, 70), 6),
+        ((9, 9, 9), 2),
+        ((45, 50, 100), 20),
+    ],
+)
+def test_the_shell_and_the_inner_box_update_every_interior_point_once(shape_width):
+    shape, width = shape_width
+    nz, ny, nx = shape
+    count = np.zeros(shape, np.int32)
+    chunks = geometry.shell_chunks(shape, width, planes=16)
+    assert chunks.dtype == np.int32 and chunks.flags.c_contiguous and (np.diff(chunks[:, 2]) >= 0).all()
+    for x0, y0, z0, z1 in chunks:
+        assert x0 % 32 == 0 and (y0 - 2) % 8 == 0 and 2 <= z0 < z1 <= nz - 2 and z1 - z0 <= 16
+        xs = np.arange(x0, x0 + 32)
+        xs = xs[(xs >= 2) & (xs < nx - 2)]
+        ys = np.arange(y0, min(y0 + 8, ny - 2))
+        count[z0:z1][:, ys[:, None], xs[None, :]] += 1
+    box = geometry.inner_box(shape, width)
+    if box is not None:
+        count[box.z_lo : box.z_hi, box.y_lo : box.y_hi, box.x_lo : box.x_hi] += 1
+        layer = np.zeros(shape, bool)  # no layer cell inside the box
+        for axis, n in enumerate(shape):
+            edge = [slice(None)] * 3
+            edge[axis] = np.r_[2 : 2 + width, n - 2 - width : n - 2]
+            layer[tuple(edge)] = True
+        assert not layer[box.z_lo : box.z_hi, box.y_lo : box.y_hi, box.x_lo : box.x_hi].any()
+    assert (count[2:-2, 2:-2, 2:-2] == 1).all() and count.sum() == (nx - 4) * (ny - 4) * (nz - 4)

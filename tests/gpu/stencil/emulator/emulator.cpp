@@ -37,6 +37,16 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+struct int4 {
+    int x, y, z, w;
+};
+
+struct float2 {
+    float x, y;
+};
+
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+
 static uint3 threadIdx, blockIdx, blockDim, gridDim;
 
 #define __global__
@@ -58,12 +68,12 @@ struct Range {
     const float* hi;
 };
 
-static Range readable[6];
+static Range readable[7];
 static int readables = 0;
-static float* out = nullptr;  // pp
-static int nx = 0, ny = 0, nz = 0;
-static std::vector<unsigned char> writes;  // stores per point of pp
-static float* state = nullptr;  // the CPML's zeta or psi: `cells` floats, each stored once
+static float* out = nullptr;  // the step's whole pp (begin_step)
+static int nx = 0, ny = 0, nz = 0;  // the whole grid
+static std::vector<unsigned char> writes;  // stores per point of pp in this step
+static float* state = nullptr;  // the CPML's next words: `cells` of them, each stored once a launch
 static long long cells = 0;
 static std::vector<unsigned char> state_writes;
 static std::string error;  // the first offence
@@ -107,6 +117,36 @@ static void write(float* a, float v) {
 }  // namespace emu
 
 inline float __ldg(const float* a) { return emu::read(a); }
+inline unsigned __ldg(const unsigned* a) {
+    float bits = emu::read(reinterpret_cast<const float*>(a));
+    unsigned v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+inline int4 __ldg(const int4* a) {
+    int4 v;
+    for (int k = 0; k < 4; ++k) {
+        const float bits = emu::read(reinterpret_cast<const float*>(a) + k);
+        std::memcpy(reinterpret_cast<int*>(&v) + k, &bits, sizeof bits);
+    }
+    return v;
+}
+inline float2 __ldg(const float2* a) { return float2{emu::read(&a->x), emu::read(&a->y)}; }
+inline void __stcs(unsigned* a, unsigned v) {
+    float bits;
+    std::memcpy(&bits, &v, sizeof v);
+    emu::write(reinterpret_cast<float*>(a), bits);
+}
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+}
 inline float __ldcg(const float* a) { return emu::read(a); }
 inline float __ldcs(const float* a) { return emu::read(a); }
 inline void __stcs(float* a, float v) { emu::write(a, v); }
@@ -200,7 +240,8 @@ void __syncthreads() {
 
 // ------------------------------------------------------------------ the ABI --
 
-using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, float, float, const float*, const float*, float*, int);
+using Kernel = void (*)(const float*, float*, const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float, float, const float*);
+constexpr int INTS = 15;
 
 #define ENTRY(NAME) {#NAME, NAME}
 static const struct {
@@ -210,9 +251,7 @@ static const struct {
     ENTRY(stencil_naive), ENTRY(stencil_naive_int_z), ENTRY(stencil_naive_int_z_reg), ENTRY(stencil_shared), ENTRY(stencil_shared_int_z), ENTRY(stencil_shared_int_z_reg),
     ENTRY(stencil_readonly), ENTRY(stencil_readonly_int_z), ENTRY(stencil_readonly_int_z_reg), ENTRY(stencil_naive_sponge), ENTRY(stencil_naive_int_z_sponge),
     ENTRY(stencil_naive_int_z_reg_sponge), ENTRY(stencil_shared_sponge), ENTRY(stencil_shared_int_z_sponge), ENTRY(stencil_shared_int_z_reg_sponge),
-    ENTRY(stencil_readonly_sponge), ENTRY(stencil_readonly_int_z_sponge), ENTRY(stencil_readonly_int_z_reg_sponge), ENTRY(stencil_naive_cpml),
-    ENTRY(stencil_naive_int_z_cpml), ENTRY(stencil_naive_int_z_reg_cpml), ENTRY(stencil_shared_cpml), ENTRY(stencil_shared_int_z_cpml), ENTRY(stencil_shared_int_z_reg_cpml),
-    ENTRY(stencil_readonly_cpml), ENTRY(stencil_readonly_int_z_cpml), ENTRY(stencil_readonly_int_z_reg_cpml),
+    ENTRY(stencil_readonly_sponge), ENTRY(stencil_readonly_int_z_sponge), ENTRY(stencil_readonly_int_z_reg_sponge),
 };
 
 struct Arguments {
@@ -220,42 +259,64 @@ struct Arguments {
     const float* p;
     float* pp;
     const float* c;
-    int ints[10];
+    int ints[INTS];
     float amp, eta_max;
     const float* ramps;
-    const float* psi;
-    float* zeta;
-    int width;
 };
 static Arguments launch_args;
 
 static void call() {
     const Arguments& a = launch_args;
-    a.kernel(a.p, a.pp, a.c, a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], a.ints[6], a.ints[7], a.ints[8], a.ints[9], a.amp, a.eta_max, a.ramps, a.psi, a.zeta, a.width);
+    const int* i = a.ints;
+    a.kernel(a.p, a.pp, a.c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12], i[13], i[14], a.amp, a.eta_max, a.ramps);
 }
 
-// The CPML's check after a launch: every cell of `state` stored exactly once.
-static void check_state() {
-    for (long long k = 0; k < emu::cells && emu::error.empty(); ++k) {
-        if (emu::state_writes[k] != 1) emu::error = "CPML cell " + std::to_string(k) + " not written";
-    }
-}
-
-static void use_state(float* state, long long cells) {
-    emu::state = state;
+static void use_state(unsigned* state, long long cells) {
+    emu::state = reinterpret_cast<float*>(state);
     emu::cells = state == nullptr ? 0 : cells;
     emu::state_writes.assign(emu::cells, 0);
 }
 
-// One launch of kernel `name` on a grid (gx, gy, gz) of 32 x 8 threads. p, pp, c: `points`
-// floats each; ramps: `ramp_count` floats (or null: the sponge's ramps or the CPML's
-// profile). CPML kernels: psi and zeta, `cells` floats each, and the width (else null, 0).
-// ints: the kernel's 10 integer arguments (nx, ny, nz, tiles_x, tiles_a, za, zb, sx, sy,
-// sz). order: 0 forward, 1 reverse, 2 shuffled (seed) between barriers. Returns 0, or 1
-// with the first offence in `message`, 2 for an unknown kernel, 3 if nx ny nz != points.
-extern "C" int emulate(const char* name, const float* p, float* pp, const float* c, long long points, const float* ramps, long long ramp_count, const float* psi, float* zeta,
-                       long long cells, int width, const int* ints, float amp, float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message,
-                       int message_size) {
+static int finish(char* message, int message_size) {
+    for (long long k = 0; k < emu::cells && emu::error.empty(); ++k) {  // the CPML's: every word stored once
+        if (emu::state_writes[k] != 1) emu::error = "CPML word " + std::to_string(k) + " not written";
+    }
+    use_state(nullptr, 0);
+    if (emu::error.empty()) return 0;
+    std::snprintf(message, message_size, "%s", emu::error.c_str());
+    return 1;
+}
+
+// A step's launches write into pp (the whole grid, nx ny nz points): every store must hit an
+// interior point, each interior point stored exactly once in the step (end_step checks).
+extern "C" void begin_step(float* pp, int nx, int ny, int nz) {
+    emu::out = pp;
+    emu::nx = nx;
+    emu::ny = ny;
+    emu::nz = nz;
+    emu::writes.assign(static_cast<size_t>(nx) * ny * nz, 0);
+}
+
+extern "C" int end_step(char* message, int message_size) {
+    emu::error.clear();
+    const long long plane = static_cast<long long>(emu::nx) * emu::ny, points = plane * emu::nz;
+    for (long long i = 0; i < points && emu::error.empty(); ++i) {
+        const long long z = i / plane, y = i % plane / emu::nx, x = i % emu::nx;
+        const bool interior = x >= 2 && x <= emu::nx - 3 && y >= 2 && y <= emu::ny - 3 && z >= 2 && z <= emu::nz - 3;
+        if (interior && emu::writes[i] != 1) emu::error = "interior point (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ") not written";
+    }
+    if (emu::error.empty()) return 0;
+    std::snprintf(message, message_size, "%s", emu::error.c_str());
+    return 1;
+}
+
+// One launch of kernel `name` on a grid (gx, gy, gz) of 32 x 8 threads, inside a step
+// (begin_step). p, pp, c: the launch's views, `points` floats each; ramps: `ramp_count`
+// floats (the sponge's, or null). ints: the kernel's 15 integer arguments (geometry.Launch).
+// order: 0 forward, 1 reverse, 2 shuffled (seed) between barriers. Returns 0, or 1 with the
+// first offence in `message`, 2 for an unknown kernel, 3 if nx ny planes != points.
+extern "C" int emulate(const char* name, const float* p, float* pp, const float* c, long long points, const float* ramps, long long ramp_count, const int* ints, float amp,
+                       float eta_max, int gx, int gy, int gz, int order, unsigned seed, char* message, int message_size) {
     Kernel kernel = nullptr;
     for (const auto& entry : KERNELS_TABLE) {
         if (std::strcmp(entry.name, name) == 0) kernel = entry.kernel;
@@ -267,16 +328,8 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
     emu::readable[emu::readables++] = {pp, pp + points};
     emu::readable[emu::readables++] = {c, c + points};
     if (ramps != nullptr) emu::readable[emu::readables++] = {ramps, ramps + ramp_count};
-    if (psi != nullptr) emu::readable[emu::readables++] = {psi, psi + cells};
-    if (zeta != nullptr) emu::readable[emu::readables++] = {zeta, zeta + cells};
-    use_state(zeta, cells);
-    emu::out = pp;
-    emu::nx = ints[0];
-    emu::ny = ints[1];
-    emu::nz = ints[2];
-    if (static_cast<long long>(emu::nx) * emu::ny * emu::nz != points) return 3;
-    emu::writes.assign(points, 0);
-    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps, psi == nullptr ? c : psi, zeta == nullptr ? pp : zeta, width};
+    if (static_cast<long long>(ints[0]) * ints[1] * ints[2] != points) return 3;
+    launch_args = {kernel, p, pp, c, {}, amp, eta_max, ramps == nullptr ? c : ramps};
     std::memcpy(launch_args.ints, ints, sizeof launch_args.ints);
     emu::body = call;
     blockDim = {32, 8, 1};
@@ -286,53 +339,46 @@ extern "C" int emulate(const char* name, const float* p, float* pp, const float*
             for (int x = 0; x < gx && emu::error.empty(); ++x) emu::run_block(32 * 8, x, y, z, order, seed);
         }
     }
-    if (emu::error.empty()) {  // every interior point written (once)
-        const long long plane = static_cast<long long>(emu::nx) * emu::ny;
-        for (long long i = 0; i < points && emu::error.empty(); ++i) {
-            const long long z = i / plane, y = i % plane / emu::nx, x = i % emu::nx;
-            const bool interior = x >= 2 && x <= emu::nx - 3 && y >= 2 && y <= emu::ny - 3 && z >= 2 && z <= emu::nz - 3;
-            if (interior && emu::writes[i] != 1) emu::error = "interior point (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ") not written";
-        }
-    }
-    if (emu::error.empty()) check_state();
-    use_state(nullptr, 0);
-    if (emu::error.empty()) return 0;
-    std::snprintf(message, message_size, "%s", emu::error.c_str());
-    return 1;
+    return finish(message, message_size);
 }
 
 static struct {
-    const float* p;
-    float* psi;
-    const float* profile;
-    int nx, ny, nz, width;
-} psi_args;
+    const float *p, *c;
+    float* pp;
+    const int4* chunks;
+    const float2* profile;
+    const unsigned* state;
+    unsigned* next;
+    int nx, ny, nz, width, sx, sy, sz;
+    float amp;
+} shell_args;
 
-static void call_psi() {
-    const auto& a = psi_args;
-    cpml_psi(a.p, a.psi, a.profile, a.nx, a.ny, a.nz, a.width);
+static void call_shell() {
+    const auto& a = shell_args;
+    cpml_shell(a.p, a.pp, a.c, a.chunks, a.profile, a.state, a.next, a.nx, a.ny, a.nz, a.width, a.sx, a.sy, a.sz, a.amp);
 }
 
-// One launch of cpml_psi on `blocks` blocks of 256 threads: p (nx ny nz floats), psi
-// (`cells`), profile (2 (nx + ny + nz)). Returns 0, or 1 with the first offence in `message`.
-extern "C" int emulate_psi(const float* p, float* psi, long long cells, const float* profile, int nx, int ny, int nz, int width, int blocks, char* message, int message_size) {
+// One launch of cpml_shell inside a step (begin_step), one block per chunk: p, pp, c (the
+// whole grid), chunks (`blocks` int4), profile (2 (nx + ny + nz)), the words of the last
+// step (state) and of this one (next, each stored exactly once), `cells` each. order as for
+// emulate. Returns 0, or 1 with the first offence in `message`.
+extern "C" int emulate_shell(const float* p, float* pp, const float* c, const int* chunks, int blocks, const float* profile, const unsigned* state, unsigned* next,
+                             long long cells, int nx, int ny, int nz, int width, int sx, int sy, int sz, float amp, int order, unsigned seed, char* message,
+                             int message_size) {
     emu::error.clear();
     emu::readables = 0;
     const long long points = static_cast<long long>(nx) * ny * nz;
     emu::readable[emu::readables++] = {p, p + points};
-    emu::readable[emu::readables++] = {psi, psi + cells};
+    emu::readable[emu::readables++] = {pp, pp + points};
+    emu::readable[emu::readables++] = {c, c + points};
+    emu::readable[emu::readables++] = {reinterpret_cast<const float*>(chunks), reinterpret_cast<const float*>(chunks) + 4LL * blocks};
     emu::readable[emu::readables++] = {profile, profile + 2 * (nx + ny + nz)};
-    use_state(psi, cells);
-    emu::out = nullptr;  // no store outside psi is allowed
-    emu::nx = emu::ny = emu::nz = 0;
-    psi_args = {p, psi, profile, nx, ny, nz, width};
-    emu::body = call_psi;
-    blockDim = {256, 1, 1};
+    emu::readable[emu::readables++] = {reinterpret_cast<const float*>(state), reinterpret_cast<const float*>(state) + cells};
+    use_state(next, cells);
+    shell_args = {p, c, pp, reinterpret_cast<const int4*>(chunks), reinterpret_cast<const float2*>(profile), state, next, nx, ny, nz, width, sx, sy, sz, amp};
+    emu::body = call_shell;
+    blockDim = {32, 8, 1};
     gridDim = {static_cast<unsigned>(blocks), 1, 1};
-    for (int b = 0; b < blocks && emu::error.empty(); ++b) emu::run_block(256, b, 0, 0, 0, 0);
-    if (emu::error.empty()) check_state();
-    use_state(nullptr, 0);
-    if (emu::error.empty()) return 0;
-    std::snprintf(message, message_size, "%s", emu::error.c_str());
-    return 1;
+    for (int b = 0; b < blocks && emu::error.empty(); ++b) emu::run_block(32 * 8, b, 0, 0, order, seed);
+    return finish(message, message_size);
 }
