@@ -3,10 +3,11 @@
 // uses supplied here. It checks what a GPU run alone would otherwise show:
 //
 // - every global load is bounds-checked against the launch's arrays; every store must hit
-//   an interior point of pp (2 <= x, y, z <= n-3), and each interior point is written
-//   exactly once per launch; the CPML's stores (zeta in the stencil kernels, psi in
-//   cpml_psi) must hit their array, each cell exactly once per launch; the first offence
-//   is reported with the thread and block;
+//   an interior point of pp (2 <= x, y, z <= n-3), each interior point written exactly
+//   once per step (begin_step .. end_step: the variant's launches, or with the CPML the
+//   shell's and the inner box's); cpml_shell's stores of the next words must hit their
+//   array, each word exactly once per launch; the first offence is reported with the
+//   thread and block;
 // - one fiber (ucontext) per CUDA thread; __syncthreads switches fibers, so barriers
 //   really separate the block's phases. A barrier reached while other threads of the
 //   block have exited is reported (the kernels keep barriers block-uniform);
@@ -18,7 +19,8 @@
 // - float arithmetic is IEEE single with round-to-nearest and no contraction
 //   (-ffp-contract=off, SSE), as __fadd_rn / __fmul_rn / __fdiv_rn on the GPU.
 //
-// C ABI (ctypes): emulate(...) runs one launch; see its comment.
+// C ABI (ctypes): begin_step / end_step around a step's launches, emulate(...) one launch of
+// a variant's kernel, emulate_shell(...) one of cpml_shell; see their comments.
 
 #include <ucontext.h>
 
