@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file, png_file
+from gpu.stencil import geometry
 from gpu.stencil.params import StencilJob, StencilParams
 
 __all__ = ["StencilJob", "StencilParams", "run"]
@@ -62,7 +63,12 @@ def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) ->
         gpu = cuda.simulate(lease, params, None, params.variant, steps)  # c is built on the host a slab at a time
         shot, variant, trial, zchunk = gpu.shot, gpu.variant, gpu.trial_ms, gpu.zchunk
         seconds, wall, energy = gpu.kernel_seconds, gpu.wall_seconds, gpu.energy
-        if params.variant == "auto":
+        if params.variant == "auto" and params.cpml and geometry.inner_box(params.shape, params.cpml) is None:
+            note = (
+                f"the CPML's shell kernel updates this whole grid: no inner box is left for a variant's kernel, "
+                f"so {variant} did not run"
+            )
+        elif params.variant == "auto":
             note = f"auto picked {variant}: " + (
                 "the fastest in a timed trial of the nine variants on this grid (variant_trial_ms)"
                 if trial

@@ -58,10 +58,13 @@ ARRAY_AXIS = {"x": 2, "y": 1, "z": 0}  # (nz, ny, nx) arrays
 def to_bfloat16(values):
     """float32 array -> float32 array of the nearest bfloat16 values (ties to even), by
     the bit arithmetic of stencil.cu's `bfloat16`: keep the top 16 bits after adding
-    0x7fff plus the lowest kept bit. Works on NumPy and CuPy arrays."""
+    0x7fff plus the lowest kept bit; a NaN keeps its top bits, made quiet. Works on NumPy
+    and CuPy arrays."""
     bits = values.view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return rounded.view(np.float32)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    quiet = (bits & np.uint32(0xFFFF0000)) | np.uint32(0x00400000)
+    return np.where(nan, quiet, rounded).view(np.float32)  # np.where dispatches to CuPy for CuPy arrays
 
 
 def depth(n: int, width: int) -> np.ndarray:

@@ -49,6 +49,7 @@ BATCH_SECONDS = 0.2  # progress is reported (and cancel checked) about this ofte
 TRIAL_MS = 2.0  # auto: each variant runs at least this long (and at least 3 launches)
 UPLOAD_POINTS = 1 << 24  # host slab of c built and uploaded at once (64 MiB of float32)
 RAMP_TABLES = 64  # sponge ramp tables kept on the devices (a few KB each)
+UNUSED_VARIANT = "readonly"  # auto's answer where no variant's kernel runs (a CPML grid that is all shell)
 
 
 kernel_name = geometry.kernel_name
@@ -310,10 +311,13 @@ def time_variants(shot: GpuShot, variants=VARIANTS, min_ms: float = TRIAL_MS) ->
 
 def choose_variant(shot: GpuShot) -> tuple[str, dict[str, float] | None]:
     """The fastest variant for this grid on this device: timed once per (device, grid,
-    boundary, zchunk) on the shot's (zero) buffers, then cached. Returns (variant, the
-    trial's ms per step, or None when it came from the cache)."""
+    boundary and its width, zchunk) on the shot's (zero) buffers, then cached. Returns
+    (variant, the trial's ms per step, or None when it came from the cache or when no
+    variant's kernel runs: a CPML grid without an inner box, all shell)."""
     params = shot.params
-    key = (cupy.cuda.Device().id, params.shape, params.boundary, shot.zchunk)
+    if params.cpml and geometry.inner_box(params.shape, params.cpml) is None:
+        return UNUSED_VARIANT, None
+    key = (cupy.cuda.Device().id, params.shape, params.boundary, params.boundary_width, shot.zchunk)
     with _chosen_lock:
         found = _chosen.get(key)
     if found is not None:

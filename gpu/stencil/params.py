@@ -385,7 +385,7 @@ class StencilParams:
         _int("boundary_width", self.cpml, 0, max_layer)  # the request's name for the CPML's width
         if self.sponge and self.cpml:
             raise ParamError("boundary", f"a sponge ({self.sponge} cells) or a CPML ({self.cpml} cells), not both")
-        if self.cpml and self.points > KERNEL_INDEX_MAX:  # the CPML kernels run a grid in one launch
+        if self.cpml and self.points > KERNEL_INDEX_MAX:  # the CPML's kernels run without z slabs
             raise ParamError(
                 "boundary",
                 f"the CPML runs grids of at most {KERNEL_INDEX_MAX:,} points; this one has {self.points:,} "

@@ -196,17 +196,18 @@ __device__ __forceinline__ float d1(float m2, float m1, float p1, float p2) {
     return __fmul_rn(__fsub_rn(__fmul_rn(8.0f, __fsub_rn(p1, m1)), __fsub_rn(p2, m2)), 1.0f / 12.0f);
 }
 
-// -5/2 p + 4/3 (p[-1] + p[+1])) - 1/12 (p[-2] + p[+2])
+// (-5/2 p + 4/3 (p[-1] + p[+1])) - 1/12 (p[-2] + p[+2])
 __device__ __forceinline__ float d2(float m2, float m1, float centre, float p1, float p2) {
     return __fadd_rn(__fadd_rn(__fmul_rn(-2.5f, centre), __fmul_rn(C1, __fadd_rn(m1, p1))), __fmul_rn(C2, __fadd_rn(m2, p2)));
 }
 
 // bfloat16 halves of a word, as floats; a float rounded to bfloat16 (to nearest, ties to
-// even; the bits cpml.to_bfloat16 gives).
+// even; a NaN stays a NaN: the bits cpml.to_bfloat16 gives).
 __device__ __forceinline__ float low_half(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float high_half(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ unsigned bfloat16(float f) {
     const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;  // quiet NaN
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 
@@ -502,9 +503,7 @@ __device__ __forceinline__ void variant(const float* __restrict__ p, float* __re
 
 // cpml_shell: 5 blocks (48 registers; 32-72 bytes of its ring spill to the stack, which ran
 // 10-15 % faster than 4 blocks with no spill, on an H200).
-#ifndef SHELL_BLOCKS
-#define SHELL_BLOCKS 5
-#endif
+constexpr int SHELL_BLOCKS = 5;
 
 extern "C" {
 
@@ -527,11 +526,11 @@ __global__ void __launch_bounds__(THREADS, SHELL_BLOCKS)
     cpml_shell(const float* __restrict__ p, float* __restrict__ pp, const float* __restrict__ c, const int4* __restrict__ chunks,
                const float2* __restrict__ profile, const unsigned* __restrict__ state, unsigned* __restrict__ next, int nx, int ny, int nz,
                int width, int sx, int sy, int sz, float amp) {
-    const int4 k = __ldg(chunks + blockIdx.x);
-    const int x = k.x + static_cast<int>(threadIdx.x), y = k.y + static_cast<int>(threadIdx.y), z0 = k.z, z1 = k.w;
+    const int4 chunk = __ldg(chunks + blockIdx.x);
+    const int x = chunk.x + static_cast<int>(threadIdx.x), y = chunk.y + static_cast<int>(threadIdx.y), z0 = chunk.z, z1 = chunk.w;
     if (x < R || x >= nx - R || y >= ny - R) return;
     const Shell s{nx, ny, nz, width, p, profile, state, next};
-    const int sy_ = nx, sz_ = nx * ny, column = y * nx + x;
+    const int row = nx, plane = nx * ny, column = y * nx + x;  // strides
     const bool in_x = slot(x, nx, width) >= 0, in_y = slot(y, ny, width) >= 0;
     const int zbase = (nz - 2 * R) * 2 * width * ((ny - 2 * R) + (nx - 2 * R)) + (y - R) * (nx - 2 * R) + (x - R);
     const int zstep = (ny - 2 * R) * (nx - 2 * R), ztable = nx + ny;
@@ -544,12 +543,12 @@ __global__ void __launch_bounds__(THREADS, SHELL_BLOCKS)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         const int zz = z0 - 4 + j;
-        early[j] = zz >= 0 ? __ldg(p + (zz * sz_ + column)) : 0.0f;
+        early[j] = zz >= 0 ? __ldg(p + (zz * plane + column)) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < 6; ++j) {
         const int zz = z0 - 2 + j;
-        r[j] = zz < nz ? __ldg(p + (zz * sz_ + column)) : 0.0f;
+        r[j] = zz < nz ? __ldg(p + (zz * plane + column)) : 0.0f;
     }
     r[6] = 0.0f;
 #pragma unroll
@@ -568,9 +567,9 @@ __global__ void __launch_bounds__(THREADS, SHELL_BLOCKS)
 
 #pragma unroll 1
     for (int z = z0; z < z1; ++z) {
-        const int i = z * sz_ + column;
+        const int i = z * plane + column;
         // The ring's new plane, and psi_z^n at z+2.
-        r[6] = z + 4 < nz ? __ldg(p + (i + 4 * sz_)) : 0.0f;
+        r[6] = z + 4 < nz ? __ldg(p + (i + 4 * plane)) : 0.0f;
         const int l2 = slot(z + 2, nz, width);
         psi[4] = 0.0f;
         w[2] = 0u;
@@ -579,8 +578,8 @@ __global__ void __launch_bounds__(THREADS, SHELL_BLOCKS)
             psi[4] = psi_now(w[2], __ldg(profile + (ztable + z + 2)), r[2], r[3], r[5], r[6]);
         }
         const float* __restrict__ a = p + i;
-        const float s1 = sum6(__ldg(a - 1), __ldg(a + 1), __ldg(p + (i - sy_)), __ldg(p + (i + sy_)), r[1], r[3]);
-        const float s2 = sum6(__ldg(a - 2), __ldg(a + 2), __ldg(p + (i - 2 * sy_)), __ldg(p + (i + 2 * sy_)), r[0], r[4]);
+        const float s1 = sum6(__ldg(a - 1), __ldg(a + 1), __ldg(p + (i - row)), __ldg(p + (i + row)), r[1], r[3]);
+        const float s2 = sum6(__ldg(a - 2), __ldg(a + 2), __ldg(p + (i - 2 * row)), __ldg(p + (i + 2 * row)), r[0], r[4]);
         float e = 0.0f;
         if (in_x) e = __fadd_rn(e, in_plane_e<0>(x, y, z, i, s));
         if (in_y) e = __fadd_rn(e, in_plane_e<1>(x, y, z, i, s));

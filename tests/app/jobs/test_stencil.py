@@ -439,6 +439,6 @@ def test_a_shot_on_the_gpu_matches_the_reference(make_client, variant, layer):
         # in the layers' memory (cpml.py): measured 1.5e-5, against 2e-4 between bfloat16 and
         # float32 memory variables themselves (BENCHMARKS.md).
         error = np.linalg.norm((record - expected).astype(np.float64)) / np.linalg.norm(expected.astype(np.float64))
-        assert error <= 1e-4, f"relative L2 {error:.3g}"
+        assert error <= 5e-5, f"relative L2 {error:.3g}"
     else:
         np.testing.assert_array_equal(record, expected)

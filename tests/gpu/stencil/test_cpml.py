@@ -65,6 +65,29 @@ def reflections(run, f0: float, width: int, inner: int, steps: int, offsets) -> 
     return out
 
 
+def test_bfloat16_rounds_to_nearest_even_and_keeps_nans():
+    """cpml.to_bfloat16, the rounding of the memory variables between steps (stencil.cu's
+    `bfloat16` does the same bit arithmetic): to nearest, ties to even, overflow to inf,
+    subnormals kept, a NaN stays a (quiet) NaN of its sign."""
+    bits = np.array(
+        [0x3F800000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0xBF808001, 0x7F7FFFFF, 0x00012345, 0x7FFFFFFF, 0xFF800001],
+        np.uint32,
+    )
+    rounded = cpml.to_bfloat16(bits.view(np.float32)).view(np.uint32)
+    expected = [
+        0x3F800000,
+        0x3F800000,
+        0x3F820000,
+        0x3F800000,
+        0xBF810000,
+        0x7F800000,
+        0x00010000,
+        0x7FFF0000 | 0x400000,
+    ]
+    assert rounded[:8].tolist() == expected
+    assert np.isnan(rounded[8:].view(np.float32)).all() and rounded[8] >> 31 == 1
+
+
 def test_the_profile_lives_in_the_layers_only():
     params = box_shot(6, "cpml", 5, 20.0, 1, [1])
     a, b = cpml.axis_profile(params.nx, params)

@@ -34,9 +34,10 @@ pytestmark = [
 ]
 
 # (nx, ny, nz): odd sizes (36 x 12: a 32 x 8 interior); nx a multiple of 32 (aligned full
-# tiles); nx = 33 (a second x tile holding only the border); a single interior point; a
+# tiles); nx = 33 (x = 2 .. 30: one x tile); 70 x 29 x 23 (with a 2- or 3-cell CPML, an
+# inner box beside the shell: every variant's kernel runs on it); a single interior point; a
 # tall one that the z-marching variants cut into chunks.
-SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (64, 11, 12), (33, 13, 10), (5, 5, 5), (9, 27, 45)]
+SHAPES = [(37, 21, 19), (70, 13, 23), (36, 12, 9), (64, 11, 12), (33, 13, 10), (5, 5, 5), (9, 27, 45), (70, 29, 23)]
 STEPS = 120
 
 
@@ -178,7 +179,8 @@ def test_no_write_outside_the_interior(cuda, lease, rng, variant, boundary):
     the interior would bring NaN in, and the interior equals one reference step."""
     import cupy
 
-    params, (p0, p_prev) = random_case(rng, (41, 15, 13), steps=1, **widths(boundary))
+    shape = (70, 29, 23) if boundary == "cpml" else (41, 15, 13)  # the CPML's with an inner box
+    params, (p0, p_prev) = random_case(rng, shape, steps=1, **widths(boundary))
     guard = 4096
     n = params.points
     interior = (slice(2, -2),) * 3
@@ -291,10 +293,10 @@ def test_no_kernel_spills_and_the_plans_use_the_residency(cuda, lease):
 def test_the_cpml_shell_in_short_chunks_around_an_inner_box(cuda, lease, rng, monkeypatch):
     """A grid with an inner box, its shell columns cut into chunks of 3, 7 and 32 planes
     (the register rings start inside the z layers and across their edges), the source in
-    a corner of the layers; 150 steps against the reference."""
-    for planes in (3, 7, 32):
+    a corner of the layers, then inside the box; 150 steps against the reference."""
+    for planes, source in ((3, (4, 5, 3)), (7, (32, 10, 8)), (32, (4, 5, 3)), (32, (63, 33, 22))):
         monkeypatch.setattr(geometry, "SHELL_CHUNK", planes)
-        params, initial = random_case(rng, (100, 43, 31), steps=150, cpml=6, source=(4, 5, 3))
+        params, initial = random_case(rng, (100, 43, 31), steps=150, cpml=6, source=source)
         assert geometry.inner_box(params.shape, 6) is not None
         expected = ref.simulate(params, initial=initial)
         for variant in ("readonly", "readonly_int_z_reg", "shared"):
@@ -314,11 +316,16 @@ def test_auto_times_the_nine_once_per_grid(cuda, lease, rng):
     second = cuda.simulate(lease, params, variant="auto", initial=initial, measure_energy=False)
     assert second.variant == first.variant and second.trial_ms is None
     np.testing.assert_array_equal(second.shot.record, first.shot.record)
-    with_cpml, initial = random_case(rng, (57, 29, 33), 0, steps=101, cpml=6)
+    with_cpml, initial = random_case(rng, (100, 43, 31), 0, steps=101, cpml=6)  # an inner box
     expected = ref.simulate(with_cpml, initial=initial)
     third = cuda.simulate(lease, with_cpml, variant="auto", initial=initial, measure_energy=False)
-    assert third.trial_ms is not None, "the CPML's kernels are timed on their own"
-    compare(third, expected, "auto with the CPML")  # the trial left no trace in psi and zeta either
+    assert third.trial_ms is not None, "the variants are timed on the CPML's inner box on their own"
+    compare(third, expected, "auto with the CPML")  # the trial left no trace in the layers' words either
+    all_shell, initial = random_case(rng, (57, 29, 33), 0, steps=30, cpml=6)  # no inner box: nothing to choose
+    assert geometry.inner_box(all_shell.shape, 6) is None
+    fourth = cuda.simulate(lease, all_shell, variant="auto", initial=initial, measure_energy=False)
+    assert fourth.trial_ms is None and fourth.variant == cuda.UNUSED_VARIANT
+    compare(fourth, ref.simulate(all_shell, initial=initial), "auto with the CPML, all shell")
 
 
 def test_a_shot_from_rest_matches_the_reference(cuda, lease):

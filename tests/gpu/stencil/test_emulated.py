@@ -306,9 +306,10 @@ def assert_matches(lib, variant: str, params, p0, p_prev, what: str = "", **laun
     return field
 
 
-# (nx, ny, nz): odd sizes; nx a multiple of 32 (aligned full tiles); nx = 33 (a second x tile
-# holding only the border); one interior point; tall columns for chunking.
-SHAPES = [(37, 21, 19), (64, 11, 12), (33, 13, 9), (5, 5, 5), (9, 27, 30), (70, 6, 17)]
+# (nx, ny, nz): odd sizes; nx a multiple of 32 (aligned full tiles); nx = 33 (x = 2 .. 30:
+# one x tile); one interior point; tall columns for chunking; 70 x 29 x 23 (with a 2-cell
+# CPML, an inner box beside the shell: every variant's kernel runs on it).
+SHAPES = [(37, 21, 19), (64, 11, 12), (33, 13, 9), (5, 5, 5), (9, 27, 30), (70, 6, 17), (70, 29, 23)]
 
 
 @pytest.mark.parametrize("boundary", ["none", "sponge", "cpml"])
@@ -350,9 +351,11 @@ def test_every_z_chunking(emulator, rng, variant):
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v.startswith("shared")])
 def test_no_shared_memory_race(emulator, rng, variant):
     """The block's threads in reverse and shuffled order between barriers give the same
-    result as in order (a race would make it depend on the order)."""
-    for sponge, cpml in ((2, 0), (0, 3)):
-        params, p0, p_prev = random_case(rng, (41, 18, 14), sponge=sponge, steps=1, cpml=cpml)
+    result as in order (a race would make it depend on the order); with the CPML, on its
+    inner box."""
+    for sponge, cpml, shape in ((2, 0, (41, 18, 14)), (0, 3, (70, 29, 23))):
+        params, p0, p_prev = random_case(rng, shape, sponge=sponge, steps=1, cpml=cpml)
+        assert not cpml or geometry.inner_box(params.shape, cpml) is not None
         fields = [
             run_emulated(emulator, variant, params, p0, p_prev, zchunk=zchunk, order=order, seed=seed)[0]
             for zchunk in (None, 3)
@@ -435,10 +438,10 @@ def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
 
 def test_shell_chunks_that_start_inside_a_layer(emulator, rng):
     """Shell columns cut into chunks of 3 and 7 planes (their rings start inside the z
-    layers and across their edges), on a grid with an inner box, with and without the
-    source in the layers."""
-    for planes in (3, 7):
-        for source in (None, (3, 4, 3)):
-            params, p0, p_prev = random_case(rng, (100, 43, 31), sponge=0, steps=3, source=source, cpml=6)
-            assert geometry.inner_box(params.shape, 6) is not None
-            assert_matches(emulator, "readonly", params, p0, p_prev, what=f"chunks of {planes}", shell_planes=planes)
+    layers and across their edges), on a grid with an inner box, the source in a corner of
+    the layers, then inside the box (at its first and last points)."""
+    cases = ((3, "readonly", (3, 4, 3)), (7, "shared", (32, 10, 8)), (7, "naive_int_z_reg", (63, 33, 22)))
+    for planes, variant, source in cases:
+        params, p0, p_prev = random_case(rng, (100, 43, 31), sponge=0, steps=3, source=source, cpml=6)
+        assert geometry.inner_box(params.shape, 6) == geometry.Box(32, 32, 64, 10, 34, 8, 23)
+        assert_matches(emulator, variant, params, p0, p_prev, what=f"chunks of {planes}", shell_planes=planes)

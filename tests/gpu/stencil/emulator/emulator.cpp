@@ -98,7 +98,7 @@ static float read(const float* a) {
 
 static void write(float* a, float v) {
     if (state != nullptr && a >= state && a < state + cells) {
-        if (++state_writes[a - state] > 1) offence("CPML cell stored twice", a);
+        if (++state_writes[a - state] > 1) offence("CPML word stored twice", a);
         *a = v;
         return;
     }
