@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -102,14 +102,15 @@ def shell_chunks(shape: tuple[int, int, int], width: int, planes: int | None = N
     else:
         inside = (x0 >= box.x_lo) & (x0 < box.x_hi) & (y0 >= box.y_lo) & (y0 < box.y_hi)
         layers = [(RADIUS, box.z_lo), (box.z_hi, nz - RADIUS)]
-    rows = []
+    rows = []  # never empty: the first x tile holds layer cells
     for tiles, ranges in ((~inside, [(RADIUS, nz - RADIUS)]), (inside, layers)):
+        count = int(tiles.sum())
         for lo, hi in ranges:
             for z0 in range(lo, hi, planes):
-                z1 = min(z0 + planes, hi)
-                count = int(tiles.sum())
-                rows.append(np.column_stack([x0[tiles], y0[tiles], np.full(count, z0), np.full(count, z1)]))
-    out = np.concatenate(rows) if rows else np.zeros((0, 4), int)
+                rows.append(
+                    np.column_stack([x0[tiles], y0[tiles], np.full(count, z0), np.full(count, min(z0 + planes, hi))])
+                )
+    out = np.concatenate(rows)
     out = out[np.argsort(out[:, 2], kind="stable")]
     return np.ascontiguousarray(out, dtype=np.int32)
 
@@ -178,30 +179,29 @@ def march_plan(tiles: int, planes: int, resident: int, kind: str = "int_z_reg") 
     tiles' columns into c chunks, c minimising ceil(rest c / resident) x (chunk + start)
     (start: START_PLANES[kind], the cost of a chunk's start), chunks of at least
     MIN_ZCHUNK planes. All tiles chunked (k = 0) is tried too; the cheaper plan wins."""
-    total, interior = tiles, planes
     start = START_PLANES[kind]
     resident = max(1, resident)
-    most = max(1, -(-interior // MIN_ZCHUNK))
+    most = max(1, -(-planes // MIN_ZCHUNK))
 
     def phase_b(count: int) -> tuple[float, int]:
         """(cost in plane-times, chunk length) of `count` tiles chunked at best."""
-        best = (math.inf, interior)
+        best = (math.inf, planes)
         for c in range(1, most + 1):
-            length = -(-interior // c)
-            chunks = -(-interior // length)
+            length = -(-planes // c)
+            chunks = -(-planes // length)
             cost = -(-count * chunks // resident) * (length + start)
             if cost < best[0]:
                 best = (cost, length)
         return best
 
     candidates = []
-    k = total // resident
+    k = tiles // resident
     if k:
-        rest = total - k * resident
-        cost_b, zb = phase_b(rest) if rest else (0.0, interior)
-        candidates.append((k * (interior + start) + cost_b, MarchPlan(total, k * resident, interior, zb, interior)))
-    cost_b, zb = phase_b(total)
-    candidates.append((cost_b, MarchPlan(total, 0, interior, zb, interior)))
+        rest = tiles - k * resident
+        cost_b, zb = phase_b(rest) if rest else (0.0, planes)
+        candidates.append((k * (planes + start) + cost_b, MarchPlan(tiles, k * resident, planes, zb, planes)))
+    cost_b, zb = phase_b(tiles)
+    candidates.append((cost_b, MarchPlan(tiles, 0, planes, zb, planes)))
     return min(candidates, key=lambda item: item[0])[1]
 
 
@@ -272,7 +272,7 @@ def launches(
         box = inner_box(shape, cpml)
         boxes = [] if box is None else [box]
     else:
-        boxes = [Box(0, RADIUS, nx - RADIUS, RADIUS, ny - RADIUS, lo + RADIUS, hi - RADIUS) for lo, hi in parts]
+        boxes = [replace(interior(shape), z_lo=lo + RADIUS, z_hi=hi - RADIUS) for lo, hi in parts]
     out = []
     for box in boxes:
         lo, hi = box.z_lo - RADIUS, box.z_hi + RADIUS

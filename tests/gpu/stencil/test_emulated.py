@@ -161,6 +161,12 @@ def shell_on_emulator(
     return rc, message.value
 
 
+def end_step(lib) -> tuple[int, bytes]:
+    """The emulator's check at the end of a step: (return code, message)."""
+    message = ctypes.create_string_buffer(512)
+    return lib.end_step(message, len(message)), message.value
+
+
 def emulate_kernel(lib, step: geometry.Launch, views, ramps, amp: float, eta_max: float, grid=None, order=0, seed=0):
     """One launch of a variant's kernel on the emulator: (return code, message)."""
     message = ctypes.create_string_buffer(512)
@@ -216,8 +222,8 @@ def emulated_launch(
         assert rc == 0, (
             f"{step.kernel} {step.grid}: {text.decode() or ('unknown kernel' if rc == 2 else 'nx ny nz != points')}"
         )
-    message = ctypes.create_string_buffer(512)
-    assert lib.end_step(message, len(message)) == 0, message.value.decode()
+    rc, text = end_step(lib)
+    assert rc == 0, text.decode()
     if cpml is not None:
         cpml.swap()
 
@@ -409,8 +415,8 @@ def test_the_emulator_catches_what_it_checks(emulator, rng):
     emulator.begin_step(_pointer(pp), nx, ny, nz)
     rc, text = emulate_kernel(emulator, fewer, (p, pp, c), None, 0.0, 0.0, grid=(*fewer.grid[:2], fewer.grid[2] - 1))
     assert rc == 0
-    message = ctypes.create_string_buffer(512)
-    assert emulator.end_step(message, len(message)) == 1 and b"not written" in message.value
+    rc, text = end_step(emulator)
+    assert rc == 1 and b"not written" in text
 
 
 def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
@@ -432,8 +438,8 @@ def test_the_emulator_catches_a_cpml_cell_left_out(emulator, rng):
     grid = (*box.grid[:2], box.grid[2] - 1)
     rc, text = emulate_kernel(emulator, box, (p[part], pp[part], c[part]), None, 0.0, 0.0, grid=grid)
     assert rc == 0, text
-    message = ctypes.create_string_buffer(512)
-    assert emulator.end_step(message, len(message)) == 1 and b"not written" in message.value
+    rc, text = end_step(emulator)
+    assert rc == 1 and b"not written" in text
 
 
 def test_shell_chunks_that_start_inside_a_layer(emulator, rng):
