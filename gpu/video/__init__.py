@@ -155,7 +155,7 @@ def draw(
         "duration_s": float((last_pts - first_pts) * info.time_base) + 1.0 / info.fps,
         "width": width,
         "height": height,
-        "time_base": str(writer.video.time_base),
+        "time_base": str(writer.file_time_base),
         "audio": writer.audio,
         "backend": "cpu" if drawer.on_cpu else "cuda",
         "seconds": seconds,

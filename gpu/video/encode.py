@@ -46,6 +46,11 @@ class Writer:
     target: a path or a seekable binary file. size: (height, width) of the drawings, both
     even. rate: nominal frames per second; time_base: of the pts given to `frame`.
     audio: the input's audio stream, or None. `audio` (summary) says what became of it.
+
+    Nothing is read from the container once it is closed (PyAV 19 raises on any stream
+    attribute then): `audio` is fixed when the streams are added, and `file_time_base`, the
+    MP4 video's time base (the muxer may pick a finer one when it writes the header), is read
+    by `close()` before it closes.
     """
 
     def __init__(
@@ -81,18 +86,16 @@ class Writer:
             self.container.close()
             raise
         self.frames = 0
-
-    @property
-    def audio(self) -> dict[str, str | bool] | None:
-        """{"codec": in the drawing, "source_codec": in the clip, "copied": remuxed as it
-        was (else re-encoded)}, or None for a clip without sound."""
-        if self.audio_out is None or self.audio_in is None:
-            return None
-        return {
-            "codec": codec_name(self.audio_out),
-            "source_codec": codec_name(self.audio_in),
-            "copied": self.copy_audio,
-        }
+        self.file_time_base: Fraction | None = None  # set by close()
+        # {"codec": in the drawing, "source_codec": in the clip, "copied": remuxed as it was
+        # (else re-encoded)}, or None for a clip without sound.
+        self.audio: dict[str, str | bool] | None = None
+        if self.audio_out is not None and audio is not None:
+            self.audio = {
+                "codec": codec_name(self.audio_out),
+                "source_codec": codec_name(audio),
+                "copied": self.copy_audio,
+            }
 
     def frame(self, drawing: np.ndarray, pts: int) -> None:
         """Encode one drawing, (H, W) uint8 grey or (H, W, 3) uint8 RGB of `size`, shown at
@@ -115,11 +118,13 @@ class Writer:
             self.container.mux(self.audio_out.encode(samples))
 
     def close(self) -> None:
-        """Flush the encoders and end the file (MP4's index is written at its end)."""
+        """Flush the encoders and end the file (MP4's index is written at its end); sets
+        `file_time_base`."""
         try:
             self.container.mux(self.video.encode(None))
             if self.audio_out is not None and not self.copy_audio:
                 self.container.mux(self.audio_out.encode(None))
+            self.file_time_base = Fraction(self.video.time_base)
         finally:
             self.container.close()
 

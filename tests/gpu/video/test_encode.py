@@ -58,7 +58,9 @@ def test_frames_keep_their_times_and_the_file_decodes_to_the_drawings(rng):
         stream = output.streams.video[0]
         assert stream.codec_context.name == "h264" and (stream.width, stream.height) == (96, 64)
         frames = list(output.decode(stream))
-    assert [round(float(f.pts * stream.time_base) * 1000) for f in frames] == list(times_ms)
+        time_base = stream.time_base
+    assert writer.file_time_base == time_base
+    assert [round(float(f.pts * time_base) * 1000) for f in frames] == list(times_ms)
     for frame, drawing in zip(frames, drawings, strict=True):
         assert frame.format.name == "yuv420p" and frame.colorspace == 6  # tagged BT.601 (SMPTE 170M)
         luma = frame.to_ndarray()[:64].astype(np.float32)
