@@ -8,15 +8,18 @@
 #   docker run            -p 8000:8000 -v pencil-data:/data pencil-gpu   # CPU only
 #
 # Base image: the CUDA *runtime* flavour, not devel (no nvcc, no static libs,
-# several GiB smaller). What CuPy (cupy-cuda12x, the `cuda` extra) needs at run
-# time, and where each piece comes from:
+# several GiB smaller); only the builder stage has the toolkit, to compile our
+# kernels ahead of time (gpu/ahead.py: fatbins for sm_80, 86, 89, 90 and PTX).
+# What CuPy (cupy-cuda12x, the `cuda` extra) needs at run time, and where each
+# piece comes from:
 #   * libcuda.so (driver API): from the host driver, mounted in by the NVIDIA
 #     container toolkit. Without it CuPy reports no device and the app falls
 #     back to its CPU backend, so the same image runs on GPU-less hosts.
 #   * libcudart, libnvrtc (+ libnvrtc-builtins), cuBLAS, cuFFT, cuRAND,
 #     cuSOLVER, cuSPARSE: shipped by this image (its `cuda-libraries-12-6`
 #     package) under /usr/local/cuda/lib64, found by the dynamic loader. CuPy compiles
-#     every elementwise/reduction/raw kernel at run time with NVRTC, so NVRTC is
+#     its own elementwise/reduction kernels at run time with NVRTC (ours come
+#     compiled, and NVRTC compiles them where a GPU is not in the fatbins), so NVRTC is
 #     essential; it is present here, so the large pip NVRTC/cuBLAS wheels
 #     (`cupy-cuda12x[ctk]`, `nvidia-cuda-nvrtc-cu12`) are NOT installed.
 #   * CUDA runtime *headers* (vector_types.h, cuda_fp16.h, ...): since CUDA 12.2
@@ -28,7 +31,8 @@
 #     site-packages. A < 1 MiB wheel, simpler than adding cuda-cudart-dev-12-6
 #     from NVIDIA's apt repo. The RawModules built from gpu/**/*.cu need these
 #     headers too. Their minor version must match the image's NVRTC, hence
-#     CUDA_HEADERS_PIN is kept in step with CUDA_IMAGE below.
+#     locks/cuda12.txt pins them to CUDA_VERSION's minor (CUDA_HEADERS in
+#     locks/refresh.sh; tests/deploy/test_locks.py checks the two agree).
 #   * libnvjpeg: nvImageCodec (the `cuda` extra) decodes and encodes JPEG on
 #     the GPU with it; the image's runtime libraries include it, and the
 #     extra's [nvjpeg] wheel is the fallback.
@@ -42,13 +46,16 @@
 # Host driver: one that supports CUDA 12.6 (>= 560), or an older branch that
 # the base image's NVIDIA_REQUIRE_CUDA accepts (set NVIDIA_DISABLE_REQUIRE=1 at
 # run time to rely on CUDA 12 minor-version compatibility with R525+). GPUs
-# newer than Hopper (sm_100/sm_120) need CUDA >= 12.8: bump CUDA_IMAGE and
-# CUDA_HEADERS_PIN together.
+# newer than Hopper (sm_100/sm_120) need CUDA >= 12.8: bump CUDA_VERSION and
+# CUDA_HEADERS in locks/refresh.sh together, then refresh the locks.
 
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+ARG CUDA_VERSION=12.6.3
+ARG CUDA_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
+# The builder has the CUDA toolkit of the same version: nvcc compiles the kernels ahead.
+ARG CUDA_DEVEL_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04
 
 # ---------------------------------------------------------------- builder ---
-FROM ${CUDA_IMAGE} AS builder
+FROM ${CUDA_DEVEL_IMAGE} AS builder
 
 ARG DEBIAN_FRONTEND=noninteractive
 # Ubuntu 24.04 ships Python 3.12 (the package needs >= 3.11).
@@ -60,12 +67,19 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN python3 -m venv /opt/venv
 
-# Keep in step with CUDA_IMAGE (see the header comment).
-ARG CUDA_HEADERS_PIN="nvidia-cuda-runtime-cu12==12.6.*"
-
+# Exactly the versions CI tested: the lock of the `cuda` and `postgres` extras, every wheel
+# checked against its sha256 (locks/refresh.sh makes it; its nvidia-cuda-runtime-cu12 is of
+# CUDA_VERSION's minor, see the header comment). The lock is its own layer: a code change does
+# not reinstall the dependencies.
 WORKDIR /src
+COPY locks/cuda12.txt locks/
+RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes -r locks/cuda12.txt
 COPY . .
-RUN /opt/venv/bin/pip install --no-cache-dir ".[cuda,postgres]" "${CUDA_HEADERS_PIN}"
+# Every CUDA source compiled ahead (gpu/ahead.py): a fatbin beside each .cu, with machine code
+# for the A100, A10, L4/L40 and H100/H200 generations and PTX for later GPUs, installed with
+# the package. No server process compiles our kernels, on any start of any container.
+RUN python3 -m gpu.ahead --nvcc /usr/local/cuda/bin/nvcc \
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps .
 
 # ---------------------------------------------------------------- runtime ---
 FROM ${CUDA_IMAGE} AS runtime

@@ -142,7 +142,9 @@ class MpsDaemon:
             Path(path).mkdir(parents=True, exist_ok=True)
         environment = {**os.environ, **self.environment}
         subprocess.run(["nvidia-cuda-mps-control", "-d"], env=environment, check=True, capture_output=True, timeout=30)
-        probe = "import cupy; cupy.zeros(1).sum().item()"
+        # A context, a memset and a copy back through the daemon; no kernel, which a fresh
+        # machine would first have to compile.
+        probe = "import cupy; assert not cupy.zeros(4, cupy.uint8).get().any()"
         subprocess.run([sys.executable, "-c", probe], env=environment, check=True, capture_output=True, timeout=120)
         os.environ.update(self.environment)  # the server processes, spawned next, inherit it
 

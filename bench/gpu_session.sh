@@ -5,7 +5,7 @@
 # are installed first when present: the end-to-end benchmark needs them.
 #   bash bench/gpu_session.sh [tests] [sanitize] [bench] [e2e] [draw-tests] [codecs] [phases] [e2e-mps] [svd-tests] [svd-bench] [svd-sanitize]
 #        [stencil-tests] [stencil-sanitize] [stencil-bench] [cs256-tests] [cs256-sanitize] [cs256-bench]
-#        [search-tests] [search-sanitize] [search-bench] [scale] [live] [video]    (default: the first four)
+#        [search-tests] [search-sanitize] [search-bench] [scale] [live] [video] [ahead] [start]    (default: the first four)
 # A ripgrep binary (and its libpcre2) carried in .rg/ is used by search-bench; bench/prepare_device.sh
 # builds .whl/ and .rg/ on the developer machine.
 # SVD_SIZES and STENCIL_SHAPES pick the sizes of svd-bench and stencil-bench.
@@ -35,9 +35,21 @@ if compgen -G ".whlv/*.whl" > /dev/null; then  # PyAV, for the video steps (benc
 fi
 steps=${*:-tests sanitize bench e2e}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/device.txt"
+# What runs here against the locks (the device's own NumPy, CuPy... are not carried: too large).
+python3 locks/pins.py --installed locks/cuda13.txt locks/test.txt >> "$out/device.txt" 2>&1 || true
+tail -1 "$out/device.txt"
 for step in $steps; do
   case $step in
     tests) python3 -m pytest -q -m gpu tests -p no:cacheprovider -x 2>&1 | tee "$out/gpu-tests.log" | tail -25 ;;
+    ahead)
+      # The image's way: every kernel compiled ahead (gpu/ahead.py) for this GPU, then all the GPU tests on the fatbins.
+      arch=$(python3 -c "import cupy; print(cupy.cuda.Device(0).compute_capability)")
+      python3 -m gpu.ahead --arch "$arch" 2>&1 | tee "$out/ahead.log"
+      python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee -a "$out/ahead.log" | tail -25 ;;
+    start)
+      # bench/start.py: the shipped server from a fresh start and a restart to /readyz, first sketch and first jobs.
+      # START_ARGS: its options (--processes, --env, --kinds ...). Run `ahead` first for the image's fatbins.
+      python3 bench/start.py ${START_ARGS:-} --out "$out/start" 2>&1 | tee "$out/start.log" | tail -20 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 20 python3 bench/sanitize_pencil.py 2>&1 | tee "$out/sanitize-$tool.log" | tail -6

@@ -1,8 +1,10 @@
-"""CUDA C sources (gpu/**/*.cu) compiled at run time with NVRTC through cupy.RawModule:
-no build step at install time. Each (source, device) is compiled once per process and
-its kernels are cached; callers ask for a kernel on the current device. Also the helpers
-every gpu/*/cuda.py launches with: `div_up` (grid sizes), `empty` (poisoned in tests) and
-`capture` (launches recorded once as a CUDA graph, to replay in one host call).
+"""CUDA C sources (gpu/**/*.cu, listed in gpu/ahead.py) loaded as cupy.RawModules: from the
+fatbin compiled ahead of time beside each source (the Docker image has them), else compiled
+at run time by NVRTC. Each (source, device) is loaded once per process and its kernels are
+cached; callers ask for a kernel on the current device. `load_all(device)` loads every
+source, for a process about to run batch jobs. Also the helpers every gpu/*/cuda.py launches
+with: `div_up` (grid sizes), `empty` (poisoned in tests) and `capture` (launches recorded
+once as a CUDA graph, to replay in one host call).
 
 Importing this module needs CuPy; nothing in `app/` or the CPU backend imports it.
 """
@@ -10,7 +12,9 @@ Importing this module needs CuPy; nothing in `app/` or the CPU backend imports i
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -18,16 +22,22 @@ from typing import Any, TypeVar
 
 import cupy
 
-# Exact IEEE division and square root, as the reference's float32 NumPy arithmetic:
-# the median and gradient stages are compared bit for bit.
-COMPILE_OPTIONS = ("-std=c++17", "--prec-div=true", "--prec-sqrt=true", "--fmad=true")
+from gpu import ahead
+from gpu.ahead import SOURCES, fatbin_for
+
+# NVRTC's flags (gpu/ahead.py's, which the fatbins were built with). A benchmark that adds a
+# define here (bench/pencil_overlap.py) compiles with NVRTC: a fatbin holds the stock build.
+COMPILE_OPTIONS = ahead.COMPILE_OPTIONS
+
+log = logging.getLogger("pencil.kernels")
 
 # Tests set this: every array `empty` returns, and every one passed to `poison`, is filled
 # with 0xFF bytes (NaN as a float, -1 as a signed integer), so an entry a kernel forgot to
 # write shows up.
 POISON = False
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the dictionaries below, held for lookups only
+_loading: dict[tuple[Path, int], threading.Lock] = {}  # one per (source, device): a compile blocks no other source
 _modules: dict[tuple[Path, int], cupy.RawModule] = {}
 _kernels: dict[tuple[Path, int, str], cupy.RawKernel] = {}
 
@@ -36,12 +46,51 @@ def _module(source: Path, device: int) -> cupy.RawModule:
     key = (source, device)
     with _lock:
         module = _modules.get(key)
+        if module is not None:
+            return module
+        loading = _loading.setdefault(key, threading.Lock())
+    with loading:  # a second caller waits for the first one's compile instead of repeating it
+        module = _modules.get(key)
         if module is None:
-            module = cupy.RawModule(code=source.read_text(), options=COMPILE_OPTIONS)
-            with cupy.cuda.Device(device):
-                module.compile()  # NVRTC for this device's architecture, now rather than at first launch
-            _modules[key] = module
+            module = _load(source, device)
+            with _lock:
+                _modules[key] = module
         return module
+
+
+def _load(source: Path, device: int) -> cupy.RawModule:
+    """`source`'s module on `device`: its fatbin when one was built for this version and
+    holds code this GPU runs, else NVRTC's compile (CuPy keeps it in its on-disk cache)."""
+    started = time.perf_counter()
+    fatbin = fatbin_for(source)
+    with cupy.cuda.Device(device):
+        if COMPILE_OPTIONS == ahead.COMPILE_OPTIONS and fatbin.exists():
+            module = cupy.RawModule(path=str(fatbin))
+            try:
+                module.compile()  # loads the fatbin on this device
+                log.debug("%s: compiled ahead, loaded in %.3f s", source.name, time.perf_counter() - started)
+                return module
+            except cupy.cuda.driver.CUDADriverError as exc:  # no SASS or PTX for this GPU in it
+                log.warning(
+                    "%s: %s holds no code for device %d (%s); compiling with NVRTC",
+                    source.name,
+                    fatbin.name,
+                    device,
+                    exc,
+                )
+        module = cupy.RawModule(code=source.read_text(), options=COMPILE_OPTIONS)
+        module.compile()  # NVRTC for this device's architecture, now rather than at first launch
+    log.info("%s: compiled by NVRTC for device %d in %.1f s", source.name, device, time.perf_counter() - started)
+    return module
+
+
+def load_all(device: int) -> float:
+    """Load (or compile) every CUDA source's module on `device`, so that no batch job waits
+    for one; returns the seconds it took."""
+    started = time.perf_counter()
+    for source in SOURCES:
+        _module(source, device)
+    return time.perf_counter() - started
 
 
 def kernel(source: Path, name: str) -> cupy.RawKernel:

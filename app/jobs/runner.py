@@ -118,9 +118,27 @@ class JobRunner:
             if requeued:
                 log.info("re-queued %d job(s) left running by a stopped process", requeued)
         self._purge()
+        if self.backend == "cuda" and self.pool is not None:
+            threading.Thread(target=self._load_kernels, name="job-kernels", daemon=True).start()
         self._heartbeat.start()
         for thread in self._threads:
             thread.start()
+
+    def _load_kernels(self) -> None:
+        """Every kind's CUDA kernels loaded on each device before a job asks for them: the
+        image's fatbins load in milliseconds, and where there are none NVRTC compiles them
+        here (tens of seconds) rather than in the first job of each kind. A job that comes
+        first waits for its own source only."""
+        from gpu import kernels
+
+        assert self.pool is not None
+        for device in self.pool.device_ids:
+            try:
+                seconds = kernels.load_all(device)
+            except Exception:  # the job that needs it will say what is wrong
+                log.exception("could not load the batch jobs' kernels on device %d", device)
+            else:
+                log.info("batch job kernels ready on device %d in %.2f s", device, seconds)
 
     def _beat(self) -> None:
         """Every third of the lease: renew this process's claims, and re-queue the jobs

@@ -79,15 +79,24 @@ def warm_up(backend: str = "cpu", pool=None) -> None:
     pool = pool or default_pool()
     defaults = PencilParams()
     lengths = {defaults.line_length(height, width) for width, height in WARM_SIZES}
+    phases = {"texture": time.perf_counter() - started}  # seconds of each step, logged: where a start goes
     for device in pool.device_ids:
-        device_assets = cuda.assets(device)
+        device_assets = cuda.assets(device)  # loads the kernels
         for length in lengths:
             device_assets.line_plan(length, 0)
             device_assets.line_plan(length, defaults.stroke_width)
+    phases["kernels and line tables"] = time.perf_counter() - started - sum(phases.values())
     sample = np.zeros((1080, 1920, 3), np.uint8)
     sample[::7] = 200  # edges and tone for every stage to work on
     for lease in pool.leases():
         nvjpeg.warm(lease)
+    phases["device codecs"] = time.perf_counter() - started - sum(phases.values())
+    for lease in pool.leases():
         for texture in ("lu", "fast"):
             cuda.render_on(lease, sample, PencilParams(texture=texture))
-    log.info("warmed up in %.2f s", time.perf_counter() - started)
+    phases["first renders"] = time.perf_counter() - started - sum(phases.values())
+    log.info(
+        "warmed up in %.2f s (%s)",
+        time.perf_counter() - started,
+        ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases.items()),
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -73,7 +74,11 @@ def build(driver: Path, sources: dict[str, Path], cache_dir: Path, work_dir: Pat
             timeout=600,
         )
         assert done.returncode == 0, f"{driver.name} does not build in the emulator:\n{done.stderr[-6000:]}"
-        shutil.move(partial, built)
+        # Copied beside its final name, then renamed: a test worker of pytest-xdist building
+        # the same library at the same time never loads a half-written file.
+        staged = built.with_name(f"{built.name}.{os.getpid()}.partial")
+        shutil.copyfile(partial, staged)
+        os.replace(staged, built)
     return built
 
 
