@@ -16,6 +16,12 @@ time-sliced (measured, 1080p JPEG, 12 processes on one H200: `lu` 423 -> 777 req
 `fast` 806 -> 2231).
 PENCIL_MPS=auto starts a private MPS control daemon when `nvidia-cuda-mps-control` is on
 PATH and none is configured (CUDA_MPS_PIPE_DIRECTORY unset), and stops it on exit.
+
+The first process starts alone and the others once it serves (or after FIRST_WAIT_S): warm-
+ups side by side share the GPU, MPS, the driver and the cores, so the first of equals would
+be ready last (issue 35, one H200: 1 process ready in 10.6 s, 12 in 37.6 s). A process
+listens only once warm, so the server is ready, at full speed, when the first one is, and
+the others join one by one.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ RESTART_BACKOFF_MAX_S = 30.0
 STOP_WAIT_S = 20.0  # for the processes to finish their requests on SIGTERM
 MAX_PROCESSES_PER_GPU = 16  # well under CUDA MPS's limit of clients per device
 CRASH_LOOP = (5, 60.0)  # this many deaths within this many seconds of their start: give up
+FIRST_WAIT_S = 300.0  # the other processes start when the first serves, or after this long
 
 
 def available_cores() -> int:
@@ -108,9 +115,16 @@ def _die_with_parent() -> None:
         return
 
 
-def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int) -> None:
-    """Child number `index`: uvicorn on its own SO_REUSEPORT socket."""
+def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int, serving: Any = None) -> None:
+    """Child number `index`: uvicorn on its own SO_REUSEPORT socket; sets the event `serving`
+    (when given) once it listens, its warm-up done."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and serving is not None:
+                serving.set()
 
     _die_with_parent()
     if os.getppid() != supervisor:  # it died before prctl took effect
@@ -120,7 +134,7 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
     configure_logging(settings.log_level, settings.log_format)  # a spawned process starts with none
     # log_config=None: uvicorn leaves logging to app/logs.py; no access log: AccessLogMiddleware writes it.
     config = uvicorn.Config(**uvicorn_options(settings, log_level))
-    uvicorn.Server(config).run(sockets=[_bind(host, port)])
+    Server(config).run(sockets=[_bind(host, port)])
 
 
 class MpsDaemon:
@@ -205,8 +219,13 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
     stopping = False
     supervisor = os.getpid()
 
+    first_serving = spawn.Event()
+
     def start(index: int) -> tuple[multiprocessing.process.BaseProcess, float]:
-        process = spawn.Process(target=_serve_one, args=(host, port, log_level, index, supervisor), daemon=False)
+        serving = first_serving if index == 0 else None
+        process = spawn.Process(
+            target=_serve_one, args=(host, port, log_level, index, supervisor, serving), daemon=False
+        )
         process.start()
         return process, time.monotonic()
 
@@ -215,7 +234,19 @@ def run_processes(host: str, port: int, processes: int, log_level: str) -> int:
         stopping = True
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    children = [start(index) for index in range(processes)]
+    children = [start(0)]
+    first, started = children[0]
+    while processes > 1 and not stopping and first.is_alive() and time.monotonic() - started < FIRST_WAIT_S:
+        if first_serving.wait(0.1):
+            log.info(
+                "server process %d serves after %.1f s; starting %d more",
+                first.pid,
+                time.monotonic() - started,
+                processes - 1,
+            )
+            break
+    if not stopping:
+        children += [start(index) for index in range(1, processes)]
     log.info(
         "serving on http://%s:%d with %d processes (pids %s)",
         host,

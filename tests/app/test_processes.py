@@ -4,6 +4,7 @@ included, so each job still ends with one result."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -135,6 +136,20 @@ def test_a_second_server_on_the_same_port_is_refused(two_processes, tmp_path):
     )
     assert second.returncode == 2
     assert "cannot serve on" in second.stderr
+
+
+def test_the_second_process_starts_once_the_first_serves(two_processes):
+    """Warm-ups side by side would delay the first process to be ready (app/serve.py)."""
+    base, log_path, _, _ = two_processes
+    pids = set(health_by_pid(base, 2))
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+    serves = [i for i, line in enumerate(lines) if re.fullmatch(r"server process \d+ serves after .*", line["message"])]
+    assert len(serves) == 1, [line["message"] for line in lines]
+    first = int(lines[serves[0]]["message"].split()[2])
+    (second,) = pids - {first}
+    first_lines = [i for i, line in enumerate(lines) if line.get("pid") == first]
+    assert any(lines[i]["message"] == "Application startup complete." for i in first_lines if i < serves[0])
+    assert min(i for i, line in enumerate(lines) if line.get("pid") == second) > serves[0]
 
 
 def test_the_processes_stop_when_their_supervisor_is_killed(two_processes):
