@@ -126,7 +126,8 @@ def load_pixels(image: Image.Image) -> np.ndarray:
         image.load()
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(
-            "corrupt_image", f"the {SUPPORTED_FORMATS[image.format]} file is corrupt or truncated ({exc})"
+            "corrupt_image",
+            f"the {SUPPORTED_FORMATS.get(image.format or '', 'image')} file is corrupt or truncated ({exc})",
         ) from None
     return to_array(_upright(image))
 

@@ -11,7 +11,7 @@ lease (anchors.measure), or the NumPy reference against NumPy and SciPy on the C
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -49,7 +49,11 @@ def run(job: Cs256Job, lease: Any = None, progress: Progress = no_progress) -> J
     if params.save in ("npz", "both"):
         files["cs256.npz"] = lambda handle: save_npz(cs, handle)
     if params.save in ("safetensors", "both"):
-        files["cs256.safetensors"] = lambda handle: save_safetensors(cs, handle)
+
+        def write_safetensors(handle: BinaryIO) -> None:
+            save_safetensors(cs, handle)
+
+        files["cs256.safetensors"] = write_safetensors
     out_of_range = int(np.count_nonzero(~np.isfinite(y32)))  # entries of y past the dtype's range (float16: 65504)
     report = storage_report(cs)
     k = 1 if x.ndim == 1 else x.shape[1]

@@ -18,12 +18,14 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cupy
 import numpy as np
 
 from gpu import kernels
 from gpu.cs256.format import STORAGE, to_float32
+from gpu.cs256.reference import XOR
 
 log = logging.getLogger("pencil.cs256")
 
@@ -104,7 +106,7 @@ class CsrAnchor:
         self.csr32 = cupyx.scipy.sparse.csr_matrix(to_float32(a, dtype))
         self.csr32.sum_duplicates()
         self.nnz = int(self.csr32.nnz)
-        self.native = None
+        self.native: Any = None  # the values in the native dtype, where cuSPARSE takes them
         self.dtype = "float32"
         if dtype != "float32" and self.nnz:
             values = self.csr32.data.astype(np.float16) if dtype == "float16" else _bf16(self.csr32.data)
@@ -301,7 +303,7 @@ class ReadFloor:
 
     def checksum(self) -> int:
         self()
-        return int(np.bitwise_xor.reduce(self.partials.get()))
+        return int(XOR.reduce(self.partials.get()))
 
 
 def read_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:

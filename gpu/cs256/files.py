@@ -34,7 +34,7 @@ ARRAYS = ("values", "indices", "row_ptr", "block_increments")
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit the safetensors reference implementation sets
 
 # safetensors dtype code -> NumPy dtype (little-endian); BF16 as its bit patterns.
-SAFETENSORS_DTYPES = {
+SAFETENSORS_DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),

@@ -41,8 +41,16 @@ TILE_GROUP = 4  # each row's tile counts are padded to a multiple of this (one 3
 VECS = (4, 8, 16)
 DEFAULT_VEC = 8
 DTYPES = ("float16", "bfloat16", "float32")
-STORAGE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16), "float32": np.dtype(np.float32)}
-BITS = {"float16": np.dtype(np.uint16), "bfloat16": np.dtype(np.uint16), "float32": np.dtype(np.uint32)}
+STORAGE: dict[str, np.dtype] = {
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(np.uint16),
+    "float32": np.dtype(np.float32),
+}
+BITS: dict[str, np.dtype] = {
+    "float16": np.dtype(np.uint16),
+    "bfloat16": np.dtype(np.uint16),
+    "float32": np.dtype(np.uint32),
+}
 MAX_STORED = 2**31 - 1  # row_ptr is int32
 
 

@@ -154,7 +154,11 @@ def line_table(length: int, width: int, prefix: bool) -> np.ndarray:
     # (a vertical line's neighbouring column): below float32 resolution of the sums.
     dense = np.where(dense < 1e-6 * dense.max(axis=(1, 2), keepdims=True), np.float32(0), dense)
     half = length // 2
-    run_starts, term_starts, runs, terms, weights = [], [], [], [], []
+    run_starts: list[int] = []
+    term_starts: list[int] = []
+    runs: list[tuple[int, int, int]] = []  # (packed start, taps, first weight)
+    terms: list[tuple[int, int, int]] = []  # (packed tap, packed prefix offset, weight)
+    weights: list[float] = []
     for direction in range(DIRECTIONS):
         run_starts.append(len(runs))
         term_starts.append(len(terms))

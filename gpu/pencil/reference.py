@@ -150,6 +150,7 @@ class LineFilter:
         for image, kernel_spectrum in zip(images, self.spectra, strict=True):
             product = cv2.mulSpectrums(self._transform(image), kernel_spectrum, 0)
             total = product if total is None else cv2.add(total, product, dst=total)
+        assert total is not None, "summed needs the 8 images"
         return self._inverse(total)
 
 
@@ -331,7 +332,7 @@ def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     (the first, layer by layer and support by support, on a tie). gpu/pencil/pencil.cu
     fit_tone does the same."""
     brightened = np.bincount(auto_brightening(), weights=source_counts.astype(np.float64), minlength=256)
-    source = np.cumsum(brightened)
+    source = np.cumsum(brightened, dtype=np.float64)
     if source[-1] <= 0:
         raise ValueError("fit_tone needs a histogram with at least one count")
     source /= source[-1]
@@ -390,7 +391,7 @@ def tone_map(luma_u8: np.ndarray, params: PencilParams, lut: np.ndarray | None =
         lut = matching_lut(counts, tone_target(counts, params.tone))
     matched = cv2.LUT(luma_u8, lut).astype(np.float32) / 255.0
     size = params.tone_blur_size(*luma_u8.shape)
-    tone = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)
+    tone: np.ndarray = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)
     if params.tone_gamma != 1.0:
         tone **= np.float32(params.tone_gamma)
     return tone
@@ -470,7 +471,8 @@ def oriented_texture(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     # (full planes cost more in page faults than in arithmetic).
     for top in range(0, height, HATCH_BAND_ROWS):
         rows = slice(top, top + HATCH_BAND_ROWS)
-        out[rows] = _turned_samples(hatch_turn(tuple(plane[rows] for plane in tensor)), top)
+        xx, xy, yy = (plane[rows] for plane in tensor)
+        out[rows] = _turned_samples(hatch_turn((xx, xy, yy)), top)
     return out
 
 

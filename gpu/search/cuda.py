@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import cupy
 import numpy as np
@@ -458,6 +459,7 @@ class _Pass:
         target, power = self.target, self.power
         K = self.launch.slots
         g, n, end = np.int32(self.launch.granularity), np.int64(self.text.n), np.int64(self.end)
+        args: tuple[Any, ...]
         if self.fused:
             args = (
                 self.text.data,
@@ -685,7 +687,8 @@ class _Search:
         for p in self.passes:
             for i, out in enumerate(p.outs):
                 positions = out.get(stream=main)
-                lines = p.lines[i].get(stream=main) if p.lines[i] is not None else None
+                line_numbers = p.lines[i]
+                lines = line_numbers.get(stream=main) if line_numbers is not None else None
                 results.append(PatternResult(positions, lines, p.algorithm, int(p.totals[i])))
         main.synchronize()
         download_ms = (time.perf_counter() - begin) * 1000

@@ -139,7 +139,7 @@ class CpmlLayers:
         for axis, n in zip(AXES, (params.nx, params.ny, params.nz), strict=True):
             dim = ARRAY_AXIS[axis]
             a, b = axis_profile(n, params)
-            broadcast = [None, None, None]
+            broadcast: list[slice | None] = [None, None, None]
             broadcast[dim] = slice(None)
             for lo, hi in layers(n, params.cpml):
                 region = list(interior)

@@ -323,7 +323,7 @@ def choose_variant(shot: GpuShot) -> tuple[str, dict[str, float] | None]:
     if found is not None:
         return found[0], None
     times = time_variants(shot)
-    best = min(times, key=times.get)
+    best = min(times, key=lambda variant: times[variant])
     with _chosen_lock:
         _chosen.setdefault(key, (best, times))
     return best, times

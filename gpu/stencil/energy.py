@@ -21,7 +21,7 @@ import importlib
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Self
+from typing import Any, Self
 
 
 @dataclass
@@ -66,8 +66,8 @@ class EnergyMeter:
     def __init__(self, pci_bus_id: str | None = None, index: int | None = None, interval_s: float = 0.01):
         self.pci_bus_id, self.index, self.interval_s = pci_bus_id, index, interval_s
         self.reading: EnergyReading | None = None
-        self._nvml = None
-        self._handle = None
+        self._nvml: Any = None  # the pynvml module once NVML started
+        self._handle: Any = None
         self._note: str | None = None
         self._counter_start: int | None = None
         self._samples: list[tuple[float, float]] = []

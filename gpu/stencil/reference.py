@@ -239,7 +239,7 @@ class Propagator:
         xp.add(t, s1, out=t)
         xp.multiply(s2, C2, out=s2)
         xp.add(t, s2, out=t)  # h^2 Lap4 p
-        if self.cpml is not None:
+        if self.cpml is not None and self.cpml_terms is not None:  # both with a CPML
             shape = self.params.shape
             self.cpml.update_psi(p.reshape(shape))
             self.cpml.add_terms(p.reshape(shape), self.cpml_terms.reshape(shape))

@@ -187,7 +187,7 @@ def bidiagonalize(
         t = p + panel
         # the rank-2L update of the trailing block: A[t:, t:] -= [U W][t:] [Z V][t:]^T
         blas.gemm("N", "T", m - t, n - t, 2 * nb, -1.0, uw, t, m, zv, t, n, 1.0, work, t + t * m, m)
-        if vectors:
+        if left is not None and right is not None:  # with vectors
             left[:, p : p + panel] = uw[:, :panel]
             right[:, p : p + panel] = zv[:, nb : nb + panel]
     reflectors = Reflectors(left, steps.tau_left, right, steps.tau_right, nb) if vectors else None
@@ -441,7 +441,7 @@ def diagonalize(
             if done:
                 break
             chunk += 1
-        if counts is not None:
+        if counts is not None and cycles is not None:
             scan, test, chased = (int(c) for c in cycles.get())
             counts.update(
                 sweeps=int(status[STATE_SWEEPS]),
@@ -516,7 +516,7 @@ def svd_on_device(a: cupy.ndarray, params: SvdParams, lease, timings: dict[str, 
     s = diagonalize(d, e[: cols - 1] if cols > 1 else e[:0], ut, vt, side=side, counts=counts)
     marks["diagonalized"].record(main)
     u = None
-    if ut is not None:
+    if ut is not None and vt is not None:
         u = ut.T if q is None else q @ ut.T  # U = Q U_R
         if m < n:  # A^T = U S V^T
             u, vt = vt.T, u.T

@@ -110,7 +110,8 @@ class Reader:
                 log.warning("a video packet at pts %s does not decode (%s); skipped", packet.pts, exc)
                 continue
             for frame in frames:
-                yield Decoded(self._pts(frame), frame)
+                if isinstance(frame, av.VideoFrame):  # what a video packet decodes to
+                    yield Decoded(self._pts(frame), frame)
 
     def prepare(self, item: Decoded | av.Packet) -> Frame | av.Packet:
         """A decoded frame as a Frame (RGB, upright, sized); an audio packet as it is."""

@@ -56,7 +56,7 @@ class Drawer:
     def __init__(self, params: PencilParams, lease: Any = None):
         self.params, self.lease = params, lease
         self.on_cpu = lease is None  # also once the line kernels prove too large for the GPU passes
-        self.upload_stream = None
+        self.upload_stream: Any = None  # a cupy Stream on a GPU
         self.replays: dict[tuple[tuple[int, ...], bool], Any] = {}  # (shape, explicit tone) -> ReplayedRender or None
         if lease is not None:
             import cupy

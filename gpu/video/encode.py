@@ -27,7 +27,7 @@ import av.container
 import cv2
 import numpy as np
 
-from gpu.video.probe import codec_name
+from gpu.video.probe import codec_name, fraction
 
 PRESET = "superfast"
 CRF = 19
@@ -115,7 +115,8 @@ class Writer:
             self.container.mux(packet)
             return
         for samples in packet.decode():
-            self.container.mux(self.audio_out.encode(samples))
+            if isinstance(samples, av.AudioFrame):  # what an audio packet decodes to
+                self.container.mux(self.audio_out.encode(samples))
 
     def close(self) -> None:
         """Flush the encoders and end the file (MP4's index is written at its end); sets
@@ -124,7 +125,8 @@ class Writer:
             self.container.mux(self.video.encode(None))
             if self.audio_out is not None and not self.copy_audio:
                 self.container.mux(self.audio_out.encode(None))
-            self.file_time_base = Fraction(self.video.time_base)
+            muxed = self.video.time_base  # set by the muxer when it wrote the header
+            self.file_time_base = fraction(muxed) if muxed is not None else self.time_base
         finally:
             self.container.close()
 
@@ -160,4 +162,4 @@ def yuv420p(drawing: np.ndarray) -> av.VideoFrame:
 def _plane_array(plane: av.video.plane.VideoPlane) -> np.ndarray:
     """A writable (height, width) uint8 view of one plane of a picture (its rows may be
     padded past `width`)."""
-    return np.ndarray((plane.height, plane.width), np.uint8, buffer=plane, strides=(plane.line_size, 1))
+    return np.ndarray((plane.height, plane.width), np.uint8, buffer=memoryview(plane), strides=(plane.line_size, 1))

@@ -90,6 +90,11 @@ def _drain(source: queue.Queue, stop: threading.Event) -> Iterator[Any]:
             return
 
 
+def _step_results(step: Step, before: queue.Queue, stop: threading.Event) -> Callable[[], Iterator[Any]]:
+    """What a step's thread yields: the items of the queue `before`, transformed."""
+    return lambda: _transformed(step, _drain(before, stop), stop)
+
+
 def _transformed(step: Step, items: Iterator[Any], stop: threading.Event) -> Iterator[Any]:
     """step.transform(item) for each of `items`, in order; a _Failed passes through after
     the results of the items before it."""
@@ -123,13 +128,13 @@ def pipelined(source: Iterable[Any], steps: Sequence[Step], depth: int = DEPTH) 
     `source` in order, the item passed through every step's transform in turn; the source
     and each step run on their own threads."""
     stop = threading.Event()
-    queues = [queue.Queue(depth) for _ in range(len(steps) + 1)]
+    queues: list[queue.Queue[Any]] = [queue.Queue(depth) for _ in range(len(steps) + 1)]
     stages = [_Stage("video-read", lambda: iter(source), queues[0], stop)]
     for index, step in enumerate(steps):  # step i reads queue i and fills queue i + 1
         stages.append(
             _Stage(
                 f"video-{step.name}",
-                lambda step=step, before=queues[index]: _transformed(step, _drain(before, stop), stop),
+                _step_results(step, queues[index], stop),
                 queues[index + 1],
                 stop,
             )

@@ -45,7 +45,7 @@ def open_input(source: Source) -> av.container.InputContainer:
         raise VideoError("empty_file", "the uploaded video is empty")
     target = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     try:
-        return av.open(target, options={"format_whitelist": CONTAINERS})
+        return av.open(target, "r", options={"format_whitelist": CONTAINERS})
     except av.FFmpegError as exc:
         if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError):
             raise
@@ -71,8 +71,13 @@ def frame_rate(stream: av.VideoStream) -> Fraction:
     """The stream's frames per second: its average rate, else FFmpeg's guess, else DEFAULT_RATE."""
     for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
         if rate is not None and rate > 0:
-            return Fraction(rate)
+            return fraction(rate)
     return DEFAULT_RATE
+
+
+def fraction(rational: Any) -> Fraction:
+    """A rate or time base of PyAV (a Fraction before PyAV 19, an AVRational since) as a Fraction."""
+    return Fraction(rational.numerator, rational.denominator)
 
 
 def codec_name(stream: av.stream.Stream) -> str:
@@ -139,7 +144,7 @@ def probe(source: Source, max_pixels: int | None = None) -> ClipInfo:
                 "video_too_small", f"the video is {width} x {height} px; both sides must be at least {MIN_SIDE} px"
             )
         rate = frame_rate(stream)
-        time_base = Fraction(stream.time_base) if stream.time_base else 1 / rate
+        time_base = fraction(stream.time_base) if stream.time_base else 1 / rate
         duration = _duration(container, stream, time_base)
         counted = int(stream.frames or 0)
         audio = audio_stream(container)
