@@ -37,6 +37,7 @@ from app.jobs.stencil import STENCIL
 from app.jobs.store import DATABASE_ERRORS, JobStore
 from app.jobs.svd import SVD
 from app.jobs.video import VIDEO
+from app.live_slots import LiveSlots
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
 from app.openapi import document_limits
@@ -233,7 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         backend.name,
         large_render_pixels=settings.large_render_pixels,
     )
-    app.state.live_slots = live.LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
+    app.state.live_slots = LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
     metrics.watch_live(app.state.live_slots)
     install_error_handlers(app)
     sketch.install(app)

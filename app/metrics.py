@@ -17,7 +17,7 @@ from app.jobs.store import DATABASE_ERRORS
 
 if TYPE_CHECKING:
     from app.jobs.store import JobStore
-    from app.live import LiveSlots
+    from app.live_slots import LiveSlots
     from gpu.pool import DevicePool
 
 log = logging.getLogger("pencil.metrics")

@@ -79,6 +79,31 @@ class SvdParams:
         _check_int("block_size", self.block_size, BLOCK_SIZE_MIN, BLOCK_SIZE_MAX)
 
 
+class SvdInputError(ValueError):
+    """The matrix cannot be decomposed: wrong shape or dtype, not finite, too large."""
+
+
+def check_matrix(a, max_elements: int | None = None) -> np.ndarray:
+    """The matrix to decompose as a C-contiguous float32/float64 (m, n) array, or SvdInputError.
+    Integers are refused rather than converted: the caller chooses the precision."""
+    a = np.asarray(a)
+    if a.ndim != 2:
+        raise SvdInputError(f"expected a 2-D matrix, got an array of shape {a.shape}")
+    if a.size == 0:
+        raise SvdInputError(f"the matrix is empty (shape {a.shape})")
+    if max_elements is not None and a.size > max_elements:
+        raise SvdInputError(
+            f"the matrix has {a.size} elements ({a.shape[0]} x {a.shape[1]}), more than the limit of {max_elements}"
+        )
+    if a.dtype not in DTYPES:
+        raise SvdInputError(f"dtype {a.dtype} is not supported: convert to float32 or float64")
+    bad = a.size - int(np.count_nonzero(np.isfinite(a)))
+    if bad:
+        nans = int(np.count_nonzero(np.isnan(a)))
+        raise SvdInputError(f"the matrix has {bad} non-finite entries ({nans} NaN, {bad - nans} infinite)")
+    return np.ascontiguousarray(a)
+
+
 def singular_values(kind: str, k: int, cond: float) -> np.ndarray:
     """The k prescribed singular values (float64, descending) of an ill_conditioned or
     clustered matrix: logspaced from 1 down to 1 / cond; for clustered, the first and the
@@ -192,8 +217,6 @@ class SvdJob:
         if (self.spec is None) == (self.matrix is None):
             raise ParamError("matrix", "give exactly one of a matrix and a spec")
         if self.matrix is not None:
-            from gpu.svd.reference import SvdInputError, check_matrix  # reference imports this module
-
             native = (
                 self.matrix.astype(self.matrix.dtype.newbyteorder("="), copy=False)
                 if self.matrix.dtype.kind == "f"

@@ -31,36 +31,11 @@ import time
 
 import numpy as np
 
-from gpu.svd.params import DTYPES, SvdParams
+from gpu.svd.params import SvdParams, check_matrix
 
 CHASE_DTYPE = np.dtype(np.float64)  # the precision of the bidiagonal QR (step 2)
 
 # -------------------------------------------------------------------- input checks --
-
-
-class SvdInputError(ValueError):
-    """The matrix cannot be decomposed: wrong shape or dtype, not finite, too large."""
-
-
-def check_matrix(a, max_elements: int | None = None) -> np.ndarray:
-    """The matrix to decompose as a C-contiguous float32/float64 (m, n) array, or SvdInputError.
-    Integers are refused rather than converted: the caller chooses the precision."""
-    a = np.asarray(a)
-    if a.ndim != 2:
-        raise SvdInputError(f"expected a 2-D matrix, got an array of shape {a.shape}")
-    if a.size == 0:
-        raise SvdInputError(f"the matrix is empty (shape {a.shape})")
-    if max_elements is not None and a.size > max_elements:
-        raise SvdInputError(
-            f"the matrix has {a.size} elements ({a.shape[0]} x {a.shape[1]}), more than the limit of {max_elements}"
-        )
-    if a.dtype not in DTYPES:
-        raise SvdInputError(f"dtype {a.dtype} is not supported: convert to float32 or float64")
-    bad = a.size - int(np.count_nonzero(np.isfinite(a)))
-    if bad:
-        nans = int(np.count_nonzero(np.isnan(a)))
-        raise SvdInputError(f"the matrix has {bad} non-finite entries ({nans} NaN, {bad - nans} infinite)")
-    return np.ascontiguousarray(a)
 
 
 # -------------------------------------------------------------- bidiagonalization --

@@ -15,7 +15,7 @@ import skimage.data
 from PIL import Image
 from starlette.websockets import WebSocketDisconnect
 
-from app.live import LiveSlots
+from app.live_slots import LiveSlots
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
 
