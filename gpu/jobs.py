@@ -27,7 +27,7 @@ def no_progress(fraction: float) -> None:
     """The progress callback of a job nobody watches."""
 
 
-def backend_name(lease: Any) -> str:
+def backend_name(lease: object) -> str:
     """The backend a job ran on, as results name it: "cuda" on a lease, else "cpu"."""
     return "cpu" if lease is None else "cuda"
 

@@ -11,17 +11,18 @@ lease (anchors.measure), or the NumPy reference against NumPy and SciPy on the C
 from __future__ import annotations
 
 import time
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from gpu.cs256.params import Cs256Job, Cs256Params
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
+from gpu.pool import Lease
 
 __all__ = ["Cs256Job", "Cs256Params", "run"]
 
 
-def run(job: Cs256Job, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+def run(job: Cs256Job, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:
     """Summary: m, n, dtype, vec, vectors, backend, source, pruning, format (the storage
     report), accuracy (max relative error against the float64 product), kernel, anchors,
     times_ms, speedup, bytes_moved, bandwidth_gb_s. Files: y.npy (float32) and the CS256

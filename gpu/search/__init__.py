@@ -12,17 +12,17 @@ from __future__ import annotations
 import base64
 import mmap
 import time
-from typing import Any
 
 import numpy as np
 
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
+from gpu.pool import Lease
 from gpu.search.params import Corpus, SearchJob, SearchParams
 
 __all__ = ["Corpus", "SearchJob", "SearchParams", "run"]
 
 
-def run(job: SearchJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+def run(job: SearchJob, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:
     """Every occurrence of each pattern. Summary per pattern: count, the first
     max_positions positions (0-based byte offsets; none with positions "none") and with
     line_numbers their 1-based lines; times_ms (GPU: upload, kernels, download; CPU:

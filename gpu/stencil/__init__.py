@@ -9,11 +9,11 @@ NumPy reference (gpu/stencil/reference.py), and draws its pictures (gpu/stencil/
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file, png_file
+from gpu.pool import Lease
 from gpu.stencil import geometry
 from gpu.stencil.params import StencilJob, StencilParams
 
@@ -38,7 +38,7 @@ class _StepProgress:
             self.progress(0.02 + 0.9 * done / self.steps)
 
 
-def run(job: StencilJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+def run(job: StencilJob, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:
     """One shot. Summary: grid, steps, dt, dt_max, cfl, the variant (and the auto trial's
     ms per step), seconds, gpts_per_s, effective_gb_per_s (16 B a point a step), NVML
     energy, gpts_per_j, warnings. Files: shot_record.npy ((steps, receivers) float32, row

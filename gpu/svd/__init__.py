@@ -9,10 +9,10 @@ ratios and the time of each phase.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from gpu.errors import ParamError
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
+from gpu.pool import Lease
 from gpu.svd.params import GPU_METHODS, METHODS, MatrixSpec, SvdJob, SvdParams, auto_gpu_method
 
 __all__ = ["METHODS", "MatrixSpec", "SvdJob", "SvdParams", "auto_gpu_method", "run"]
@@ -20,7 +20,7 @@ __all__ = ["METHODS", "MatrixSpec", "SvdJob", "SvdParams", "auto_gpu_method", "r
 VALUES_IN_JSON = 1024  # singular values listed in the JSON result; all of them are in s.npy
 
 
-def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+def run(job: SvdJob, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:
     """U diag(s) V^T of the job's matrix. Summary: m, n, dtype, method, backend,
     singular_values (the first VALUES_IN_JSON), singular_values_count, condition_number,
     accuracy {resid, orth_u, orth_v} (with vectors), times_ms; files s.npy, u.npy, vt.npy.
@@ -71,7 +71,7 @@ def run(job: SvdJob, lease: Any = None, progress: Progress = no_progress) -> Job
     return JobResult(summary, files)
 
 
-def _run_on_gpu(job: SvdJob, params: SvdParams, lease: Any, times: dict[str, float], progress: Progress):
+def _run_on_gpu(job: SvdJob, params: SvdParams, lease: Lease, times: dict[str, float], progress: Progress):
     """The job on the lease's device, from the matrix's upload (or its generation there)
     to the host copies of the factors: (shape, dtype, (u, s, vt), accuracy or None)."""
     import cupy

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpu.jobs import JobResult, Progress, no_progress
+from gpu.pool import Lease
 from gpu.video.drawer import Drawer, Staged
 from gpu.video.errors import VideoError
 from gpu.video.params import TEMPORAL_CHOICES, VideoJob, VideoParams
@@ -56,7 +57,7 @@ PREPARE_WORKERS = 4  # threads converting decoded frames to RGB (2.2 ms a 720p f
 FrameProgress = Callable[[int, int], None]  # (frames drawn, frames in the clip: exact or estimated, 0 unknown)
 
 
-def run(job: VideoJob, lease: Any = None, progress: Progress = no_progress) -> JobResult:
+def run(job: VideoJob, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:
     """Summary: see `draw`, plus bytes (of sketch.mp4). Files: sketch.mp4. `progress`
     gets frames drawn / frames in the clip (the header's count or its estimate), at most
     every PROGRESS_S."""
@@ -80,7 +81,7 @@ def draw(
     target: str | Path | BinaryIO,
     params: VideoParams,
     info: ClipInfo | None = None,
-    lease: Any = None,
+    lease: Lease | None = None,
     progress: FrameProgress | None = None,
 ) -> dict[str, Any]:
     """Draw every frame of the clip `source` (bytes or a path) into an MP4 at `target` (a

@@ -27,6 +27,7 @@ import numpy as np
 
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
+from gpu.pool import Lease
 from gpu.video.temporal import luma_histogram
 
 log = logging.getLogger("pencil.video")
@@ -53,7 +54,7 @@ class Drawer:
     drawing size (max_side already applied); drawings: (H, W) uint8, or (H, W, 3) uint8
     RGB in colour mode."""
 
-    def __init__(self, params: PencilParams, lease: Any = None):
+    def __init__(self, params: PencilParams, lease: Lease | None = None):
         self.params, self.lease = params, lease
         self.on_cpu = lease is None  # also once the line kernels prove too large for the GPU passes
         self.upload_stream: Any = None  # a cupy Stream on a GPU
@@ -72,8 +73,10 @@ class Drawer:
 
         from gpu.pencil import cuda
 
-        with cupy.cuda.Device(self.lease.device), self.upload_stream as stream:
-            on_device = cuda.upload(self.lease, image, "in", stream)
+        lease = self.lease
+        assert lease is not None, "a drawer off the CPU has a lease"
+        with cupy.cuda.Device(lease.device), self.upload_stream as stream:
+            on_device = cuda.upload(lease, image, "in", stream)
             counts = cuda.luma_and_histogram(on_device).histogram.get(stream=stream) if histogram else None
             stream.synchronize()  # the pinned staging is free for the next frame, the upload done
         return Staged(image, on_device, None if counts is None else counts.astype(np.int64))
