@@ -19,9 +19,8 @@ PATH and none is configured (CUDA_MPS_PIPE_DIRECTORY unset), and stops it on exi
 
 The first process starts alone and the others once it serves (or after FIRST_WAIT_S): warm-
 ups side by side share the GPU, MPS, the driver and the cores, so the first of equals would
-be ready last (issue 35, one H200: 1 process ready in 10.6 s, 12 in 37.6 s). A process
-listens only once warm, so the server is ready, at full speed, when the first one is, and
-the others join one by one.
+be ready last (docs/design.md, start-up). A process listens only once warm, so the server is
+ready, at full speed, when the first one is, and the others join one by one.
 """
 
 from __future__ import annotations
