@@ -56,7 +56,8 @@ def nvcc_command(nvcc: str, source: Path, output: Path, architectures: tuple[str
     """nvcc's arguments for one fatbin: SASS for each architecture, PTX of the last."""
     targets = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures]
     targets.append(f"-gencode=arch=compute_{architectures[-1]},code=compute_{architectures[-1]}")
-    return [nvcc, "-fatbin", *COMPILE_OPTIONS, *targets, "-o", str(output), str(source)]
+    # --threads 0: the architectures compile side by side, on as many threads as there are cores
+    return [nvcc, "-fatbin", "--threads", "0", *COMPILE_OPTIONS, *targets, "-o", str(output), str(source)]
 
 
 def build(

@@ -59,7 +59,7 @@ def test_the_fatbins_name_follows_the_source_and_the_options(tmp_path, monkeypat
 
 def test_nvcc_gets_the_options_machine_code_for_each_architecture_and_ptx_of_the_last():
     command = ahead.nvcc_command("nvcc", Path("a.cu"), Path("a.fatbin"), ("80", "90"))
-    assert command[:2] == ["nvcc", "-fatbin"] and command[-3:] == ["-o", "a.fatbin", "a.cu"]
+    assert command[:4] == ["nvcc", "-fatbin", "--threads", "0"] and command[-3:] == ["-o", "a.fatbin", "a.cu"]
     assert all(option in command for option in ahead.COMPILE_OPTIONS)
     assert [c for c in command if c.startswith("-gencode")] == [
         "-gencode=arch=compute_80,code=sm_80",
