@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.config import Settings
 from gpu.jobs import JobResult, Progress
-from gpu.pool import Lease as GpuLease  # the store has its own Lease (a claim on a job)
+from gpu.pool import Lease
 
 
 class StoredJob(Protocol):
@@ -66,7 +66,7 @@ class JobKind:
     summary: str
     parse: Callable[[Request, Settings], Awaitable[Submission]]
     job_type: Any  # a class with from_json(stored: Mapping, files: Mapping[str, Path])
-    run: Callable[[Any, GpuLease | None, Progress], JobResult]
+    run: Callable[[Any, Lease | None, Progress], JobResult]
     openapi: dict[str, Any] = field(default_factory=dict)  # request body and result docs for POST /jobs/<name>
     result_model: type[BaseModel] | None = None  # the JSON summary of a finished job, for the OpenAPI
 

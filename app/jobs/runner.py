@@ -37,7 +37,7 @@ from typing import BinaryIO
 from app.corpora import corpus_text
 from app.jobs.kinds import JobCanceled, JobKind
 from app.jobs.leader import RunnerLock
-from app.jobs.store import DATABASE_ERRORS, Job, JobStore, Lease
+from app.jobs.store import DATABASE_ERRORS, Claim, Job, JobStore
 from app.logs import request_context
 from app.metrics import Metrics
 from app.storage import StorageError, remove_tree_quietly, write_atomically
@@ -129,8 +129,11 @@ class JobRunner:
         image's fatbins load in milliseconds, and where there are none NVRTC compiles them
         here (tens of seconds) rather than in the first job of each kind. A job that comes
         first waits for its own source only."""
-        from gpu import kernels
-
+        try:
+            from gpu import kernels
+        except ImportError as exc:  # only a stand-in CUDA backend (the tests' fake devices) lacks CuPy
+            log.warning("the batch jobs' kernels are not loaded ahead: %s", exc)
+            return
         assert self.pool is not None
         for device in self.pool.device_ids:
             try:
@@ -156,7 +159,7 @@ class JobRunner:
         with self._running_lock:
             running = list(self._running.values())
         for job in running:
-            if self.store.renew(job) is Lease.LOST:
+            if self.store.renew(job) is Claim.LOST:
                 with self._running_lock:
                     if self._running.get(job.id) is job:  # not a run that ended meanwhile
                         self._lost.add((job.id, job.attempt))
@@ -314,15 +317,15 @@ class JobRunner:
 
         def progress(fraction: float) -> None:
             try:
-                lease = self.store.set_progress(job, fraction)
+                claim = self.store.set_progress(job, fraction)
             except STORE_ERRORS as exc:  # the job carries on: the heartbeat and its end decide
                 log.warning("job %s: could not record its progress (%s)", job.id, exc, extra={"job_id": job.id})
-                lease = Lease.HELD
+                claim = Claim.HELD
             with self._running_lock:
                 lost = (job.id, job.attempt) in self._lost
-            if lease is Lease.LOST or lost:
+            if claim is Claim.LOST or lost:
                 raise JobLost()
-            if lease is Lease.CANCEL:
+            if claim is Claim.CANCEL:
                 raise JobCanceled()
 
         if self.pool is None:

@@ -127,8 +127,8 @@ _CONVERTED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 _INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 
 
-class Lease(enum.Enum):
-    """What a running job's runner learns when it reports progress or renews its lease."""
+class Claim(enum.Enum):
+    """The state of a runner's claim on a job, as it learns when it reports progress or renews its lease."""
 
     HELD = "held"  # carry on
     CANCEL = "cancel"  # a cancel was asked for: stop at this checkpoint
@@ -443,15 +443,15 @@ class JobStore:
         )
         return sql, (time.time(), self.replica, self.lease_s)
 
-    def renew(self, job: Job) -> Lease:
+    def renew(self, job: Job) -> Claim:
         """Extend the lease of a job this replica runs (claimed as `job`)."""
         return self._touch(job, "")
 
-    def set_progress(self, job: Job, progress: float) -> Lease:
+    def set_progress(self, job: Job, progress: float) -> Claim:
         """Record progress (0..1) of a job this replica runs, which also renews its lease."""
         return self._touch(job, "progress = ?, ", min(max(progress, 0.0), 1.0))
 
-    def _touch(self, job: Job, assignment: str, *values: Any) -> Lease:
+    def _touch(self, job: Job, assignment: str, *values: Any) -> Claim:
         with self._session(write=True) as db:
             row = db.one(
                 f"UPDATE jobs SET {assignment}lease_until = {self._db.NOW} + ? "
@@ -459,8 +459,8 @@ class JobStore:
                 (*values, self.lease_s, job.id, job.attempt),
             )
         if row is None:
-            return Lease.LOST
-        return Lease.CANCEL if row["cancel_requested"] else Lease.HELD
+            return Claim.LOST
+        return Claim.CANCEL if row["cancel_requested"] else Claim.HELD
 
     def succeed(self, job: Job, result: Mapping[str, Any]) -> bool:
         """Store the result of a job this replica ran (claimed as `job`): JSON, with NaN and

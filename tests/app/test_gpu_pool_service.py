@@ -5,14 +5,17 @@ and create_app's wiring of a (fake-runtime) DevicePool for the CUDA backend."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import types
 
 import pytest
 from pencil_testkit import assert_api_error, metric_value, photo_bytes, sketch_files
 from prometheus_client import generate_latest
 
 import app.main
+import gpu
 import gpu.pencil
 from app.config import Settings
 from app.metrics import Metrics
@@ -195,6 +198,24 @@ def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp
     with TestClient(application):
         assert application.state.job_runner.leading
         assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5)
+
+
+def test_the_process_running_the_jobs_loads_every_kernel_on_each_gpu_in_the_background(
+    fake_cuda, tmp_path, monkeypatch
+):
+    from fastapi.testclient import TestClient
+
+    loaded: list[int] = []
+    kernels = types.ModuleType("gpu.kernels")
+    kernels.load_all = lambda device: loaded.append(device) or 0.01  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpu.kernels", kernels)
+    monkeypatch.setattr(gpu, "kernels", kernels, raising=False)
+    application = app.main.create_app(settings(tmp_path, backend="cuda", processes=1, admin_token="jobs-on"))
+    with TestClient(application):
+        deadline = time.monotonic() + 10
+        while len(loaded) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert application.state.job_runner.leading and loaded == [0, 1]
 
 
 def test_a_lone_process_pools_every_gpu(fake_cuda, tmp_path):

@@ -15,7 +15,7 @@ from pencil_testkit import admin_client, assert_api_error, wait_for_job
 
 from app.jobs.kinds import JobKind
 from app.jobs.runner import JobRunner, runner_lock_path
-from app.jobs.store import JobStore, Lease
+from app.jobs.store import Claim, JobStore
 from app.metrics import Metrics
 from app.storage import StartupError
 from gpu.jobs import JobResult, npy_file
@@ -66,8 +66,8 @@ def test_a_dead_replicas_job_goes_back_to_the_queue_and_its_late_writes_are_refu
     assert (second.id, second.attempt, second.replica) == (job.id, 2, "r1")
 
     # The presumed-dead replica wakes up: nothing it writes counts.
-    assert dead.set_progress(first, 0.9) is Lease.LOST
-    assert dead.renew(first) is Lease.LOST
+    assert dead.set_progress(first, 0.9) is Claim.LOST
+    assert dead.renew(first) is Claim.LOST
     stale = dead.result_dir(first)
     stale.mkdir(parents=True)
     (stale / "s.npy").write_bytes(b"stale")
@@ -93,9 +93,9 @@ def test_renewed_leases_are_kept(replicas):
     job = runner_store.claim_next()
     for _ in range(5):
         time.sleep(LEASE_S / 3)
-        assert runner_store.renew(job) is Lease.HELD
+        assert runner_store.renew(job) is Claim.HELD
         assert other.requeue_expired() == []
-    assert runner_store.set_progress(job, 0.5) is Lease.HELD
+    assert runner_store.set_progress(job, 0.5) is Claim.HELD
     assert runner_store.succeed(job, {"ok": True})
 
 
@@ -104,8 +104,8 @@ def test_cancel_reaches_the_replica_running_the_job(replicas):
     job, _ = api.create("svd", {})
     claim = running_on.claim_next()
     assert api.cancel(job.id).cancel_requested
-    assert running_on.renew(claim) is Lease.CANCEL
-    assert running_on.set_progress(claim, 0.2) is Lease.CANCEL
+    assert running_on.renew(claim) is Claim.CANCEL
+    assert running_on.set_progress(claim, 0.2) is Claim.CANCEL
     assert running_on.mark_canceled(claim)
     assert api.get(job.id).status == "canceled"
 

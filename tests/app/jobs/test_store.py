@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
-from app.jobs.store import IdempotencyConflict, JobStore, Lease
+from app.jobs.store import Claim, IdempotencyConflict, JobStore
 from app.storage import StartupError, StorageError
 
 
@@ -39,7 +39,7 @@ def test_a_job_goes_queued_running_succeeded(store):
     assert running.id == job.id and running.status == "running" and running.started >= job.created
     assert store.claim_next() is None
     assert running.attempt == 1 and running.replica == "test-replica"
-    assert store.set_progress(running, 0.5) is Lease.HELD
+    assert store.set_progress(running, 0.5) is Claim.HELD
     assert store.get(job.id).progress == 0.5
     assert store.succeed(running, {"values": [1.0, 2.0]})
     done = store.get(job.id)
@@ -98,7 +98,7 @@ def test_cancel_a_queued_job_at_once_and_a_running_one_at_its_checkpoint(store):
     assert store.get(running.id).status == "canceled"
     after = store.cancel(queued.id)
     assert after.status == "running" and after.cancel_requested
-    assert store.set_progress(claim, 0.3) is Lease.CANCEL  # the checkpoint sees the request
+    assert store.set_progress(claim, 0.3) is Claim.CANCEL  # the checkpoint sees the request
     assert store.mark_canceled(claim)
     assert store.get(queued.id).status == "canceled"
     assert store.cancel("nope") is None
