@@ -100,6 +100,15 @@ class Settings(BaseSettings):
     max_live_pixels: int = Field(
         1920 * 1080, ge=256, description="largest /live frame in pixels (an error message for that frame past it)"
     )
+    live_origins: str = Field(
+        "",
+        pattern=r"^\s*(\*|https?://[^\s,/]+(\s*,\s*https?://[^\s,/]+)*)?\s*$",
+        description=(
+            "web pages allowed to open /live besides the server's own: '*' (any), or origins like "
+            "'https://app.example.com,http://localhost:5173'; empty: the server's own pages only (a browser "
+            "on another site is refused with 403; clients that send no Origin header, not browsers, are let in)"
+        ),
+    )
     live_slots_dir: Path | None = Field(
         None,
         description=(

@@ -22,6 +22,7 @@ from starlette.websockets import WebSocketState
 
 from app.errors import ApiError
 from app.live_slots import LiveSlots
+from app.origins import origin_allowed
 from app.render_queue import Timed
 from app.sketch import parse_options
 from gpu import pencil
@@ -207,6 +208,14 @@ class LiveConnection:
 async def live(websocket: WebSocket) -> None:
     state = websocket.app.state
     slots: LiveSlots = state.live_slots
+    origin = websocket.headers.get("origin")
+    if not origin_allowed(origin, websocket.headers.get("host"), state.live_origins):
+        log.warning(
+            "refused a /live session from the web page at %s (not in PENCIL_LIVE_ORIGINS)", (origin or "")[:200]
+        )
+        state.metrics.rejected.labels("origin_not_allowed").inc()
+        await websocket.close()  # before accepting: the handshake is answered 403
+        return
     await websocket.accept()
     try:
         options = Options.parse(dict(websocket.query_params))

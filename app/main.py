@@ -41,6 +41,7 @@ from app.live_slots import LiveSlots
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
 from app.metrics import Metrics, MetricsMiddleware
 from app.openapi import document_limits
+from app.origins import allowed_origins
 from app.render_queue import RenderQueue
 from app.storage import StartupError, prepare_directory, probe_directory
 from app.uploads import UploadGuard
@@ -235,6 +236,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         large_render_pixels=settings.large_render_pixels,
     )
     app.state.live_slots = LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
+    app.state.live_origins = allowed_origins(settings.live_origins)
     metrics.watch_live(app.state.live_slots)
     install_error_handlers(app)
     sketch.install(app)

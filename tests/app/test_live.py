@@ -206,6 +206,41 @@ def test_live_off_refuses_every_session(make_client):
     assert closed.value.code == 1013
 
 
+def test_a_page_on_another_site_is_refused_and_logged(client, caplog):
+    with (
+        pytest.raises(WebSocketDisconnect),
+        client.websocket_connect("/live", headers={"origin": "https://evil.example"}),
+    ):
+        pass
+    assert "refused a /live session from the web page at https://evil.example" in caplog.text
+    assert 'pencil_rejected_requests_total{code="origin_not_allowed"} 1.0' in client.get("/metrics").text
+
+
+@pytest.mark.parametrize(
+    ("setting", "origin"),
+    [
+        ("", None),  # no Origin header: not a browser page
+        ("", "http://testserver"),  # the server's own page (TestClient's Host is testserver)
+        ("https://app.example.com, http://localhost:5173", "http://localhost:5173"),
+        ("*", "https://anywhere.example"),
+    ],
+)
+def test_the_servers_own_pages_listed_origins_and_clients_without_one_are_let_in(make_client, setting, origin):
+    client = make_client(live_origins=setting)
+    headers = {"origin": origin} if origin else {}
+    with client.websocket_connect("/live", headers=headers) as ws:
+        assert ws.receive_json()["type"] == "ready"
+
+
+def test_an_origin_off_the_list_is_refused(make_client):
+    client = make_client(live_origins="https://app.example.com")
+    with (
+        pytest.raises(WebSocketDisconnect),
+        client.websocket_connect("/live", headers={"origin": "https://app.example.org"}),
+    ):
+        pass
+
+
 def _hold_a_slot(directory: str, ready) -> None:
     slots = LiveSlots(__import__("pathlib").Path(directory), 3)
     assert slots.acquire() is not None
