@@ -64,6 +64,24 @@ class Settings(BaseSettings):
             "minimum rate, 408 upload_timeout and the connection is closed"
         ),
     )
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=4096,
+        le=16 * MIB,
+        description=(
+            "largest request line and headers of a request, in bytes, in `pencil-gpu serve`; past it the "
+            "server answers 431 headers_too_large at once and closes the connection"
+        ),
+    )
+    header_timeout_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "longest time a request's line and headers may take to arrive (from the connection's opening, or "
+            "the request's first byte), in `pencil-gpu serve`; past it the connection is closed"
+        ),
+    )
     upload_min_bytes_per_s: float = Field(
         1024.0,
         ge=0.0,

@@ -214,7 +214,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
         description=(
             'Errors are JSON `{"error": code, "detail": sentence}` (and `field` for a parameter) with status '
-            "400, 401, 404, 405, 408, 409, 413, 415, 422, 499, 500, 503 or 507 (see POST /sketch and the "
+            "400, 401, 404, 405, 408, 409, 413, 415, 422, 431, 499, 500, 503 or 507 (see POST /sketch and the "
             "jobs' pages for the codes)."
         ),
         openapi_tags=OPENAPI_TAGS,

@@ -40,6 +40,7 @@ from typing import Any
 
 from app.config import Settings, get_settings
 from app.logs import configure_logging
+from app.request_head import bounded_protocol
 
 log = logging.getLogger("pencil.serve")
 
@@ -77,6 +78,7 @@ def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
         # /live sends JPEG and WebP, which deflate cannot shrink: compressing them took 77 % of a
         # busy process's time, on its event loop (py-spy, bench/live.py), so it is never negotiated.
         "ws_per_message_deflate": False,
+        "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s),  # app/request_head.py
     }
 
 

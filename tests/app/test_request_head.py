@@ -1,0 +1,128 @@
+"""`pencil-gpu serve` bounds each request's line and headers (app/request_head.py): too large
+is 431 at once, too slow (or a connection that never sends a byte) is closed, and neither
+holds up other clients. Raw sockets against the real server, as a misbehaving client would."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pencil_testkit import free_port, photo_bytes, server_env, server_process, sketch_files
+
+MAX_HEAD = 8192
+HEAD_TIMEOUT_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> tuple[int, Path]:
+    workdir = tmp_path_factory.mktemp("request-head")
+    port = free_port()
+    env = server_env(
+        workdir, port=str(port), max_header_bytes=str(MAX_HEAD), header_timeout_s=str(HEAD_TIMEOUT_S), log_level="info"
+    )
+    with server_process([sys.executable, "-m", "app.cli", "serve"], workdir, env, f"http://127.0.0.1:{port}"):
+        yield port, workdir / "server.log"
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One response (head and a Content-Length body) off a kept-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def healthz_ms(port: int) -> float:
+    started = time.perf_counter()
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    return (time.perf_counter() - started) * 1000
+
+
+def test_an_endless_header_is_cut_at_once_and_others_are_served_meanwhile(server):
+    port, log = server
+    sent, slowest_ms = 0, 0.0
+    started = time.monotonic()
+    with connect(port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        with pytest.raises(OSError):  # the server answers 431 and closes while we are still sending
+            while sent < 64 * 2**20:
+                sock.sendall(b"a" * 32768)
+                sent += 32768
+                if sent % (32 * 32768) == 0:
+                    slowest_ms = max(slowest_ms, healthz_ms(port))
+            read_all(sock)  # (the 431 is covered below: here the reset may overtake it)
+    assert time.monotonic() - started < 5 and sent < 2**20, sent
+    assert slowest_ms < 1000
+    assert "whose line and headers pass 8192 bytes (431)" in log.read_text()
+
+
+def test_a_head_just_past_the_limit_gets_the_json_error(server):
+    port, _ = server
+    with connect(port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD + 100))
+        head, _, body = read_all(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large")
+    assert json.loads(body) == {
+        "error": "headers_too_large",
+        "detail": f"the request line and headers are larger than {MAX_HEAD} bytes (PENCIL_MAX_HEADER_BYTES)",
+    }
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"], ids=["idle", "half_a_head"])
+def test_a_connection_whose_head_does_not_come_in_time_is_closed(server, sent):
+    port, log = server
+    with connect(port) as sock:
+        sock.sendall(sent)
+        started = time.monotonic()
+        assert read_all(sock) == b""  # closed, nothing answered
+        waited = time.monotonic() - started
+    assert HEAD_TIMEOUT_S - 0.2 < waited < HEAD_TIMEOUT_S + 2
+    if sent:
+        assert f"its request line and headers took over {HEAD_TIMEOUT_S:g} s" in log.read_text()
+
+
+def test_a_kept_alive_connection_gets_a_new_head_clock_for_each_request(server):
+    port, _ = server
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with connect(port) as sock:
+        for _ in range(3):  # each request's head comes at once, however long the connection lives
+            sock.sendall(request)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+            time.sleep(HEAD_TIMEOUT_S * 0.6)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # then a head that stalls
+        started = time.monotonic()
+        assert read_all(sock) == b""
+    assert time.monotonic() - started < HEAD_TIMEOUT_S + 2
+
+
+def test_bodies_do_not_count_as_head(server):
+    port, _ = server
+    photo = photo_bytes("astronaut", "png", 600)  # a body far larger than the head limit
+    assert len(photo) > 4 * MAX_HEAD
+    response = httpx.post(
+        f"http://127.0.0.1:{port}/sketch", files=sketch_files(photo, "a.png", "image/png"), timeout=60
+    )
+    assert response.status_code == 200, response.text
