@@ -123,9 +123,10 @@ class PostgresDatabase:
         return self._shown
 
     @contextmanager
-    def session(self, write: bool = False) -> Iterator[PostgresSession]:
-        """One connection and one transaction (committed at the end, rolled back on an error)."""
-        with self._pool.connection() as connection:
+    def session(self, write: bool = False, wait_s: float | None = None) -> Iterator[PostgresSession]:
+        """One connection and one transaction (committed at the end, rolled back on an error);
+        past `wait_s` (default POOL_TIMEOUT_S) waiting for a connection, a PoolTimeout."""
+        with self._pool.connection(timeout=wait_s) as connection:
             yield PostgresSession(connection)
 
     def close(self) -> None:

@@ -95,10 +95,13 @@ class SqliteDatabase:
         return str(self.path)
 
     @contextmanager
-    def session(self, write: bool = False) -> Iterator[SqliteSession]:
+    def session(self, write: bool = False, wait_s: float | None = None) -> Iterator[SqliteSession]:
         """The connection, for this thread alone; `write`: one transaction (BEGIN IMMEDIATE
-        ... COMMIT, rolled back on an error), else each statement commits on its own."""
-        with self._lock:
+        ... COMMIT, rolled back on an error), else each statement commits on its own. Past
+        `wait_s` waiting for another thread's session, sqlite3.OperationalError."""
+        if not self._lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            raise sqlite3.OperationalError(f"the job database was busy for {wait_s:g} s")
+        try:
             if not write:
                 yield SqliteSession(self._db)
                 return
@@ -110,6 +113,8 @@ class SqliteDatabase:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         with self._lock:

@@ -79,6 +79,9 @@ JOB_ID = re.compile(r"[0-9a-f]{32}")
 RESULT_FOLDER = re.compile(r"result(-[0-9]+)?")
 NAME_MAX = 255  # bytes in one file name
 DEFAULT_LEASE_S = 30.0
+# The readiness probe's longest wait for the database: well under a probe's own timeout
+# (deploy/kubernetes: 3 s), so an outage reads as 503 rather than as a probe that timed out.
+PROBE_WAIT_S = 0.5
 CANCELED_WHILE_RUNNING = "canceled while running"  # the error of a running job that stopped after a cancel
 
 STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to no live submission
@@ -161,7 +164,10 @@ class Database(Protocol):
     errors: tuple[type[Exception], ...]
     integrity_errors: tuple[type[Exception], ...]
 
-    def session(self, write: bool = False) -> AbstractContextManager[Session]: ...
+    def session(self, write: bool = False, wait_s: float | None = None) -> AbstractContextManager[Session]:
+        """`wait_s`: the longest wait for a connection (None: the database's own limit)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -229,11 +235,11 @@ class JobStore:
             ) from exc
 
     @contextmanager
-    def _session(self, write: bool = False) -> Iterator[Session]:
+    def _session(self, write: bool = False, wait_s: float | None = None) -> Iterator[Session]:
         """A session of the database; a database error (not a constraint) is remembered
         for `recent_error`, then raised."""
         try:
-            with self._db.session(write) as session:
+            with self._db.session(write, wait_s) as session:
                 yield session
         except self._db.integrity_errors:
             raise
@@ -636,8 +642,10 @@ class JobStore:
         """Raise a database error unless the database can be written and its job table read:
         a one-row write transaction on `health` and the scan of the table the metrics make
         (the table holds the jobs of the retention period: cheap enough for every readiness
-        probe). Corruption elsewhere shows in the queries that meet it (recent_error)."""
-        with self._session(write=True) as db:
+        probe). Corruption elsewhere shows in the queries that meet it (recent_error). It
+        waits at most PROBE_WAIT_S for a connection, so that a readiness probe reads 503 during
+        an outage rather than timing out."""
+        with self._session(write=True, wait_s=PROBE_WAIT_S) as db:
             db.run(
                 "INSERT INTO health (id, checked) VALUES (1, ?) "
                 "ON CONFLICT (id) DO UPDATE SET checked = excluded.checked",

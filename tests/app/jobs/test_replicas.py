@@ -271,7 +271,9 @@ def test_the_api_runs_jobs_on_postgresql_and_answers_503_while_it_is_unreachable
         ):
             assert_api_error(answer, 503, "database_unavailable")
             assert int(answer.headers["retry-after"]) > 0
+        asked = time.monotonic()
         ready = client.get("/readyz")
+        assert time.monotonic() - asked < 0.9  # the probe waits PROBE_WAIT_S, not the pool's 1 s
         assert ready.status_code == 503 and "job database" in " ".join(ready.json()["problems"])
         assert client.get("/metrics").status_code == 200  # the job gauges keep their last values
     finally:

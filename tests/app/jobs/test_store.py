@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
-from app.jobs.store import Claim, IdempotencyConflict, JobStore
+from app.jobs.store import PROBE_WAIT_S, Claim, IdempotencyConflict, JobStore
 from app.storage import StartupError, StorageError
 
 
@@ -249,6 +250,33 @@ def test_the_probe_fails_while_the_database_cannot_be_written(tmp_path):
         store.probe()
     store.probe()
     assert store._db._db.in_transaction is False
+    store.close()
+
+
+def test_the_probe_waits_at_most_its_limit_for_a_busy_database(tmp_path):
+    """/readyz must answer while a long statement holds the database (here: another thread's
+    session), within PROBE_WAIT_S, and say why."""
+    store = JobStore(tmp_path / "data")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._session(write=True):
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(5)
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="busy for 0.5 s"):
+            store.probe()
+        assert PROBE_WAIT_S <= time.monotonic() - started < PROBE_WAIT_S + 0.5
+        assert store.recent_error(5) == "the job database was busy for 0.5 s"
+    finally:
+        release.set()
+        holder.join()
+    store.probe()
     store.close()
 
 
