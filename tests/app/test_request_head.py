@@ -74,7 +74,9 @@ def test_an_endless_header_is_cut_at_once_and_others_are_served_meanwhile(server
                 if sent % (32 * 32768) == 0:
                     slowest_ms = max(slowest_ms, healthz_ms(port))
             read_all(sock)  # (the 431 is covered below: here the reset may overtake it)
-    assert time.monotonic() - started < 5 and sent < 2**20, sent
+    slowest_ms = max(slowest_ms, healthz_ms(port))
+    # Cut long before the 64 MB (what was sent filled the sockets' buffers, several MB on loopback)
+    assert time.monotonic() - started < 5 and sent < 16 * 2**20, sent
     assert slowest_ms < 1000
     assert "whose line and headers pass 8192 bytes (431)" in log.read_text()
 
