@@ -90,6 +90,7 @@ class SqliteDatabase:
         self.path = Path(data_dir) / FILE_NAME
         self._lock = threading.Lock()
         self._db = self._open_checked()
+        self._file = _identity(self.path)  # the file opened, to notice it deleted or replaced
 
     def __str__(self) -> str:
         return str(self.path)
@@ -120,6 +121,17 @@ class SqliteDatabase:
         with self._lock:
             self._db.close()
 
+    def verify(self) -> None:
+        """sqlite3.OperationalError when the file at the path is no longer the one open: it
+        was deleted or replaced, and writes would go to a file nobody will read again (a
+        restart rebuilds the jobs from their folders)."""
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            raise sqlite3.OperationalError(f"the job database file {self.path} was deleted") from None
+        if now != self._file:
+            raise sqlite3.OperationalError(f"the job database file {self.path} was replaced by another file")
+
     def _open_checked(self) -> sqlite3.Connection:
         """The database after PRAGMA quick_check; a corrupt one is moved aside for a new one."""
         damage = _damage(self.path) if self.path.exists() else None
@@ -141,6 +153,12 @@ class SqliteDatabase:
             db.close()
             raise
         return db
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """(device, inode) of a file: which file a path names now."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 
 def _damage(path: Path) -> str | None:

@@ -168,6 +168,10 @@ class Database(Protocol):
         """`wait_s`: the longest wait for a connection (None: the database's own limit)."""
         ...
 
+    def verify(self) -> None:
+        """A database error when the database in use is not the configured one any more."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -639,12 +643,18 @@ class JobStore:
         return {(row["kind"], row["status"]): row["n"] for row in rows}
 
     def probe(self) -> None:
-        """Raise a database error unless the database can be written and its job table read:
+        """Raise a database error unless the database is still the configured one (SQLite: the
+        file it opened is still at its path) and can be written and its job table read:
         a one-row write transaction on `health` and the scan of the table the metrics make
         (the table holds the jobs of the retention period: cheap enough for every readiness
         probe). Corruption elsewhere shows in the queries that meet it (recent_error). It
         waits at most PROBE_WAIT_S for a connection, so that a readiness probe reads 503 during
         an outage rather than timing out."""
+        try:
+            self._db.verify()
+        except self._db.errors as exc:
+            self._last_error = (time.monotonic(), str(exc))
+            raise
         with self._session(write=True, wait_s=PROBE_WAIT_S) as db:
             db.run(
                 "INSERT INTO health (id, checked) VALUES (1, ?) "

@@ -64,6 +64,23 @@ def test_an_unwritable_data_directory_is_503_and_not_ready_until_fixed(make_clie
     assert client.post("/corpora", content=b"some text\n").status_code == 201
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_job_database_deleted_or_replaced_while_running_is_not_ready(make_client, how):
+    """Writes would go to a file nobody reads again: /readyz says so at once (a restart
+    rebuilds the jobs from their folders)."""
+    client = admin(make_client)
+    assert client.get("/readyz").status_code == 200
+    path = client.app.state.jobs._db.path
+    path.unlink()
+    if how == "replaced":
+        path.write_bytes(b"")  # another file at the same path
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert (
+        f"job database cannot be written or read: the job database file {path} was {how}" in ready.json()["problems"][0]
+    )
+
+
 def test_uploads_past_the_file_size_limit_are_507_and_leave_nothing(tmp_path):
     """A real file-size limit (EFBIG, as a full disk gives ENOSPC): a corpus streamed to the
     data directory and an SVD upload spooled by the multipart parser."""
