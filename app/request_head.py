@@ -27,7 +27,6 @@ def bounded_protocol(max_head_bytes: int, head_timeout_s: float) -> type[HttpToo
     class BoundedHead(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._head_bytes = 0
             self._head_timer: asyncio.TimerHandle | None = None
             self._start_head()
 

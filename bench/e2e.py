@@ -269,35 +269,52 @@ def start_server(env: dict[str, str], port: int, log_path: Path, ready_timeout: 
     GET /readyz answers 200 and every server process (PENCIL_PROCESSES) has answered
     /healthz, so that no load lands on the first process alone while the others still warm
     up (raises if it exits or `ready_timeout` s pass first)."""
+    server = spawn_server(env, port, log_path)
+    wait_until_served(server, port, log_path, ready_timeout)
+    return server
+
+
+def spawn_server(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen:
+    """`python -m app.cli serve --port port` with `env`, output to log_path, not waited for."""
     with log_path.open("wb") as log:
-        server = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def wait_until_served(
+    server: subprocess.Popen, port: int, log_path: Path, timeout: float, poll_s: float = 0.5
+) -> tuple[float, float]:
+    """Wait until GET /readyz answers 200 and every server process has answered /healthz;
+    returns (seconds to the first 200, seconds to the last process), from the call. Raises
+    when the server exits, or stops it and raises when `timeout` s pass first."""
+    started = time.monotonic()
+    ready = None
     processes = 1  # until a process says how many there are
     seen: set[int] = set()
-    deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() - started < timeout:
         if server.poll() is not None:
             raise RuntimeError(
                 f"the server exited with status {server.returncode}; its log:\n{log_path.read_text()[-3000:]}"
             )
         try:
             if get(port, "/readyz")[0] == 200:
+                ready = ready or time.monotonic() - started
                 health = json.loads(get(port, "/healthz")[1])  # a new connection each time
                 seen.add(health["pid"])
                 processes = max(processes, health.get("processes") or 1)
                 if len(seen) >= processes:
-                    return server
+                    return ready, time.monotonic() - started
                 continue
         except OSError:  # not listening yet
             pass
-        time.sleep(0.5)
+        time.sleep(poll_s)
     stop_server(server)
-    raise TimeoutError(f"the server was not ready within {ready_timeout:g} s; see {log_path}")
+    raise TimeoutError(f"the server was not ready within {timeout:g} s; see {log_path}")
 
 
 def stop_server(server: subprocess.Popen) -> None:

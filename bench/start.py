@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import free_port, get, stop_server  # bench/ is not a package
+from e2e import free_port, spawn_server, stop_server, wait_until_served  # bench/ is not a package
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-start"
@@ -82,29 +82,6 @@ def request(port: int, method: str, path: str, body: bytes | None = None, header
         connection.close()
 
 
-def wait_ready(server: subprocess.Popen, port: int, spawned: float, timeout: float) -> tuple[float, float]:
-    """(seconds to the first /readyz 200, seconds until every process answered /healthz)."""
-    ready = None
-    seen: set[int] = set()
-    processes = 1
-    while time.perf_counter() - spawned < timeout:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with status {server.returncode}")
-        try:
-            if get(port, "/readyz")[0] == 200:
-                ready = ready or time.perf_counter() - spawned
-                health = json.loads(get(port, "/healthz")[1])
-                seen.add(health["pid"])
-                processes = max(processes, health.get("processes") or 1)
-                if len(seen) >= processes:
-                    return ready, time.perf_counter() - spawned
-                continue
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"not ready within {timeout:g} s")
-
-
 def sketch_ms(port: int, jpeg: bytes) -> float:
     started = time.perf_counter()
     status, body = request(port, "POST", "/sketch", jpeg, {"Content-Type": "image/jpeg"})
@@ -135,13 +112,9 @@ def job_seconds(port: int, kind: str, body: dict) -> float:
 def one_start(name: str, env: dict[str, str], port: int, out: Path, jpeg: bytes, seed: int, args) -> dict:
     """Start the server, time it to ready, its first sketch and jobs, stop it."""
     log_path = out / f"server-{name}.log"
-    spawned = time.perf_counter()
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=log
-        )
+    server = spawn_server(env, port, log_path)
     try:
-        ready_s, all_ready_s = wait_ready(server, port, spawned, args.ready_timeout)
+        ready_s, all_ready_s = wait_until_served(server, port, log_path, args.ready_timeout, poll_s=0.05)
         first_sketch = sketch_ms(port, jpeg)
         warm_sketch = statistics.median(sketch_ms(port, jpeg) for _ in range(5))
         result = {"ready_s": ready_s, "all_ready_s": all_ready_s, "sketch_ms": (first_sketch, warm_sketch)}

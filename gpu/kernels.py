@@ -80,7 +80,12 @@ def _load(source: Path, device: int) -> cupy.RawModule:
                 )
         module = cupy.RawModule(code=source.read_text(), options=COMPILE_OPTIONS)
         module.compile()  # NVRTC for this device's architecture, now rather than at first launch
-    log.info("%s: compiled by NVRTC for device %d in %.1f s", source.name, device, time.perf_counter() - started)
+    log.info(
+        "%s: no fatbin, NVRTC built it for device %d in %.1f s (or CuPy read its cache)",
+        source.name,
+        device,
+        time.perf_counter() - started,
+    )
     return module
 
 

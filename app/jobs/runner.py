@@ -129,11 +129,8 @@ class JobRunner:
         image's fatbins load in milliseconds, and where there are none NVRTC compiles them
         here (tens of seconds) rather than in the first job of each kind. A job that comes
         first waits for its own source only."""
-        try:
-            from gpu import kernels
-        except ImportError as exc:  # only a stand-in CUDA backend (the tests' fake devices) lacks CuPy
-            log.warning("the batch jobs' kernels are not loaded ahead: %s", exc)
-            return
+        from gpu import kernels
+
         assert self.pool is not None
         for device in self.pool.device_ids:
             try:

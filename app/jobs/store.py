@@ -650,12 +650,8 @@ class JobStore:
         probe). Corruption elsewhere shows in the queries that meet it (recent_error). It
         waits at most PROBE_WAIT_S for a connection, so that a readiness probe reads 503 during
         an outage rather than timing out."""
-        try:
-            self._db.verify()
-        except self._db.errors as exc:
-            self._last_error = (time.monotonic(), str(exc))
-            raise
         with self._session(write=True, wait_s=PROBE_WAIT_S) as db:
+            self._db.verify()
             db.run(
                 "INSERT INTO health (id, checked) VALUES (1, ?) "
                 "ON CONFLICT (id) DO UPDATE SET checked = excluded.checked",

@@ -79,22 +79,30 @@ def warm_up(backend: str = "cpu", pool=None) -> None:
     pool = pool or default_pool()
     defaults = PencilParams()
     lengths = {defaults.line_length(height, width) for width, height in WARM_SIZES}
-    phases = {"texture": time.perf_counter() - started}  # seconds of each step, logged: where a start goes
+    phases: dict[str, float] = {}  # seconds of each step, logged: where a start goes
+    mark = started
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        phases[name], mark = now - mark, now
+
+    phase("texture")
     for device in pool.device_ids:
         device_assets = cuda.assets(device)  # loads the kernels
         for length in lengths:
             device_assets.line_plan(length, 0)
             device_assets.line_plan(length, defaults.stroke_width)
-    phases["kernels and line tables"] = time.perf_counter() - started - sum(phases.values())
+    phase("kernels and line tables")
     sample = np.zeros((1080, 1920, 3), np.uint8)
     sample[::7] = 200  # edges and tone for every stage to work on
     for lease in pool.leases():
         nvjpeg.warm(lease)
-    phases["device codecs"] = time.perf_counter() - started - sum(phases.values())
+    phase("device codecs")
     for lease in pool.leases():
         for texture in ("lu", "fast"):
             cuda.render_on(lease, sample, PencilParams(texture=texture))
-    phases["first renders"] = time.perf_counter() - started - sum(phases.values())
+    phase("first renders")
     log.info(
         "warmed up in %.2f s (%s)",
         time.perf_counter() - started,

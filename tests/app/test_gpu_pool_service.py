@@ -150,9 +150,10 @@ def test_healthz_on_the_cpu_backend(make_client):
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch):
+def fake_cuda(monkeypatch) -> list[int]:
     """create_app sees two CUDA devices; its DevicePool runs on a FakeRuntime; and
-    renders run on a pool lease but compute on the CPU."""
+    renders run on a pool lease but compute on the CPU. Returns the devices whose kernels
+    were loaded (gpu.kernels.load_all, stubbed: there is no CuPy)."""
     backend = Backend("cuda", ["0: Fake GPU 0", "1: Fake GPU 1"])
     monkeypatch.setattr(app.main, "select_backend", lambda requested: backend)
     monkeypatch.setattr(
@@ -167,6 +168,12 @@ def fake_cuda(monkeypatch):
         return pool.run(lambda lease: cpu_draw(data, photo, params, fmt, quality, "cpu"))
 
     monkeypatch.setattr(gpu.pencil, "draw_bytes", draw_on_a_lease)
+    loaded: list[int] = []
+    kernels = types.ModuleType("gpu.kernels")
+    kernels.load_all = lambda device: loaded.append(device) or 0.01  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpu.kernels", kernels)
+    monkeypatch.setattr(gpu, "kernels", kernels, raising=False)
+    return loaded
 
 
 def settings(tmp_path, **values) -> Settings:
@@ -200,16 +207,10 @@ def test_the_process_running_the_jobs_takes_the_jobs_memory_share(fake_cuda, tmp
         assert application.state.pool.memory_fraction == pytest.approx(0.9 * 0.5)
 
 
-def test_the_process_running_the_jobs_loads_every_kernel_on_each_gpu_in_the_background(
-    fake_cuda, tmp_path, monkeypatch
-):
+def test_the_process_running_the_jobs_loads_every_kernel_on_each_gpu_in_the_background(fake_cuda, tmp_path):
     from fastapi.testclient import TestClient
 
-    loaded: list[int] = []
-    kernels = types.ModuleType("gpu.kernels")
-    kernels.load_all = lambda device: loaded.append(device) or 0.01  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gpu.kernels", kernels)
-    monkeypatch.setattr(gpu, "kernels", kernels, raising=False)
+    loaded = fake_cuda
     application = app.main.create_app(settings(tmp_path, backend="cuda", processes=1, admin_token="jobs-on"))
     with TestClient(application):
         deadline = time.monotonic() + 10
