@@ -394,6 +394,8 @@ def test_jobs_page_stores_a_text_and_searches_it(jobs_server, web_page, page_err
     page.fill("#corpus-name", "zen")
     page.click("#corpus-submit")
     page.wait_for_selector("#corpora li:has-text('zen')")
+    # the list is redrawn a moment before the form is filled (the same handler, after an await)
+    page.wait_for_function("document.querySelector('#json-kind').value === 'search'", timeout=10_000)
     assert page.input_value("#json-kind") == "search"
     body = json.loads(page.input_value("#json-body"))
     assert len(body["corpus_id"]) == 32 and "text" not in body
@@ -663,7 +665,9 @@ def test_server_defaults_from_healthz_are_selected(server, web_page, page_errors
     base, _ = server
     page.route("**/healthz", _healthz_with_defaults)
     page.goto(f"{base}/")
-    page.wait_for_function("document.querySelector('#tone-auto').checked", timeout=10_000)
+    # tone=auto is also the page's own default: wait for a value only the server's defaults give
+    page.wait_for_function("document.querySelector('#stroke_width').value === '2'", timeout=10_000)
+    assert page.is_checked("#tone-auto")
     assert page.input_value("#stroke_width") == "2" and page.inner_text("#stroke_width-out") == "2"
     assert page.input_value("#max_side") == "2048"
     assert page.is_checked("#hatching-follow")
