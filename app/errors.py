@@ -29,8 +29,9 @@ from starlette.routing import BaseRoute, Match
 from app.jobs.store import DATABASE_ERRORS
 from app.storage import StorageError
 from gpu.codec.errors import ImageError
-from gpu.errors import ParamError
+from gpu.errors import InputError, ParamError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
+from gpu.spec import NotJson
 
 log = logging.getLogger("pencil.errors")
 
@@ -99,6 +100,19 @@ IMAGE_ERROR_STATUS = {
     "too_large_for_format": 422,
 }
 
+# The HTTP status of each InputError code (a job's input as a whole; gpu/ knows no HTTP).
+INPUT_ERROR_STATUS = {
+    "empty_file": 400,
+    "malformed_npy": 400,
+    "malformed_safetensors": 400,
+    "unsupported_format": 415,
+    "too_many_elements": 413,
+    "grid_too_large": 413,
+    "run_too_long": 413,
+    "too_large_for_device": 413,
+    "text_too_large": 413,
+}
+
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_format"}
 
 
@@ -123,11 +137,19 @@ async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 async def _param_error(request: Request, exc: ParamError) -> JSONResponse:
     """A parameter of a sketch or a job that its kind refuses: 422 naming the field."""
-    return _rejected(request, 422, exc.code, str(exc), field=exc.field)
+    return _rejected(request, 422, exc.code, str(exc), field=exc.field or None)
 
 
 async def _image_error(request: Request, exc: ImageError) -> JSONResponse:
     return _rejected(request, IMAGE_ERROR_STATUS.get(exc.code, 400), exc.code, exc.detail)
+
+
+async def _input_error(request: Request, exc: InputError) -> JSONResponse:
+    return _rejected(request, INPUT_ERROR_STATUS.get(exc.code, 422), exc.code, exc.detail)
+
+
+async def _not_json(request: Request, exc: NotJson) -> JSONResponse:
+    return _rejected(request, 400, "bad_request", str(exc))
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -251,6 +273,8 @@ HANDLERS: dict[type[Exception], Handler] = {
     ApiError: _api_error,
     ImageError: _image_error,
     ParamError: _param_error,
+    InputError: _input_error,
+    NotJson: _not_json,
     StarletteHTTPException: _http_error,
     RequestValidationError: _validation_error,
     ClientDisconnect: _client_disconnect,

@@ -23,12 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.config import Settings
 from app.errors import ApiError
 from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
-from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import cs256
 from gpu.cs256.files import SafetensorsError, read_safetensors_header
 from gpu.cs256.format import DTYPES, TILE, VECS
 from gpu.cs256.params import MAX_VECTORS, REPEATS_MAX, SAVE_CHOICES, VARIANTS
+from gpu.npy import load_npy
 
 # Literal types of the choice tuples: pydantic reads the Literal at run time, mypy sees str.
 if TYPE_CHECKING:

@@ -1,8 +1,11 @@
-"""How every job kind reads its request, one way for all of them:
+"""How every job kind reads its request, one way for all of them, from its JobSpec
+(gpu/spec.py):
 
-- a JSON body, validated strictly by the kind's pydantic model (true is no number);
-- or a multipart form: the kind's input files as file parts, and the same JSON options in
-  one text field `params` (`curl -F matrix=@a.npy -F params='{"method": "lapack"}'`).
+- a JSON body, validated strictly by the kind's `body` spec (true is no number);
+- or a multipart form: the kind's input files as file parts, and its `options` spec as
+  JSON in one text field `params` (`curl -F matrix=@a.npy -F params='{"method": "lapack"}'`).
+
+`receive` reads either; `openapi` documents both, and the result, from the same spec.
 
 Errors: 400 bad_request (malformed JSON or form), 400 missing_<file> (a required file
 part is missing), 415 (neither JSON nor a form), 422 invalid_parameter (the options),
@@ -22,6 +25,7 @@ from starlette.datastructures import UploadFile
 from app.errors import ApiError
 from app.forms import read_form
 from app.jobs.kinds import validation_detail
+from gpu.spec import JobSpec, from_json, json_schema
 
 Model = TypeVar("Model", bound=BaseModel)
 PARAMS_FIELD = "params"
@@ -127,3 +131,57 @@ def form_schema(files: dict[str, str], required: tuple[str, ...], params_doc: st
         "additionalProperties": False,
         "maxProperties": len(properties),
     }
+
+
+@dataclass
+class Received:
+    """A job request as its spec reads it: the JSON `body`, or a form's `options` and
+    `files` (part name -> bytes); the other one None."""
+
+    body: Any = None
+    options: Any = None
+    files: dict[str, bytes] | None = None
+
+
+async def receive(request: Request, spec: JobSpec) -> Received:
+    """The request read by `spec`: a JSON body (spec.body) or a multipart form (spec.files
+    and spec.options in the field `params`). 400 malformed, 415 neither, 422 invalid."""
+    if spec.body is not None and is_json(request):
+        return Received(body=from_json(spec.body, await request.body()))
+    if spec.options is not None and is_form(request):
+        required = tuple(f.name for f in spec.files if f.required)
+        optional = tuple(f.name for f in spec.files if not f.required)
+        form = await upload_form(request, required, optional, example=spec.form_example)
+        options: Any = from_json(spec.options, json.dumps(form.params), PARAMS_FIELD + ".")
+        return Received(options=options, files=form.files)
+    ways = []
+    if spec.body is not None:
+        ways.append("a JSON body (Content-Type: application/json)")
+    if spec.options is not None:
+        files = " and ".join(f"'{f.name}'" for f in spec.files)
+        ways.append(
+            f"a multipart form with the file part(s) {files} and the options as JSON in the field "
+            f"'{PARAMS_FIELD}' ({spec.form_example})"
+        )
+    raise unsupported("send " + ", or ".join(ways))
+
+
+def openapi(spec: JobSpec, responses: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The OpenAPI of POST /jobs/<kind>: its request bodies and its 202, from the spec;
+    `responses` adds the kind's own error statuses."""
+    content: dict[str, Any] = {}
+    if spec.body is not None:
+        content["application/json"] = {"schema": json_schema(spec.body), "example": dict(spec.example)}
+    if spec.options is not None:
+        names = ", ".join(json_schema(spec.options)["properties"])
+        content["multipart/form-data"] = {
+            "schema": form_schema(
+                {f.name: f.description for f in spec.files},
+                tuple(f.name for f in spec.files if f.required),
+                f"the options as a JSON object: {names}",
+            )
+        }
+    result = ", ".join(spec.result.model_fields)
+    files = f" and the files {spec.result_files}" if spec.result_files else ""
+    accepted = {"description": f"the job, queued; poll its Location. The result: {{{result}}}{files}"}
+    return {"requestBody": {"required": True, "content": content}, "responses": {"202": accepted, **(responses or {})}}

@@ -27,9 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.config import Settings
 from app.errors import ApiError
 from app.jobs.kinds import JobKind, ResultModel, Submission, inline_schema
-from app.jobs.npy import load_npy
 from app.jobs.requests import form_schema, is_form, is_json, json_body, unsupported, upload_form, validated
 from gpu import stencil
+from gpu.npy import load_npy
 from gpu.stencil.params import (
     ABSORBING_DEFAULT,
     BOUNDARIES,

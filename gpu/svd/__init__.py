@@ -8,6 +8,7 @@ ratios and the time of each phase.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from gpu.errors import ParamError
@@ -30,12 +31,7 @@ def run(job: SvdJob, lease: Lease | None = None, progress: Progress = no_progres
 
     times: dict[str, float] = {}
     method = job.resolve_method(on_gpu=lease is not None)
-    params = SvdParams(
-        compute_uv=job.params.compute_uv,
-        full_matrices=job.params.full_matrices,
-        method=method,
-        block_size=job.params.block_size,
-    )
+    params = dataclasses.replace(job.params, method=method)
     if method in GPU_METHODS and lease is not None:
         shape, dtype, (u, s, vt), accuracy = _run_on_gpu(job, params, lease, times, progress)
     elif method == "cusolver":

@@ -11,18 +11,24 @@ is one job of the front door (gpu.svd.run): its matrix and its parameters.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
+from pydantic import Field
 
-from gpu.errors import ParamError
+from gpu.errors import InputError, ParamError
 from gpu.jobs import npy_bytes
+from gpu.npy import load_npy
+from gpu.spec import InputFile, JobSpec, Result, spec
 
-METHODS = ("auto", "golub_reinsch", "cusolver", "lapack")
+Method = Literal["auto", "golub_reinsch", "cusolver", "lapack"]
+MatrixKind = Literal["gaussian", "ill_conditioned", "clustered", "low_rank"]
+Dtype = Literal["float32", "float64"]
+METHODS: tuple[str, ...] = get_args(Method)
+MATRIX_KINDS: tuple[str, ...] = get_args(MatrixKind)
 GPU_METHODS = ("golub_reinsch", "cusolver")
 # Without a GPU the Golub-Reinsch method runs the readable NumPy definition, whose bulge
 # chase is a Python loop (about 10 s at 512 columns, a minute at 1024): larger matrices
@@ -31,52 +37,38 @@ GOLUB_REINSCH_CPU_MAX_SIDE = 512
 # the GPU's bulge chase keeps the bidiagonal, (2 n + 1) float64, in one block's shared memory:
 # 227 KiB on an H100 or H200
 GOLUB_REINSCH_GPU_MAX_SIDE = 14_527
-# Where bench/svd.py measured our Golub-Reinsch faster than cuSOLVER (H100, 2026-11-26,
-# after the bidiagonalization went to CUDA graphs): with vectors at every size measured,
-# min(m, n) from 512 (float32 1.11-1.34x, float64 1.09-1.20x; 512x512 to 4096x4096,
-# 2048x512, 8192x512, 16384x1024); values only, float32 from 1024 columns (1.20-1.45x;
-# 8192x512 0.96x), float64 never (0.61-0.68x: the exact float64 chase is the slower one).
+# `auto` on a GPU runs ours where bench/svd.py measured it faster than cuSOLVER
+# (BENCHMARKS.md, "SVD"): with vectors from min(m, n) = 512, values only for float32 from
+# 1024 columns (float64 values only: never).
 AUTO_GOLUB_REINSCH_MIN_SIDE = 512  # with vectors
 AUTO_VALUES_ONLY_MIN_SIDE = 1024  # float32, values only
 MATRIX_FILE = "matrix.npy"
 BLOCK_SIZE_MIN, BLOCK_SIZE_MAX = 1, 512  # columns per panel of the blocked bidiagonalization
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-MATRIX_KINDS = ("gaussian", "ill_conditioned", "clustered", "low_rank")
 CLUSTER_FRACTION = 6  # a clustered matrix's clusters each hold min(m, n) // 6 equal singular values
 
 
-def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ParamError(name, f"expected an integer, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise ParamError(name, f"must be >= {minimum}; got {value}")
-    if maximum is not None and value > maximum:
-        raise ParamError(name, f"must be <= {maximum}; got {value}")
-
-
-@dataclass(frozen=True)
+@spec
 class SvdParams:
-    """One SVD request; validated on construction (raises ParamError).
+    """What to compute and how: the options of one SVD (validated on construction)."""
 
-    compute_uv: also return U and V^T (else the singular values only).
-    full_matrices: U is m x m and V^T n x n (else m x k and k x n, k = min(m, n)).
-    method: one of METHODS ("auto": `resolve_method`). block_size: columns per panel of
-    the bidiagonalization.
-    """
-
-    compute_uv: bool = True
-    full_matrices: bool = False
-    method: str = "auto"
-    block_size: int = 32
-
-    def __post_init__(self) -> None:
-        for name in ("compute_uv", "full_matrices"):
-            if not isinstance(getattr(self, name), bool):
-                raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.method, str) or self.method not in METHODS:
-            raise ParamError("method", f"must be one of {', '.join(METHODS)}; got {self.method!r}")
-        _check_int("block_size", self.block_size, BLOCK_SIZE_MIN, BLOCK_SIZE_MAX)
+    compute_uv: bool = Field(default=True, description="also compute U and V^T")
+    full_matrices: bool = Field(default=False, description="U m x m and V^T n x n instead of the thin m x k, k x n")
+    method: Method = Field(
+        default="auto",
+        description=(
+            "golub_reinsch (Lahabar & Narayanan 2009), cusolver (CUDA backend only), lapack (NumPy); auto: on a "
+            f"GPU the faster method measured for the shape and dtype (ours for matrices with vectors from "
+            f"min(m, n) = {AUTO_GOLUB_REINSCH_MIN_SIDE}, and for float32 values only from "
+            f"{AUTO_VALUES_ONLY_MIN_SIDE}; else cuSOLVER), LAPACK on the CPU"
+        ),
+    )
+    block_size: int = Field(
+        default=32,
+        ge=BLOCK_SIZE_MIN,
+        le=BLOCK_SIZE_MAX,
+        description="golub_reinsch: columns per panel of the blocked bidiagonalization (the answer is the same)",
+    )
 
 
 class SvdInputError(ValueError):
@@ -116,48 +108,18 @@ def singular_values(kind: str, k: int, cond: float) -> np.ndarray:
 
 
 def make_matrix(
-    m: int, n: int, dtype, seed, kind: str, cond: float = 1e6, rank: int | None = None, xp: Any = np
+    m: int, n: int, dtype: Any, seed: int, kind: str, cond: float = 1e6, rank: int | None = None, xp: Any = np
 ) -> Any:
-    """An (m, n) test matrix of `dtype` (float32 or float64), the same for the same seed.
-
-    gaussian: i.i.d. standard normal entries.
-    ill_conditioned: U diag(s) V^T with U, V random orthonormal (QR of Gaussians) and the
-    min(m, n) singular values logspaced from 1 down to 1 / cond.
-    clustered: the same with clusters of min(m, n) // 6 equal values at both ends
-    (`singular_values`): graded and clustered, the hard case of a bidiagonal QR.
-    low_rank: the product of (m, r) and (r, n) Gaussians, r = rank or max(1, min(m, n) // 4).
-    Drawn in float64 by NumPy and rounded once to `dtype`. xp: the array module that does
-    the products and QR factorizations and holds the result (numpy, or cupy: the same
-    matrix to rounding, on the current device).
-    """
-    _check_int("m", m, 1)
-    _check_int("n", n, 1)
+    """An (m, n) test matrix of `dtype` (float32 or float64), the same for the same seed:
+    `MatrixSpec(...).build(xp)`, with `dtype` given as anything numpy.dtype reads."""
     try:
-        dtype = np.dtype(dtype)
+        name = np.dtype(dtype).name
     except TypeError:
         raise ParamError("dtype", f"must be float32 or float64; got {dtype!r}") from None
-    if dtype not in DTYPES:
-        raise ParamError("dtype", f"must be float32 or float64; got {dtype}")
-    if kind not in MATRIX_KINDS:
-        raise ParamError("kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {kind!r}")
-    rng = np.random.default_rng(seed)
-    k = min(m, n)
-    if kind == "gaussian":
-        a = xp.asarray(rng.standard_normal((m, n)))
-    elif kind in ("ill_conditioned", "clustered"):
-        if isinstance(cond, bool) or not isinstance(cond, numbers.Real) or not math.isfinite(cond) or cond < 1:
-            raise ParamError("cond", f"must be a finite number >= 1; got {cond!r}")
-        u, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((m, k))))
-        v, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((n, k))))
-        a = (u * xp.asarray(singular_values(kind, k, cond))) @ v.T
-    else:
-        r = max(1, k // 4) if rank is None else rank
-        _check_int("rank", r, 1, k)
-        a = xp.asarray(rng.standard_normal((m, r))) @ xp.asarray(rng.standard_normal((r, n)))
-    return xp.ascontiguousarray(a, dtype=dtype)
+    return MatrixSpec(m=m, n=n, dtype=name, seed=seed, kind=kind, cond=cond, rank=rank).build(xp)  # type: ignore[arg-type]
 
 
-def auto_gpu_method(m: int, n: int, dtype, compute_uv: bool = True) -> str:
+def auto_gpu_method(m: int, n: int, dtype: Any, compute_uv: bool = True) -> str:
     """The GPU method `auto` runs for an (m, n) matrix of `dtype`: the faster one measured."""
     side = min(m, n)
     if side > GOLUB_REINSCH_GPU_MAX_SIDE:
@@ -169,39 +131,69 @@ def auto_gpu_method(m: int, n: int, dtype, compute_uv: bool = True) -> str:
     return "golub_reinsch" if ours else "cusolver"
 
 
-@dataclass(frozen=True)
+def resolve_method(params: SvdParams, shape: tuple[int, int], dtype: Any, on_gpu: bool) -> Method:
+    """The method that runs: `auto` becomes the faster GPU method, or LAPACK on the CPU."""
+    if params.method != "auto":
+        return params.method
+    return cast(Method, auto_gpu_method(*shape, dtype, params.compute_uv)) if on_gpu else "lapack"
+
+
+@spec
 class MatrixSpec:
     """A generated test matrix (see `make_matrix`); validated on construction."""
 
-    m: int
-    n: int
-    dtype: str = "float32"
-    seed: int = 0
-    kind: str = "gaussian"
-    cond: float = 1e6
-    rank: int | None = None
+    m: int = Field(ge=1, description="rows")
+    n: int = Field(ge=1, description="columns")
+    dtype: Dtype = "float32"
+    seed: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "random seed: the same spec gives the same matrix (to rounding between a CPU and a GPU run, "
+            "where it is built on the device)"
+        ),
+    )
+    kind: MatrixKind = Field(
+        default="gaussian",
+        description=(
+            "gaussian; ill_conditioned (singular values log-spaced from 1 to 1/cond); clustered (the same "
+            "with min(m, n) // 6 values equal to 1 and as many equal to 1/cond); low_rank"
+        ),
+    )
+    cond: float = Field(
+        default=1e6, ge=1.0, allow_inf_nan=False, description="condition number of an ill_conditioned matrix"
+    )
+    rank: int | None = Field(default=None, ge=1, description="rank of a low_rank matrix (default min(m, n) / 4)")
 
     def __post_init__(self) -> None:
-        _check_int("spec.m", self.m, 1)
-        _check_int("spec.n", self.n, 1)
-        _check_int("spec.seed", self.seed, 0)
-        if self.dtype not in ("float32", "float64"):
-            raise ParamError("spec.dtype", f"must be float32 or float64; got {self.dtype!r}")
-        if self.kind not in MATRIX_KINDS:
-            raise ParamError("spec.kind", f"must be one of {', '.join(MATRIX_KINDS)}; got {self.kind!r}")
-        if (
-            isinstance(self.cond, bool)
-            or not isinstance(self.cond, numbers.Real)
-            or not math.isfinite(self.cond)
-            or self.cond < 1
-        ):
-            raise ParamError("spec.cond", f"must be a finite number >= 1; got {self.cond!r}")
-        if self.rank is not None:
-            _check_int("spec.rank", self.rank, 1, min(self.m, self.n))
+        if self.rank is not None and self.rank > min(self.m, self.n):
+            raise ParamError("rank", f"must be <= min(m, n) = {min(self.m, self.n)}; got {self.rank}")
 
     def build(self, xp: Any = np) -> Any:
-        """The (m, n) matrix, the same for the same spec (to rounding with xp = cupy)."""
-        return make_matrix(self.m, self.n, self.dtype, self.seed, self.kind, cond=self.cond, rank=self.rank, xp=xp)
+        """The (m, n) matrix of `dtype`, the same for the same spec.
+
+        gaussian: i.i.d. standard normal entries.
+        ill_conditioned: U diag(s) V^T with U, V random orthonormal (QR of Gaussians) and the
+        min(m, n) singular values logspaced from 1 down to 1 / cond.
+        clustered: the same with clusters of min(m, n) // 6 equal values at both ends
+        (`singular_values`): graded and clustered, the hard case of a bidiagonal QR.
+        low_rank: the product of (m, r) and (r, n) Gaussians, r = rank or max(1, min(m, n) // 4).
+        Drawn in float64 by NumPy and rounded once to `dtype`. xp: the array module that does
+        the products and QR factorizations and holds the result (numpy, or cupy: the same
+        matrix to rounding, on the current device; a spec's O(n^3) products then run there).
+        """
+        m, n, k = self.m, self.n, min(self.m, self.n)
+        rng = np.random.default_rng(self.seed)
+        if self.kind == "gaussian":
+            a = xp.asarray(rng.standard_normal((m, n)))
+        elif self.kind in ("ill_conditioned", "clustered"):
+            u, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((m, k))))
+            v, _ = xp.linalg.qr(xp.asarray(rng.standard_normal((n, k))))
+            a = (u * xp.asarray(singular_values(self.kind, k, self.cond))) @ v.T
+        else:
+            r = max(1, k // 4) if self.rank is None else self.rank
+            a = xp.asarray(rng.standard_normal((m, r))) @ xp.asarray(rng.standard_normal((r, n)))
+        return xp.ascontiguousarray(a, dtype=self.dtype)
 
 
 @dataclass(frozen=True)
@@ -262,11 +254,9 @@ class SvdJob:
                 f"{GOLUB_REINSCH_CPU_MAX_SIDE} (this one: {min(self.shape)}); use auto or lapack",
             )
 
-    def resolve_method(self, on_gpu: bool) -> str:
-        """The method that runs: `auto` becomes the faster GPU method, or LAPACK on the CPU."""
-        if self.params.method != "auto":
-            return self.params.method
-        return auto_gpu_method(*self.shape, self.dtype, self.params.compute_uv) if on_gpu else "lapack"
+    def resolve_method(self, on_gpu: bool) -> Method:
+        """The method that runs this job (see `resolve_method`)."""
+        return resolve_method(self.params, self.shape, self.dtype, on_gpu)
 
     def load(self, xp: Any = np) -> Any:
         """The matrix to decompose, in xp's memory (numpy, or cupy: on the current device;
@@ -277,11 +267,7 @@ class SvdJob:
 
     def to_json(self) -> dict[str, Any]:
         """What the job store keeps (the matrix itself goes to `input_files`)."""
-        options = {
-            "compute_uv": self.params.compute_uv,
-            "full_matrices": self.params.full_matrices,
-            "method": self.params.method,
-        }
+        options = asdict(self.params)
         if self.spec is not None:
             return {"source": "spec", "spec": asdict(self.spec), **options}
         m, n = self.shape
@@ -291,11 +277,95 @@ class SvdJob:
         return {} if self.matrix is None else {MATRIX_FILE: npy_bytes(self.matrix)}
 
     @classmethod
+    def from_request(cls, request: SvdRequest, max_elements: int) -> SvdJob:
+        """The job of a JSON request: a generated matrix within `max_elements`."""
+        check_size(request.spec.m, request.spec.n, max_elements)
+        options = {key: value for key, value in asdict(request).items() if key != "spec"}
+        return cls(SvdParams(**options), spec=request.spec)
+
+    @classmethod
+    def from_upload(cls, params: SvdParams, data: bytes, max_elements: int) -> SvdJob:
+        """The job of an uploaded .npy matrix (its header checked before the data is read)."""
+
+        def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+            if len(shape) != 2:
+                raise ParamError("matrix", f"the array has shape {shape}; an SVD needs a 2-D matrix", "not_a_matrix")
+            check_size(shape[0], shape[1], max_elements)
+            if dtype.kind != "f" or dtype.itemsize not in (4, 8):
+                raise ParamError("matrix", f"the matrix is {dtype}; send float32 or float64", "unsupported_dtype")
+
+        return cls(params, matrix=load_npy(data, "matrix", check))
+
+    @classmethod
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SvdJob:
         """The job `to_json` and `input_files` stored (files: input file name -> path)."""
         params = SvdParams(
-            compute_uv=stored["compute_uv"], full_matrices=stored["full_matrices"], method=stored["method"]
+            compute_uv=stored["compute_uv"],
+            full_matrices=stored["full_matrices"],
+            method=stored["method"],
+            block_size=stored.get("block_size", 32),  # jobs stored before it was an option ran with 32
         )
         if stored["source"] == "spec":
             return cls(params, spec=MatrixSpec(**stored["spec"]))
         return cls(params, matrix=np.load(files[MATRIX_FILE], allow_pickle=False))
+
+
+def check_size(m: int, n: int, max_elements: int) -> None:
+    """InputError too_many_elements for an m x n matrix over the service's limit."""
+    if m * n > max_elements:
+        raise InputError(
+            "too_many_elements",
+            (
+                f"a {m} x {n} matrix has {m * n:,} elements; SVD jobs take at most {max_elements:,} "
+                "(PENCIL_MAX_MATRIX_ELEMENTS)"
+            ),
+        )
+
+
+# ----------------------------------------------------------------- the job's contract --
+
+
+@spec
+class SvdRequest(SvdParams):
+    """A JSON request: the options and a generated matrix."""
+
+    _: KW_ONLY
+    spec: MatrixSpec = Field(description="the matrix to generate (upload one as a form instead)")
+
+
+class Accuracy(Result):
+    resid: float = Field(
+        description="||A - U S V^T||_1 / (||A||_1 max(m, n) ulp): O(1) is as accurate as the precision allows"
+    )
+    orth_u: float = Field(description="||I - U^T U||_1 / (m ulp)")
+    orth_v: float = Field(description="||I - V^T V||_1 / (n ulp)")
+
+
+class SvdResult(Result):
+    m: int
+    n: int
+    dtype: str
+    method: str = Field(description="the method that ran (auto resolved)")
+    backend: str
+    singular_values: list[float] = Field(description="the first 1024, descending; all of them in s.npy")
+    singular_values_count: int
+    condition_number: float | None
+    accuracy: Accuracy | None = Field(description="LAPACK's test ratios; null without U and V")
+    times_ms: dict[str, float] = Field(description="load, svd and the phases of the method")
+
+
+SVD_SPEC = JobSpec(
+    name="svd",
+    summary="Singular value decomposition of a matrix (Golub-Reinsch, cuSOLVER or LAPACK)",
+    body=SvdRequest,
+    options=SvdParams,
+    files=(InputFile("matrix", "a 2-D float32 or float64 .npy file (numpy.save), no NaN or Inf"),),
+    result=SvdResult,
+    example={
+        "spec": {"m": 2048, "n": 2048, "dtype": "float32", "seed": 1, "kind": "ill_conditioned", "cond": 1e6},
+        "compute_uv": True,
+        "method": "auto",
+    },
+    result_files="s.npy, u.npy, vt.npy",
+    form_example='curl -F matrix=@a.npy -F params=\'{"method": "lapack"}\'',
+)

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from gpu.svd.params import SvdParams, check_matrix
+from gpu.svd.params import SvdParams, check_matrix, resolve_method
 
 CHASE_DTYPE = np.dtype(np.float64)  # the precision of the bidiagonal QR (step 2)
 
@@ -405,7 +405,7 @@ def svd(a: np.ndarray, params: SvdParams | None = None, timings: dict[str, float
     timings = {} if timings is None else timings
     a = check_matrix(a)
     start = time.perf_counter()
-    if params.method in ("auto", "lapack"):
+    if resolve_method(params, a.shape, a.dtype, on_gpu=False) == "lapack":
         if not params.compute_uv:
             s = np.linalg.svd(a, compute_uv=False)
             timings["lapack"] = (time.perf_counter() - start) * 1000

@@ -3,11 +3,15 @@ decomposed, its files and summary checked against NumPy's LAPACK."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from gpu import svd
 from gpu.errors import ParamError
+from gpu.spec import from_json
+from gpu.svd.params import SvdRequest
 from tests.gpu.jobkit import stored_and_back, written
 
 
@@ -23,6 +27,7 @@ def test_an_uploaded_matrix_round_trips_and_decomposes(tmp_path, rng, method):
         "compute_uv": True,
         "full_matrices": False,
         "method": method,
+        "block_size": 32,
     }
     result = svd.run(job)
     files = written(result, tmp_path / "out")
@@ -81,16 +86,19 @@ def test_a_job_needs_exactly_one_valid_matrix(matrix, spec, field, code):
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
-        ({"rank": 5}, "spec.rank"),
-        ({"cond": 0.5}, "spec.cond"),
-        ({"kind": "hilbert"}, "spec.kind"),
-        ({"m": 0}, "spec.m"),
+        ({"rank": 5}, "rank"),
+        ({"cond": 0.5}, "cond"),
+        ({"kind": "hilbert"}, "kind"),
+        ({"m": 0}, "m"),
     ],
 )
 def test_a_spec_out_of_range_names_its_field(changes, field):
     with pytest.raises(ParamError) as caught:
         svd.MatrixSpec(**{"m": 4, "n": 3, **changes})
     assert caught.value.field == field
+    with pytest.raises(ParamError) as caught:  # in a request, under its name there
+        from_json(SvdRequest, json.dumps({"spec": {"m": 4, "n": 3, **changes}}))
+    assert caught.value.field == f"spec.{field}"
 
 
 def test_progress_that_raises_stops_the_job(rng):

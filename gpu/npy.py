@@ -2,10 +2,10 @@
 dtype or size the job refuses is refused before any array is allocated, and a header that
 declares more data than the file holds is malformed (not a huge allocation).
 
-    array = load_npy(data, "matrix", check=lambda shape, dtype: ...)   # check raises ApiError
+    array = load_npy(data, "matrix", check=lambda shape, dtype: ...)   # check raises
 
-Errors: 400 empty_file, 400 malformed_npy (unreadable, truncated, lying, pickled objects);
-whatever `check` raises for a shape or dtype the job does not take.
+Errors: InputError empty_file and malformed_npy (unreadable, truncated, lying, pickled
+objects); whatever `check` raises for a shape or dtype the job does not take.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.errors import ApiError
+from gpu.errors import InputError
 
 # Header readers by format version. 3.0 differs from 2.0 only in the header's text
 # encoding (UTF-8 for structured field names, which no job takes): its ASCII headers read
@@ -31,7 +31,7 @@ _HEADER_READERS = {
 def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of a .npy file's bytes, checked against the file's length."""
     if not data:
-        raise ApiError(400, "empty_file", f"the uploaded {field} file is empty")
+        raise InputError("empty_file", f"the uploaded {field} file is empty")
     stream = io.BytesIO(data)
     try:
         version = np.lib.format.read_magic(stream)
@@ -40,14 +40,13 @@ def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
             raise ValueError(f"format version {version[0]}.{version[1]} is not one of 1.0, 2.0, 3.0")
         shape, _, dtype = reader(stream)
     except (ValueError, OSError, SyntaxError, EOFError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file is not a readable .npy file ({exc})") from None
+        raise InputError("malformed_npy", f"the '{field}' file is not a readable .npy file ({exc})") from None
     offset = stream.tell()
     if dtype.hasobject:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file holds Python objects; send a numeric array")
+        raise InputError("malformed_npy", f"the '{field}' file holds Python objects; send a numeric array")
     declared = math.prod(shape) * dtype.itemsize
     if declared > len(data) - offset:
-        raise ApiError(
-            400,
+        raise InputError(
             "malformed_npy",
             (
                 f"the '{field}' file is truncated: its header declares shape {shape} of {dtype} "
@@ -59,12 +58,12 @@ def read_header(data: bytes, field: str) -> tuple[tuple[int, ...], np.dtype]:
 
 def load_npy(data: bytes, field: str, check: Callable[[tuple[int, ...], np.dtype], None] | None = None) -> np.ndarray:
     """The array of a .npy upload. `check(shape, dtype)` runs on the header, before the data
-    is read, and raises the job's own ApiError for what it does not take."""
+    is read, and raises the job's own error for what it does not take."""
     shape, dtype = read_header(data, field)
     if check is not None:
         check(shape, dtype)
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise ApiError(400, "malformed_npy", f"the '{field}' file is truncated or corrupt ({exc})") from None
+        raise InputError("malformed_npy", f"the '{field}' file is truncated or corrupt ({exc})") from None
     return array  # an ndarray: read_header checked the .npy magic, so np.load returns no archive
