@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from gpu.errors import ParamError
@@ -134,6 +134,14 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
     if maximum is not None and value > maximum:
         raise ParamError(name, f"must be <= {maximum}; got {value}")
     return value
+
+
+@spec
+class MatrixShape:
+    """The shape of a generated matrix, the first fields of every kind's matrix spec."""
+
+    m: int = Field(ge=1, description="rows")
+    n: int = Field(ge=1, description="columns")
 
 
 class Result(BaseModel):

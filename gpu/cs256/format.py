@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 TILE = 256  # columns per tile: an 8-bit index reaches every one
 TILE_GROUP = 4  # each row's tile counts are padded to a multiple of this (one 32-bit load)
 VECS = (4, 8, 16)
-DEFAULT_VEC = 8
+DEFAULT_VEC: Final = 8
 DTYPES = ("float16", "bfloat16", "float32")
 STORAGE: dict[str, np.dtype] = {
     "float16": np.dtype(np.float16),

@@ -8,74 +8,91 @@ inputs of a job spec: the same (m, n, dtype, seed) gives the same matrix on ever
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
+from pydantic import Field
 
-from gpu.cs256.format import DEFAULT_VEC, DTYPES, VECS, CS256Error, as_storage, check_dtype, from_float, to_float32
+from gpu.cs256.format import DEFAULT_VEC, CS256Error, as_storage, check_dtype, from_float, to_float32
 from gpu.errors import ParamError
 from gpu.jobs import npy_bytes
+from gpu.spec import InputFile, JobSpec, MatrixShape, Result, spec
 
 MAX_VECTORS = 16
 REPEATS_MAX = 1000
-SAVE_CHOICES = ("npz", "safetensors", "both", "none")
-VARIANTS = ("group", "split4")
+Vec = Literal[4, 8, 16]
+Save = Literal["npz", "safetensors", "both", "none"]
+Variant = Literal["group", "split4"]
+Dtype = Literal["float16", "bfloat16", "float32"]
+SAVE_CHOICES: tuple[str, ...] = get_args(Save)
+VARIANTS: tuple[str, ...] = get_args(Variant)
 MATRIX_FILE, X_FILE = "matrix.npy", "x.npy"
 
 
-@dataclass(frozen=True)
+@spec
 class Cs256Params:
-    """One CS256 job; validated on construction (raises ParamError).
+    """How to build the CS256 matrix and what to measure; validated on construction."""
 
-    sparsity: target fraction of zero weights after magnitude pruning, in [0, 1); None
-    converts the matrix as it is (its zeros are the sparsity). vec: 4, 8 or 16 (each tile
-    stores a multiple of vec entries). vectors: how many random vectors x when none are
-    given (1..16). repeats: timed runs of each product (the median is reported).
-    save: which files of the CS256 matrix the job writes. variant: the CUDA kernel, group
-    (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector).
-    """
-
-    sparsity: float | None = 0.5
-    vec: int = DEFAULT_VEC
-    vectors: int = 1
-    repeats: int = 20
-    save: str = "npz"
-    variant: str = "group"
+    sparsity: float | None = Field(
+        default=0.5,
+        ge=0.0,
+        lt=1.0,
+        allow_inf_nan=False,
+        description=(
+            "target fraction of zero weights after magnitude pruning (each tile keeps a multiple of "
+            "vec); null: keep the matrix's own zeros"
+        ),
+    )
+    vec: Vec = Field(
+        default=DEFAULT_VEC,
+        description="4, 8 or 16: every tile stores a multiple of vec entries (vector loads of that width)",
+    )
+    vectors: int = Field(
+        default=1, ge=1, le=MAX_VECTORS, description="random vectors x to multiply (1: SpMV; 2..16: SpMM)"
+    )
+    repeats: int = Field(
+        default=20,
+        ge=1,
+        le=REPEATS_MAX,
+        description="timed runs of each product; the median is reported (each starts with a cold L2)",
+    )
+    save: Save = Field(
+        default="npz", description="files of the CS256 matrix to write: cs256.npz, cs256.safetensors, both or none"
+    )
+    variant: Variant = Field(
+        default="group",
+        description=(
+            "CUDA kernel: group (coalesced, any number of vectors) or split4 (the paper's appendix layout, one vector)"
+        ),
+    )
 
     def __post_init__(self) -> None:
-        sparsity = self.sparsity
-        if sparsity is not None and (
-            isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real) or not 0.0 <= float(sparsity) < 1.0
-        ):
-            raise ParamError("sparsity", f"must be a number in [0, 1) (or null: no pruning); got {sparsity!r}")
-        if isinstance(self.vec, bool) or self.vec not in VECS:
-            raise ParamError("vec", f"must be one of {', '.join(map(str, VECS))}; got {self.vec!r}")
-        for name, top in (("vectors", MAX_VECTORS), ("repeats", REPEATS_MAX)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= top:
-                raise ParamError(name, f"must be an integer from 1 to {top}; got {value!r}")
-        if self.save not in SAVE_CHOICES:
-            raise ParamError("save", f"must be one of {', '.join(SAVE_CHOICES)}; got {self.save!r}")
-        if self.variant not in VARIANTS:
-            raise ParamError("variant", f"must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
         if self.variant == "split4" and self.vectors != 1:
             raise ParamError("variant", "split4 multiplies one vector; use group for several")
 
 
+@spec
+class WeightSpec(MatrixShape):
+    """A random weight matrix: i.i.d. standard normal, the same for the same spec."""
+
+    dtype: Dtype = Field(default="float16", description="the values' dtype")
+    seed: int = Field(
+        default=0, ge=0, description="random seed: the same spec gives the same matrix (and the same random x)"
+    )
+
+    def build(self) -> np.ndarray:
+        """The (m, n) matrix (drawn in float32, rounded once to `dtype`), in the storage of
+        `dtype` (bfloat16: uint16 bit patterns)."""
+        rng = np.random.default_rng(self.seed)
+        return from_float(rng.standard_normal((self.m, self.n), dtype=np.float32), check_dtype(self.dtype))
+
+
 def make_matrix(m: int, n: int, dtype: str, seed: int) -> np.ndarray:
-    """An (m, n) matrix of i.i.d. standard normal weights (drawn in float32, rounded once to
-    `dtype`), in the storage of `dtype` (bfloat16: uint16 bit patterns)."""
-    for name, value in (("m", m), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ParamError(name, f"must be a positive integer; got {value!r}")
-    if dtype not in DTYPES:
-        raise ParamError("dtype", f"must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    rng = np.random.default_rng(seed)
-    return from_float(rng.standard_normal((m, n), dtype=np.float32), check_dtype(dtype))
+    """`WeightSpec(m, n, dtype, seed).build()`."""
+    return WeightSpec(m=m, n=n, dtype=dtype, seed=seed).build()  # type: ignore[arg-type]
 
 
 def make_x(n: int, vectors: int, dtype: str, seed: int) -> np.ndarray:
@@ -156,11 +173,7 @@ class Cs256Job:
     def generated(
         cls, params: Cs256Params, m: int, n: int, dtype: str, seed: int = 0, x: np.ndarray | None = None
     ) -> Cs256Job:
-        for name, value, least in (("spec.m", m, 1), ("spec.n", n, 1), ("spec.seed", seed, 0)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-                raise ParamError(name, f"must be an integer >= {least}; got {value!r}")
-        if dtype not in DTYPES:
-            raise ParamError("spec.dtype", f"must be one of {', '.join(DTYPES)}; got {dtype!r}")
+        WeightSpec(m=m, n=n, dtype=dtype, seed=seed)  # type: ignore[arg-type]
         return cls(params, m, n, dtype, seed, x=None if x is None else storage_vectors(x, n, dtype))
 
     @classmethod
@@ -188,6 +201,33 @@ class Cs256Job:
             x=x_stored,
             source={"file": source["file"], "tensor": source.get("tensor")},
         )
+
+    @classmethod
+    def from_request(cls, request: Cs256Request, max_elements: int) -> Cs256Job:
+        """The job of a JSON request: a random matrix within `max_elements`, x given or random."""
+        from gpu.cs256.uploads import check_size
+
+        check_size(request.spec.m, request.spec.n, max_elements)
+        x = None
+        if request.x is not None:
+            try:
+                x = np.asarray(request.x, dtype=np.float64)
+            except ValueError:
+                raise ParamError(
+                    "x", "x must be n numbers or n rows of k numbers (rows of equal length)", "invalid_x"
+                ) from None
+        spec = request.spec
+        return cls.generated(request.params(x), spec.m, spec.n, spec.dtype, spec.seed, x)
+
+    @classmethod
+    def from_upload(cls, options: Cs256UploadOptions, files: Mapping[str, bytes], max_elements: int) -> Cs256Job:
+        """The job of an upload: files["matrix"] (.npy or .safetensors) and optionally files["x"]."""
+        from gpu.cs256 import uploads
+
+        matrix, source = uploads.read_matrix(files["matrix"], options.tensor, max_elements)
+        x = uploads.read_npy(files["x"], "x") if "x" in files else None
+        dtype = options.dtype or uploads.default_dtype(matrix, source)
+        return cls.uploaded(options.params(x), matrix, dtype, source, options.seed, x)
 
     def inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """(A, x) in the storage of `dtype`: the uploaded or the generated ones."""
@@ -238,3 +278,131 @@ class Cs256Job:
         matrix = np.load(files[MATRIX_FILE], allow_pickle=False) if stored["source"] == "upload" else None
         source = {"file": stored.get("file"), "tensor": stored.get("tensor")} if matrix is not None else None
         return cls(params, stored["m"], stored["n"], stored["dtype"], stored["seed"], matrix=matrix, x=x, source=source)
+
+
+# ----------------------------------------------------------------- the job's contract --
+
+
+@spec
+class Cs256Options(Cs256Params):
+    """The options of a request: as Cs256Params, with `vectors` left out when x is sent."""
+
+    vectors: int | None = Field(  # type: ignore[assignment]
+        default=None,
+        ge=1,
+        le=MAX_VECTORS,
+        description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.variant == "split4" and self.vectors not in (None, 1):
+            raise ParamError("variant", "split4 multiplies one vector; use group for several")
+
+    def params(self, x: np.ndarray | None) -> Cs256Params:
+        """The job's parameters; the number of vectors comes from x when one is sent."""
+        k = None
+        if x is not None and x.ndim in (1, 2):
+            k = 1 if x.ndim == 1 else x.shape[1]
+            if not 1 <= k <= MAX_VECTORS:
+                raise ParamError(
+                    "x", f"x has shape {x.shape}; expected (n,) or (n, k) with 1 <= k <= {MAX_VECTORS}", "invalid_x"
+                )
+        if k is not None and self.vectors is not None and self.vectors != k:
+            raise ParamError("vectors", f"{self.vectors} asked for, but x holds {k}")
+        return Cs256Params(
+            sparsity=self.sparsity,
+            vec=self.vec,
+            vectors=k or self.vectors or 1,
+            repeats=self.repeats,
+            save=self.save,
+            variant=self.variant,
+        )
+
+
+@spec
+class Cs256Request(Cs256Options):
+    """A JSON request: the options, a random matrix and optionally x."""
+
+    _: KW_ONLY
+    spec: WeightSpec = Field(description="the random matrix (upload one as a form instead)")
+    x: list[float] | list[list[float]] | None = Field(
+        default=None,
+        description=(
+            "x as n numbers (one vector) or n rows of k numbers (k vectors, 1..16); default random "
+            "(seeded by spec.seed)"
+        ),
+    )
+
+
+@spec
+class Cs256UploadOptions(Cs256Options):
+    """The `params` JSON of an upload: the options, the dtype to round to, the tensor of a
+    .safetensors file and the seed of a random x."""
+
+    dtype: Dtype | None = Field(
+        default=None,
+        description=(
+            "the CS256 values' dtype, rounding the upload to it (needed for float64 uploads); default the upload's"
+        ),
+    )
+    tensor: str | None = Field(
+        default=None, description="the tensor's name in a .safetensors file (optional when it holds one tensor)"
+    )
+    seed: int = Field(default=0, ge=0, description="seed of the random x")
+
+
+class Cs256Accuracy(Result):
+    max_relative_error: float = Field(description="of y against the float64 dense product")
+    tolerance: float
+    within_tolerance: bool
+    outputs_out_of_range: int = Field(description="entries of y past the dtype's range")
+
+
+class Cs256Result(Result):
+    m: int
+    n: int
+    dtype: str
+    vec: int
+    vectors: int
+    backend: str
+    source: Literal["spec", "upload"]
+    pruning: dict[str, float] | None = Field(
+        description="target_sparsity, removed_norm, output_change; null without pruning"
+    )
+    format: dict[str, Any] = Field(
+        description="the storage report: nnz, padding, bytes and bits per non-zero of each format"
+    )
+    accuracy: Cs256Accuracy
+    kernel: dict[str, Any] = Field(description="the kernel's plan (GPU) or the NumPy reference")
+    anchors: dict[str, str | None] = Field(description="what each anchor is (dense, csr)")
+    times_ms: dict[str, float]
+    speedup: dict[str, float | None] = Field(description="vs_dense, vs_csr")
+    bytes_moved: dict[str, int]
+    bandwidth_gb_s: dict[str, float | None]
+
+
+CS256_SPEC = JobSpec(
+    name="cs256",
+    summary=(
+        "Prune a weight matrix to CS256 compressed sparse tiles; memory and SpMV/SpMM speed "
+        "against dense cuBLAS and cuSPARSE CSR"
+    ),
+    body=Cs256Request,
+    options=Cs256UploadOptions,
+    files=(
+        InputFile(
+            "matrix",
+            (
+                "the weight matrix: a 2-D .npy (float16, float32; float64 with dtype) or a .safetensors file "
+                "(F16, BF16, F32; F64 with dtype), no NaN or Inf"
+            ),
+        ),
+        InputFile(
+            "x", "optional .npy of shape (n,) or (n, k), k <= 16, finite floats (rounded to the matrix's dtype)", False
+        ),
+    ),
+    result=Cs256Result,
+    example={"spec": {"m": 4096, "n": 4096, "dtype": "float16", "seed": 1}, "sparsity": 0.66, "vec": 8, "repeats": 20},
+    result_files="y.npy, cs256.npz / cs256.safetensors",
+    form_example='curl -F matrix=@w.safetensors -F params=\'{"tensor": "NAME", "sparsity": 0.5}\'',
+)

@@ -22,7 +22,7 @@ from pydantic import Field
 from gpu.errors import InputError, ParamError
 from gpu.jobs import npy_bytes
 from gpu.npy import load_npy
-from gpu.spec import InputFile, JobSpec, Result, spec
+from gpu.spec import InputFile, JobSpec, MatrixShape, Result, spec
 
 Method = Literal["auto", "golub_reinsch", "cusolver", "lapack"]
 MatrixKind = Literal["gaussian", "ill_conditioned", "clustered", "low_rank"]
@@ -139,11 +139,9 @@ def resolve_method(params: SvdParams, shape: tuple[int, int], dtype: Any, on_gpu
 
 
 @spec
-class MatrixSpec:
-    """A generated test matrix (see `make_matrix`); validated on construction."""
+class MatrixSpec(MatrixShape):
+    """A generated test matrix (see `build`); validated on construction."""
 
-    m: int = Field(ge=1, description="rows")
-    n: int = Field(ge=1, description="columns")
     dtype: Dtype = "float32"
     seed: int = Field(
         default=0,
