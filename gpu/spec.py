@@ -103,6 +103,12 @@ def from_mapping(kind: type[T], values: Mapping[str, Any], prefix: str = "") -> 
     return from_json(kind, json.dumps(values), prefix)
 
 
+def to_json(value: Any) -> dict[str, Any]:
+    """A spec instance as the JSON object a client would send (nested specs as objects)."""
+    dumped: dict[str, Any] = TypeAdapter(type(value)).dump_python(value, mode="json")
+    return dumped
+
+
 @functools.cache
 def json_schema(kind: type) -> dict[str, Any]:
     """The JSON schema of a spec class or a Result model, nested schemas written in place (a

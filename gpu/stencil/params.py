@@ -17,14 +17,17 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
+from pydantic import Field
 
-from gpu.errors import ParamError
+from gpu.errors import InputError, ParamError
 from gpu.jobs import npy_bytes
+from gpu.npy import load_npy
+from gpu.spec import InputFile, JobSpec, Result, check_int, spec, to_json
 
 RADIUS = 2  # half-width of the 13-point stencil, and the Dirichlet border in cells
 MIN_SIDE = 2 * RADIUS + 1  # one interior point
@@ -34,7 +37,20 @@ DEFAULT_CFL = 0.4  # dt when none is given: 0.8 of the largest stable step
 MEMORIES = ("naive", "shared", "readonly")
 MARCHES = ("", "_int_z", "_int_z_reg")
 VARIANTS = tuple(memory + march for memory in MEMORIES for march in MARCHES)
-VARIANT_CHOICES = ("auto", *VARIANTS)
+Variant = Literal[
+    "auto",
+    "naive",
+    "naive_int_z",
+    "naive_int_z_reg",
+    "shared",
+    "shared_int_z",
+    "shared_int_z_reg",
+    "readonly",
+    "readonly_int_z",
+    "readonly_int_z_reg",
+]
+VARIANT_CHOICES: tuple[str, ...] = get_args(Variant)
+assert VARIANT_CHOICES == ("auto", *VARIANTS)
 MAX_STEPS = 1_000_000
 MAX_RECEIVERS = 65_536
 MAX_RECORD_VALUES = 1 << 27  # steps x receivers in the shot record (512 MiB of float32)
@@ -51,7 +67,8 @@ MIN_PERIOD_STEPS, MAX_PERIOD_STEPS = (
 MAX_INTERIOR_Z = 65_535  # one CUDA block row per interior plane (grid.z limit)
 MAX_PLANE = ((1 << 31) - 1) // 5  # nx * ny: the kernels index a launch's planes (at least 5) with 32-bit integers
 SPONGE_REFLECTION = 1e-3  # amplitude a wave keeps after crossing the sponge twice
-BOUNDARIES = ("none", "sponge", "cpml")  # the request's `boundary`
+Boundary = Literal["none", "sponge", "cpml"]
+BOUNDARIES: tuple[str, ...] = get_args(Boundary)  # the request's `boundary`
 ABSORBING_DEFAULT = "cpml"  # the layer a request gets from `boundary_width` alone (it reflects less: BENCHMARKS.md)
 DEFAULT_BOUNDARY_WIDTH = 20  # cells, when `boundary` names a layer without a width (at most what the grid holds)
 KERNEL_INDEX_MAX = (1 << 31) - 1  # the kernels index a launch's points and the CPML's layer cells with 32-bit ints
@@ -61,15 +78,7 @@ CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sp
 CPU_CPML_BYTES_PER_POINT = 28  # the reference's CPML: psi and zeta of 3 axes and the sum of its terms, whole-grid
 
 
-def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ParamError(name, f"expected an integer, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise ParamError(name, f"must be >= {minimum}; got {value}")
-    if maximum is not None and value > maximum:
-        raise ParamError(name, f"must be <= {maximum}; got {value}")
-    return value
+_int = check_int
 
 
 def _positive(
@@ -640,6 +649,63 @@ class StencilJob:
             resolved["model"] = {"type": "upload"}
         return cls(resolved, params)
 
+    @classmethod
+    def from_spec(cls, request: StencilRequest, model: np.ndarray | None = None) -> StencilJob:
+        """The job of a validated request, with the uploaded (nz, ny, nx) velocities if any."""
+        body = to_json(request)
+        if model is not None:
+            if request.model is not None and not isinstance(request.model, UploadSpec):
+                raise ParamError(
+                    "model", f"a model file was uploaded and params also gives a {request.model.type} model; send one"
+                )
+            nz, ny, nx = model.shape
+            for name, actual in (("nx", nx), ("ny", ny), ("nz", nz)):
+                if body[name] is not None and body[name] != actual:
+                    raise ParamError(
+                        name,
+                        f"{name} = {body[name]} but the uploaded model's shape (nz, ny, nx) is {model.shape}",
+                        "invalid_model",
+                    )
+            body.update(nx=nx, ny=ny, nz=nz)
+        return cls.from_request(body, model)
+
+    def check_fits(self, limits: StencilLimits, on_cpu: bool, device_bytes: int | None) -> None:
+        """InputError when the run cannot be taken: over the grid or work limits (the CPU's
+        on the CPU backend), or larger than `device_bytes` of GPU memory; ParamError for a
+        CUDA variant asked of the CPU backend."""
+        params = self.params
+        limits.check_grid(params.points, f"{params.nx} x {params.ny} x {params.nz}", on_cpu)
+        work = params.interior_points * params.steps
+        limit, variable = (
+            (limits.cpu_point_steps, "PENCIL_MAX_STENCIL_CPU_POINT_STEPS")
+            if on_cpu
+            else (limits.point_steps, "PENCIL_MAX_STENCIL_POINT_STEPS")
+        )
+        if work > limit:
+            raise InputError(
+                "run_too_long",
+                (
+                    f"{params.steps:,} steps of {params.interior_points:,} interior points are {work:,} point "
+                    f"updates; stencil jobs{' on the CPU backend' if on_cpu else ''} run at most {limit:,} "
+                    f"({variable}): fewer steps or a smaller grid"
+                ),
+            )
+        if device_bytes is not None and params.gpu_bytes() > device_bytes:
+            raise InputError(
+                "too_large_for_device",
+                (
+                    f"the grid {params.nx} x {params.ny} x {params.nz} with its record and snapshots needs "
+                    f"{params.gpu_bytes() / 2**30:.2f} GiB of GPU memory; a device may hold "
+                    f"{device_bytes / 2**30:.2f} GiB (PENCIL_GPU_MEMORY_FRACTION)"
+                ),
+            )
+        if on_cpu and params.variant != "auto":
+            raise ParamError(
+                "variant",
+                f"{params.variant} is a CUDA kernel and this server runs on the CPU backend; use auto (the NumPy "
+                "reference)",
+            )
+
     def to_json(self) -> dict[str, Any]:
         return dict(self.request)
 
@@ -655,3 +721,229 @@ class StencilJob:
             else None
         )
         return cls.from_request(stored, model)
+
+
+def read_model(data: bytes, limits: StencilLimits, on_cpu: bool) -> np.ndarray:
+    """An uploaded velocity model (.npy), checked: header first (shape and dtype before the
+    data is read), then finite, positive values."""
+
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if len(shape) != 3:
+            raise ParamError(
+                "model",
+                f"the model has shape {shape}; expected a 3-D (nz, ny, nx) array of velocities",
+                "invalid_model",
+            )
+        limits.check_grid(math.prod(shape), " x ".join(str(n) for n in reversed(shape)), on_cpu)
+        if dtype.kind != "f" or dtype.itemsize not in (4, 8):
+            raise ParamError("model", f"the model is {dtype}; send float32 velocities in m/s", "invalid_model")
+
+    return check_velocity_array(load_npy(data, "model", check))
+
+
+@dataclass(frozen=True)
+class StencilLimits:
+    """The service's limits on stencil jobs (PENCIL_MAX_STENCIL_*): grid points, and point
+    updates (interior points x steps), each on a GPU and on the CPU backend."""
+
+    points: int
+    cpu_points: int
+    point_steps: int
+    cpu_point_steps: int
+
+    def check_grid(self, points: int, shape: str, on_cpu: bool) -> None:
+        """InputError grid_too_large for a grid of `points` over the backend's limit."""
+        if points > self.points:
+            raise InputError(
+                "grid_too_large",
+                (
+                    f"the grid {shape} has {points:,} points; stencil jobs take at most {self.points:,} "
+                    "(PENCIL_MAX_STENCIL_POINTS)"
+                ),
+            )
+        if on_cpu and points > self.cpu_points:
+            raise InputError(
+                "grid_too_large",
+                (
+                    f"the grid {shape} has {points:,} points; on the CPU backend stencil jobs take at most "
+                    f"{self.cpu_points:,} (PENCIL_MAX_STENCIL_CPU_POINTS)"
+                ),
+            )
+
+
+# ----------------------------------------------------------------- the job's contract --
+
+Point = Annotated[
+    list[int], Field(min_length=3, max_length=3, description="[x, y, z] grid indices, each in [2, n - 3]")
+]
+
+
+@spec
+class ConstantSpec:
+    type: Literal["constant"]
+    velocity: float = Field(allow_inf_nan=False, description="m/s")
+
+
+@spec
+class LayeredSpec:
+    type: Literal["layered"]
+    depths: list[float] = Field(
+        description="depth in m of the top of each layer: the first 0, increasing (plane z lies at depth z h)"
+    )
+    velocities: list[float] = Field(description="m/s of each layer")
+
+
+@spec
+class UploadSpec:
+    type: Literal["upload"]
+
+
+@spec
+class ReceiverLine:
+    start: Point
+    end: Point
+    count: int = Field(
+        ge=1, le=MAX_RECEIVERS, description="receivers evenly spaced from start to end, rounded to grid points"
+    )
+
+
+@spec
+class StencilRequest:
+    """One shot: the grid, the time stepping, the source and receivers, the velocity model,
+    the absorbing boundary and the kernel."""
+
+    _: KW_ONLY
+    nx: int | None = Field(
+        default=None,
+        ge=MIN_SIDE,
+        description="grid points along x (fastest axis); with an uploaded model, taken from its shape",
+    )
+    ny: int | None = Field(default=None, ge=MIN_SIDE, description="grid points along y")
+    nz: int | None = Field(default=None, ge=MIN_SIDE, description="grid points along z (depth)")
+    h: float = Field(allow_inf_nan=False, description="grid spacing, m")
+    dt: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description=(
+            "time step, s; default 0.8 of the largest stable one (v_max dt / h = 0.4); above v_max dt / h = 0.5: 422"
+        ),
+    )
+    steps: int = Field(ge=1, le=MAX_STEPS, description="time steps")
+    f0: float = Field(allow_inf_nan=False, description="peak frequency of the Ricker source, Hz")
+    source: Point | None = Field(default=None, description="source point; default the grid's centre")
+    receivers: list[Point] | ReceiverLine | None = Field(
+        default=None,
+        description=(
+            "a list of points, or a line {start, end, count}; default every interior x on the line "
+            "through the source (at most 65536, evenly spaced)"
+        ),
+    )
+    model: Annotated[ConstantSpec | LayeredSpec | UploadSpec, Field(discriminator="type")] | None = Field(
+        default=None, description="velocity model: constant, layered, or upload (multipart field 'model')"
+    )
+    variant: Variant = Field(
+        default="auto",
+        description=(
+            "CUDA kernel: naive|shared|readonly x plain|_int_z|_int_z_reg; auto: the fastest on the "
+            "device (the CPU backend runs the NumPy reference)"
+        ),
+    )
+    snapshot_every: int | None = Field(
+        default=None,
+        ge=0,
+        description="wavefield snapshot every this many steps (at most 100); default 4 over the run; 0: none",
+    )
+    boundary: Boundary | None = Field(
+        default=None,
+        description=(
+            "what lies inside the 2-cell Dirichlet border: none (reflecting walls), sponge (a damping layer) or "
+            "cpml (a convolutional PML: reflects about 100x less, costs GPts/s; BENCHMARKS.md); given, it wins "
+            "over sponge"
+        ),
+    )
+    boundary_width: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            f"cells of the absorbing layer; alone it asks for {ABSORBING_DEFAULT}; default with a boundary "
+            f"named: sponge's value, else {DEFAULT_BOUNDARY_WIDTH} (at most what the grid holds)"
+        ),
+    )
+    sponge: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "the older form: a damping sponge of this many cells ({boundary: sponge, boundary_width: N}); "
+            "0: reflecting walls. Ignored (with a warning) when boundary is given"
+        ),
+    )
+
+
+class StencilResult(Result):
+    backend: str
+    grid: dict[str, float] = Field(description="nx, ny, nz, h (m), points, interior_points")
+    steps: int
+    dt: float = Field(description="s")
+    dt_max: float = Field(description="the largest stable dt, s")
+    cfl: float = Field(description="v_max dt / h")
+    f0: float = Field(description="Hz")
+    points_per_wavelength: float
+    model: dict[str, Any] = Field(description="type, v_min, v_max (m/s)")
+    source: list[int]
+    receivers: int
+    boundary: str = Field(description="none, sponge or cpml")
+    boundary_width: int = Field(description="cells of the absorbing layer (0: none)")
+    sponge: int = Field(description="the sponge's width (0 unless boundary is sponge)")
+    eta_max: float
+    variant: str = Field(description="the kernel that ran (reference on the CPU)")
+    variant_requested: str
+    variant_note: str | None
+    variant_trial_ms: dict[str, float] | None = Field(description="auto's trial: ms per step of each variant")
+    zchunk: int | None
+    seconds: float = Field(description="time of the steps (GPU: kernels)")
+    wall_seconds: float
+    gpts_per_s: float | None
+    effective_gb_per_s: float | None = Field(description="16 B a point a step")
+    energy: dict[str, Any] = Field(description="joules, average_watts, method (NVML on a GPU)")
+    energy_j: float | None
+    average_power_w: float | None
+    gpts_per_j: float | None
+    record: dict[str, Any] = Field(description="shape, first_time_s, dt, max_abs of the shot record")
+    snapshot_steps: list[int]
+    files: list[str]
+    warnings: list[str]
+
+
+STENCIL_SPEC = JobSpec(
+    name="stencil",
+    summary="A seismic shot: 3D acoustic wave propagation with a 13-point stencil (nine CUDA variants, NVML energy)",
+    body=StencilRequest,
+    options=StencilRequest,
+    files=(
+        InputFile(
+            "model", "velocities in m/s: a (nz, ny, nx) float32 .npy file (numpy.save), every value finite and > 0"
+        ),
+    ),
+    result=StencilResult,
+    example={
+        "nx": 200,
+        "ny": 100,
+        "nz": 100,
+        "h": 10.0,
+        "dt": 0.001,
+        "steps": 1000,
+        "f0": 10.0,
+        "source": [100, 50, 16],
+        "receivers": {"start": [16, 50, 16], "end": [183, 50, 16], "count": 168},
+        "model": {"type": "layered", "depths": [0, 400, 700], "velocities": [1500, 2500, 3200]},
+        "boundary": "cpml",
+        "boundary_width": 12,
+        "snapshot_every": 250,
+        "variant": "auto",
+    },
+    result_files=(
+        "shot_record.npy (steps x receivers float32, row n = time (n+1) dt), shot_record.png, receivers.npy, "
+        "velocity_xz.png, snapshot_<step>_xz.png and _xy.png"
+    ),
+    form_example="curl -F model=@v.npy -F params='{...}'",
+)

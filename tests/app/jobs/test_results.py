@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pencil_testkit import admin_client, wait_for_job
 
-from app.jobs.cs256 import Cs256Result
 from app.jobs.search import SearchResult
-from app.jobs.stencil import StencilResult
-from app.jobs.svd import SvdResult
+from gpu.cs256.params import Cs256Result
+from gpu.stencil.params import StencilResult
+from gpu.svd.params import SvdResult
 
 TOKEN = "results-test-token"
 

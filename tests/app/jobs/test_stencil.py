@@ -14,7 +14,7 @@ import pytest
 from pencil_testkit import JOB_FINISHED, admin_client, assert_api_error, wait_for_job
 from PIL import Image
 
-from app.jobs.stencil import EXAMPLE
+from gpu.stencil.params import STENCIL_SPEC
 from gpu.backend import cuda_devices
 from gpu.stencil import StencilJob, reference
 from gpu.stencil.images import agc, shot_record_image
@@ -362,9 +362,9 @@ def test_bad_uploads_are_refused(make_client, rng):
 def test_the_documented_example_is_valid(make_client):
     client = admin(make_client)
     schema = client.get("/openapi.json").json()["paths"]["/jobs/stencil"]["post"]["requestBody"]["content"]
-    assert schema["application/json"]["example"] == EXAMPLE
+    assert schema["application/json"]["example"] == STENCIL_SPEC.example
     assert "$ref" not in json.dumps(schema)
-    params = StencilJob.from_request(EXAMPLE).params
+    params = StencilJob.from_request(STENCIL_SPEC.example).params
     assert params.cfl < 0.5 and params.points_per_wavelength >= 5 and len(params.receivers) == 168
 
 
