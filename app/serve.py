@@ -3,17 +3,17 @@
 One Python process tops out near 100 renders a second whatever its threads do (the GIL,
 host codecs, kernel launches), so the server runs PENCIL_PROCESSES processes. Each binds
 the port with SO_REUSEPORT, so the kernel spreads new connections evenly over them
-(a shared listening socket lets whichever process wakes first accept a whole burst:
-measured on an H200, 64 connections left 5,000 503s from one overloaded process while
-others idled). A supervisor restarts a process that dies and stops them all on SIGTERM.
+(a shared listening socket lets whichever process wakes first accept a whole burst, and
+answer 503 while others idle). A supervisor restarts a process that dies and stops them
+all on SIGTERM.
 
-With several GPUs, process i renders on GPU i mod n (one CUDA context each; measured on
-two H200s: processes pooling both GPUs took 28-52 ms for an idle 1080p request that one
-GPU each serves in 4-5 ms). The batch jobs run on the GPU of the process that runs them.
+With several GPUs, process i renders on GPU i mod n (one CUDA context each: processes
+pooling every GPU were several times slower on an idle request). The batch jobs run on the
+GPU of the process that runs them.
 
 With CUDA and several processes, CUDA MPS lets their kernels run side by side instead of
-time-sliced (measured, 1080p JPEG, 12 processes on one H200: `lu` 423 -> 777 req/s,
-`fast` 806 -> 2231).
+time-sliced. Each of these choices with its figures: BENCHMARKS.md, "POST /sketch end to
+end".
 PENCIL_MPS=auto starts a private MPS control daemon when `nvidia-cuda-mps-control` is on
 PATH and none is configured (CUDA_MPS_PIPE_DIRECTORY unset), and stops it on exit.
 
@@ -75,8 +75,8 @@ def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
         "log_config": None,  # uvicorn leaves logging to app/logs.py
         "access_log": False,  # AccessLogMiddleware writes it
         "ws_max_size": settings.max_upload_bytes,  # a larger /live frame closes its connection with 1009
-        # /live sends JPEG and WebP, which deflate cannot shrink: compressing them took 77 % of a
-        # busy process's time, on its event loop (py-spy, bench/live.py), so it is never negotiated.
+        # /live sends JPEG and WebP, which deflate cannot shrink: compressing them took most of a
+        # busy process's time, on its event loop (docs/live.md), so it is never negotiated.
         "ws_per_message_deflate": False,
         "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s),  # app/request_head.py
     }
@@ -84,7 +84,7 @@ def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
 
 def resolve_processes(settings: Settings, backend: str, gpus: int = 1) -> int:
     """PENCIL_PROCESSES, with 0 meaning: on CUDA three for every four available cores (12
-    on 16 cores, the better of the 8 and 12 measured on an H200), at most
+    on 16 cores: BENCHMARKS.md, "POST /sketch end to end"), at most
     MAX_PROCESSES_PER_GPU a GPU; on the CPU one (its renders use every core already)."""
     if settings.processes:
         return settings.processes

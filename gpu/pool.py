@@ -196,7 +196,7 @@ class DevicePool:
             self.runtime.cap_memory(i, memory_fraction)
             # The side stream is urgent: its work (the tone branch, the CG of texture lu)
             # then runs in the gaps of the main stream's line passes instead of after them
-            # (measured: 4.09 -> 3.71 ms for lu at 2560x1920 on an H200).
+            # (BENCHMARKS.md, "What was tried").
             leases = [
                 Lease(i, slot, self.runtime.new_stream(i), self.runtime.new_stream(i, urgent=True))
                 for slot in range(streams_per_device)

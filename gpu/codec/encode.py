@@ -47,7 +47,7 @@ def check_encodable(width: int, height: int, fmt: str) -> None:
 def encode_image(image: np.ndarray, fmt: str = "png", quality: int = 90) -> bytes:
     """(H, W) uint8 gray or (H, W, 3) uint8 RGB -> bytes of the image in `fmt`."""
     if fmt == "png":
-        return encode_png(image)  # 5 ms for a 1080p drawing where OpenCV takes 25-55 ms
+        return encode_png(image)  # ours: a tenth of OpenCV's time (BENCHMARKS.md, "PNG writer")
     if image.ndim == 3:
         image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
     if fmt == "jpeg":

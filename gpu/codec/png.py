@@ -1,4 +1,4 @@
-"""PNG encoder: row filters in NumPy, deflate by Intel ISA-L (python-isal), one core (issue 18).
+"""PNG encoder: row filters in NumPy, deflate by Intel ISA-L (python-isal), one core.
 
 - `encode_png(image)`: image (H, W) uint8 gray or (H, W, 3) uint8 RGB, any strides, H, W >= 1
   -> bytes of a PNG: 8-bit, colour type 0 (gray) or 2 (RGB), no interlace, one IDAT (more
@@ -9,27 +9,11 @@
 - `png_from_filtered(rows, width, height, channels)`: such scanlines -> PNG bytes.
 - `encode_png` = `filtered_strips` (filter_rows a strip at a time) + deflate + container.
 
-Why (bench/png.py --sweep: 1920x1080 pencil drawings of skimage's astronaut, coffee,
-chelsea and rocket, gray with texture lu and fast, and colour; one core of an AMD EPYC VM,
-medians of 30 runs; sizes over cv2.imencode at IMWRITE_PNG_COMPRESSION 3, the encoder this
-replaces, which takes 55-59 ms on a gray one here):
-
-- Deflate is most of the time, and pencil texture leaves LZ77 little to find. ISA-L
-  level 1 deflates 2 MB of filtered gray in 4.5-4.8 ms to 0.97-1.00 of the size; its
-  levels 0-3 lie within 1 ms of each other, level 0 is 1.3x larger. Runner-up: zlib-ng
-  huffman-only, 0.94-0.96 in 6.8 ms (Average), but 1.03-1.14x on RGB (ISA-L 1.05-1.07).
-  libdeflate level 1 (12 ms), zlib-ng level 1 (11 ms, 1.4x) and zlib level 1 (23 ms) are
-  too slow.
-- Filter: Average is 0.5-4 % smaller than Sub or Up on gray for 0.3 ms more; on RGB
-  from 0.5 % larger to 2 % smaller than Sub (at worst 1.07x, Sub 1.09x) for 0.7 ms.
-  Paeth is 1 % smaller again but takes 10 ms on gray in NumPy (a GPU kernel can afford
-  it: with zlib-ng huffman-only it gives 0.90-0.92); choosing per row by libpng's
-  least-sum-of-absolute-values heuristic is within 0.4 % of Average alone and costs
-  5-9 ms.
-- Strips of about STRIP_BYTES are filtered and fed to the compressor in turn, so the
-  temporaries stay in cache and come from the heap; whole-image temporaries were often
-  fresh pages from the kernel (2,500 page faults: 4 ms instead of 0.5 ms to filter a
-  1080p gray).
+Deflate is most of the time and pencil texture leaves LZ77 little to find, so the fastest
+deflate (ISA-L level 1) with the Average filter gives about OpenCV's size in a tenth of its
+time; strips of about STRIP_BYTES are filtered and fed to the compressor in turn, so the
+temporaries stay in cache. The sweep that chose them: BENCHMARKS.md, "PNG writer" and
+"Figures behind choices in the code".
 """
 
 from __future__ import annotations
@@ -42,7 +26,7 @@ from isal import isal_zlib
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FILTER_TYPES = {"none": 0, "sub": 1, "up": 2, "average": 3, "paeth": 4}
-DEFAULT_FILTER = "average"  # measured, see the module docstring
+DEFAULT_FILTER = "average"  # the smallest for its time (BENCHMARKS.md, "PNG writer")
 COLOR_TYPES = {1: 0, 3: 2}  # channels -> PNG colour type (gray, truecolour)
 LEVEL = 1  # ISA-L compression level, 0..3
 STRIP_BYTES = 128 * 1024  # the unit of filtering and of feeding the compressor

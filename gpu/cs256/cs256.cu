@@ -331,8 +331,8 @@ __device__ __forceinline__ void group_kernel(const typename D::S* __restrict__ v
                                              const typename D::S* __restrict__ x, typename D::S* __restrict__ y,
                                              int lanes_log2, int slice_tiles) {
     typedef typename D::S S;
-    // The ring: chunks in flight per lane. 2 measured faster than 4 (and than 8 with fewer
-    // blocks per SM) on every issue shape, fp16, one vector (bench/cs256_tune.py).
+    // The ring: chunks in flight per lane. 2 is the fastest of the rings bench/cs256_tune.py
+    // tried on every issue shape (BENCHMARKS.md, "Figures behind choices in the code").
     constexpr int R = CS256_RING > 0 ? CS256_RING : (K >= 16 && sizeof(S) == 4) ? 1 : 2;
     constexpr int W_LOG2 = W == 8 ? 3 : 2;
     static_assert(W == 4 || W == 8, "chunks of 4 or 8 entries");

@@ -68,10 +68,10 @@ class Plan:
 
 def default_lanes(cs: CS256, chunk: int, resident_threads: int) -> int:
     """Threads per row (G): the smallest power of two up to 32 whose row groups fill the
-    device, m x G >= FILL x resident_threads (the grid strides over the rows about twice:
-    measured faster than one pass of fewer lanes on 14336 x 4096), but no more than leave
-    each lane RING chunks of an average row (so its ring fills). 14336 x 4096 on 132 SMs x
-    1024 threads: 16; 4096 rows: 32."""
+    device, m x G >= FILL x resident_threads (the grid strides over the rows about twice,
+    faster than one pass of fewer lanes: BENCHMARKS.md, "Figures behind choices in the
+    code"), but no more than leave each lane RING chunks of an average row (so its ring
+    fills). 14336 x 4096 on 132 SMs x 1024 threads: 16; 4096 rows: 32."""
     average = cs.stored / (cs.m * chunk)
     cap = 1 << max(0, min(5, math.floor(math.log2(max(1.0, average / RING)))))
     lanes = 1

@@ -62,7 +62,8 @@ def device_decodable(photo: Image.Image, data: bytes, params: PencilParams) -> b
     baseline 8-bit gray or YCbCr JPEG that ends with its EOI marker (a truncated file goes
     to the host decoder, which refuses it), drawn at its own size. Progressive files stay
     on the host: nvJPEG decodes them on the CPU anyway, and without libjpeg-turbo's smooth
-    chroma upsampling (measured: 1.3 % of a colour drawing's pixels off by more than 2)."""
+    chroma upsampling (a colour drawing's pixels would differ: BENCHMARKS.md, "Predictions
+    against measurements")."""
     if photo.format != "JPEG" or photo.mode not in ("L", "RGB") or photo.info.get("progressive"):
         return False
     if photo.info.get("adobe_transform") == 0:  # RGB stored as is, not YCbCr: Pillow's reading is the reference

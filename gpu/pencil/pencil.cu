@@ -352,7 +352,7 @@ __device__ void line_pass(const float* __restrict__ src, int pitch, int halo, in
             __syncthreads();
             accumulate_terms(tile, tile_pitch, base, term_start[dir], term_start[dir + 1], s, acc);
             if (PASS == 1) {   // the next directions read the plain tile again (walking the lines
-                               // back measured faster than copying the tile again from L2)
+                               // back is cheaper than copying the tile again from L2)
                 __syncthreads();
                 prefix_scan(tile, tile_pitch, tile_rows, sx, sy, true, tid);
                 __syncthreads();

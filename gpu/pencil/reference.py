@@ -116,7 +116,7 @@ class LineFilter:
     one; the kernel sits unshifted in the top-left corner, so the result is read `half`
     px down and right. M is transformed once for the 8 responses, and the 8 classified
     products are summed in the frequency domain before one inverse: with the kernel
-    spectra cached, about 3x faster on 2 cores than 16 direct filters. Spectra use
+    spectra cached, faster than 16 direct filters. Spectra use
     OpenCV's packed real (CCS) layout.
     """
 
@@ -307,7 +307,7 @@ def auto_fit_systems() -> tuple[np.ndarray, np.ndarray]:
     w2, lambda), rows i in the support sum_j G_ij w_j + lambda = r_i, rows i outside it
     w_i = 0, the last row sum w = 1; and the (7, 3) bool support masks. Only the right-hand
     side r depends on the photo, so a fit is one batched product (a loop of 112 small
-    solves held the GIL for 1.9 ms, which the video pipeline's threads wait on)."""
+    solves held the GIL, which the video pipeline's threads wait on)."""
     grams = auto_layer_grams()
     masks = np.zeros((len(TONE_SUPPORTS), 3), bool)
     systems = np.zeros((len(grams), len(TONE_SUPPORTS), 4, 4))
@@ -350,10 +350,8 @@ def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     return layer, weights[layer, support]
 
 
-# bench/quality.py, on the paper of photos of ordinary exposure against the light preset
-# (their brightest blocks): a square root (0.5) left grey surfaces 32-40 grey levels darker,
-# the cube root within 16 but a dusk photo at -30.6, 0.3 within 30 everywhere (-29.9);
-# lower, the coins' tone order falls under 0.85 at 512 px.
+# Brightens the photo's values before the fit (Lu's layers describe drawings lighter than
+# photos): chosen with bench/quality.py (BENCHMARKS.md, "Drawing quality").
 AUTO_EXPONENT = 0.3
 # The dark layers tone="auto" chooses from, (mean, sd) on 0..255: Lu's (90, 11) and darker
 # and wider ones, so that a night sky can be darker than Lu's darkest pencil.

@@ -3,8 +3,8 @@ for every frame of a clip: one host call a frame where render_device makes ~25 (
 launches, allocations, events, the tone LUT's upload).
 
 Why: a video job's threads (decode, conversion, staging, drawing, encoding) share one
-Python GIL, and py-spy (`bench/video.py --gil-profile`) found the drawing thread holding
-42 % of its samples, spread over render_device's CuPy calls.
+Python GIL, and render_device's many CuPy calls made the drawing thread the largest
+holder of it (docs/video.md, "How it runs").
 
 A graph fixes at capture everything but the data: the frame's size, the params, whether
 the tone LUT is explicit, and every device address. So the frame is copied into the

@@ -19,8 +19,7 @@ Profile: a cell at distance d (cells) from the first interior cell lies in the l
 d < W, at depth f = (W - d) / W (1 at the Dirichlet border, 1 / W at the inner edge):
 damping d(f) = d0 f^3 with d0 = 4 v_max ln(1 / R) / (2 W h) (R = CPML_REFLECTION, the
 reflection of the continuous layer at normal incidence; the cubic onset and R = 1e-3
-reflected least of R 1e-2 .. 1e-6 and powers 2 .. 4 in the measurement of
-tests/gpu/stencil/test_cpml.py's kind of shot), alpha(f) = pi f0 (1 - f) (a
+reflect least: BENCHMARKS.md, "Absorbing boundaries"), alpha(f) = pi f0 (1 - f) (a
 frequency shift that keeps the layer absorbing at low frequencies, largest at the inner
 edge), b = exp(-(d + alpha) dt), a = d (b - 1) / (d + alpha). Computed in float64, rounded
 once to float32.

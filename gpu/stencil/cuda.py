@@ -14,7 +14,7 @@ One shot, on the lease's main stream:
 
 Energy is read from NVML over the stepping loop (gpu/stencil/energy.py). The kernels
 agree with gpu/stencil/reference.py bit for bit (same operations, same order, no FMA),
-on normal floats: the GPU flushes subnormals to zero (measured on the H100), so a run from
+on normal floats: the GPU flushes subnormals to zero (BENCHMARKS.md, "Absorbing boundaries"), so a run from
 rest whose wavefront's faint leading edge survives (walls, the CPML; not the sponge)
 differs from the reference by a few ulps.
 

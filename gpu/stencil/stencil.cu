@@ -502,7 +502,7 @@ __device__ __forceinline__ void variant(const float* __restrict__ p, float* __re
     }
 
 // cpml_shell: 5 blocks (48 registers; 32-72 bytes of its ring spill to the stack, which ran
-// 10-15 % faster than 4 blocks with no spill, on an H200).
+// faster than 4 blocks with no spill: BENCHMARKS.md, "Absorbing boundaries").
 constexpr int SHELL_BLOCKS = 5;
 
 extern "C" {

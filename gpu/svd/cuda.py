@@ -56,8 +56,7 @@ SWEEPS_PER_CHUNK = 128  # sweeps the chase logs before the host hands them to th
 # Sweeps the chase runs at once, pipelined on the lanes of its warp, each with its own
 # shift (svd.cu, "Multishift"); 1 is the classic one sweep at a time of the reference.
 # Float64 matrices take 16: each sweep adds its rounding errors, and more shifts at once
-# cost more sweeps (H100, exact chase, gaussian n = 1024 / 2048: 32 shifts 1.6 / 1.3x
-# cuSOLVER's error, 16 shifts 0.9 / 1.0x, chase 65 -> 76 / 167 -> 226 ms).
+# cost more sweeps (BENCHMARKS.md, "Figures behind choices in the code").
 MULTISHIFT = {np.dtype(np.float32): 32, np.dtype(np.float64): 16}
 # The precision of the bulge chase for both input dtypes (reference.CHASE_DTYPE; svd.cu,
 # "bidiagonal QR", says what a float32 chase loses), and its kernel for each: float64
@@ -479,7 +478,7 @@ def diagonalize(
 
 # A matrix at least this many times taller than wide is first reduced to its n x n R
 # (A = QR; the SVD of R; U = Q U_R): the bidiagonalization and the rotations then work
-# on n rows instead of m (LAPACK's xGESVD switches at about 1.6; measured by bench/svd.py).
+# on n rows instead of m (LAPACK's xGESVD switches at about 1.6; ours timed by bench/svd.py).
 QR_FIRST_RATIO = 2
 
 

@@ -471,9 +471,9 @@ template <typename T> __device__ __noinline__ Rotation<T> givens_careful(T f, T 
 // reference.givens: [c s; -s c] [f; g] = [r; 0], r >= 0 on the fast path (also where one
 // of f, g is zero but not both: c or s is then +-1, still a rotation). No branch taken
 // unless the squares leave the safe range. Exact: r, c and s from IEEE sqrt and division.
-// Else from the hardware reciprocal square root plus a Newton step, 1.5x faster, but its
-// errors do not cancel over a chase: measured 700-1700 ulp of s_max lost at n = 1024-1200
-// in double (50-130 exact), harmless for float32 matrices (1.5e-13), not for float64 ones.
+// Else from the hardware reciprocal square root plus a Newton step, faster, but its
+// errors do not cancel over a chase: harmless for float32 matrices, not for float64 ones
+// (BENCHMARKS.md, "Issue 21: accuracy and speed against cuSOLVER").
 template <typename T, bool Exact> __device__ __forceinline__ void givens(T f, T g, T& c, T& s, T& r) {
     const T squares = f * f + g * g;
     if (__builtin_expect(squares >= T(1e-30) && squares <= T(1e30), 1)) {

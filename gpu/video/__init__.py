@@ -52,7 +52,9 @@ __all__ = [
 
 RESULT_FILE = "sketch.mp4"
 PROGRESS_S = 0.5  # a job's progress (a database write, and its cancel checkpoint) at most this often
-PREPARE_WORKERS = 4  # threads converting decoded frames to RGB (2.2 ms a 720p frame: 4 keep ahead of 300/s)
+# Threads converting decoded frames to RGB: enough to keep ahead of the drawing at 720p
+# (BENCHMARKS.md, "Figures behind choices in the code").
+PREPARE_WORKERS = 4
 
 FrameProgress = Callable[[int, int], None]  # (frames drawn, frames in the clip: exact or estimated, 0 unknown)
 

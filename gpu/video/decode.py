@@ -3,10 +3,10 @@ then, frame by frame and on any thread, convert to RGB, turn upright, fit to the
 drawing's size; the audio packets pass through untouched, in container order, for the
 encoder to copy.
 
-The conversion is the costly part, and most of it was setting up FFmpeg's converter:
-on an H100 host's core a 1280x720 frame took 2.0 ms with a new converter (what
-VideoFrame.to_ndarray makes each call) and 0.5 ms with one kept per thread. It releases
-the GIL, so the video pipeline spreads `Reader.prepare` over a few threads.
+The conversion is the costly part, and most of it was setting up FFmpeg's converter
+(what VideoFrame.to_ndarray does each call), so one is kept per thread (BENCHMARKS.md,
+"Figures behind choices in the code"). It releases the GIL, so the video pipeline spreads
+`Reader.prepare` over a few threads.
 """
 
 from __future__ import annotations

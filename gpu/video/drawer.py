@@ -11,10 +11,10 @@ replayed for the others (gpu.pencil.replay: one host call a frame instead of ~25
 texture "fast"; "lu" is drawn directly). On the CPU, `stage` counts the histogram with
 OpenCV and `draw` is gpu.pencil.reference.render.
 
-Measured on an H100's host (1280x720, bench/video.py): the histogram cost 1.5 ms a frame on
-the CPU and did not scale over threads (OpenCV's own thread pool is shared); on the device
-it is a kernel and a 1 KB download. render_device then computes the luma plane again (one
-more ~10 us kernel): render_device stays the one entry for every caller.
+On a GPU the histogram is counted on the device because on the host it costs about a
+millisecond a frame and does not scale over threads (BENCHMARKS.md, "Figures behind
+choices in the code"); render_device then computes the luma plane again, so that it stays
+the one entry for every caller.
 """
 
 from __future__ import annotations

@@ -3,17 +3,10 @@ time base (each frame keeps its input pts), the audio stream copied (remuxed pac
 re-encoded) when its codec is one MP4 players read (MP4_AUDIO), else re-encoded to AAC
 (PCM from a MOV or AVI, say).
 
-x264 runs with PRESET "superfast" at CRF 19 on its frame threads. Pencil drawings are hard
-to compress (the paper texture is fine grain everywhere): on 60 drawn 1280x720 frames, one
-x264 thread encoded 182 (ultrafast), 82 (superfast) and 49 (veryfast) frames/s on this
-project's 2-core CPU machine. On an H100 host's 16 cores (bench/video.py and its probes),
-superfast alone encodes 614 frames/s on frame threads and 286 on PyAV's default slice
-threads; ultrafast 788 (50 % larger files), veryfast 333; four independent encoders on
-segments of the clip were no faster (547-653): the encoder is bound by the host's cores,
-not by its threading. At CRF 19, superfast gives 35.0 dB PSNR at 13.6 Mbit/s (30
-frames/s) on those frames, veryfast at CRF 20 35.2 dB at 11.9 Mbit/s: the faster preset
-costs about 14 % more bits for the same quality, and ultrafast (no CABAC, no deblocking)
-needs 50 % more.
+x264 runs with PRESET "superfast" at CRF 19 on its frame threads: pencil drawings are hard
+to compress (the paper texture is fine grain everywhere), and that preset is the fastest
+that keeps the files small; the encoder is bound by the host's cores. The presets,
+threadings and sizes compared: docs/video.md, "How it runs".
 """
 
 from __future__ import annotations
@@ -142,7 +135,7 @@ def yuv420p(drawing: np.ndarray) -> av.VideoFrame:
 
     OpenCV and NumPy write straight into the picture's planes, releasing the GIL; PyAV's
     VideoFrame.from_ndarray copies twice holding it (a bytes object, then row by row),
-    which py-spy found to be 25 % of the steady video job's GIL time on an H200's host."""
+    which held a quarter of the video job's GIL time (BENCHMARKS.md, "Video: where the time went")."""
     height, width = drawing.shape[:2]
     frame = av.VideoFrame(width, height, "yuv420p")
     luma, blue, red = (_plane_array(plane) for plane in frame.planes)

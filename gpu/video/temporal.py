@@ -13,20 +13,11 @@ SteadyTone builds the LUT from a running (exponential moving) average of the fra
 luma histograms instead, time constant STEADY_SECONDS: the target is fitted to that
 average (tone=auto) or is the preset's, and every frame goes through the same LUT, so a
 luma value keeps its drawn tone from frame to frame while the map follows the scene
-slowly. The LUT (with the fit, about 1.6 ms on the host) is rebuilt once the running
+slowly. The LUT (and its fit, on the host) is rebuilt once the running
 histogram has drifted by REFIT_DRIFT (total variation) from the one it was built from. A
 frame whose histogram differs from the running one by CUT_DISTANCE or more is a cut: the
 average restarts from it. A still clip gets exactly the LUT each frame would have alone.
-
-Measured (python bench/video.py --flicker; docs/video.md), 640x360 clips of four
-photographs, panned or still with a camera's noise: the tone map's own flicker (the mean
-change of a luma value's drawn tone from a frame to the next) falls from 0.06-0.19 grey
-levels to 0.001-0.039, and a wall's tone moves 2.4-9x less while a dark object comes into
-view. Fitting a target to the running histogram but matching each frame to it (the first
-design) made the tone map flicker more (0.08-0.28): the frame's own histogram noise still
-moved its LUT, no longer offset by the fit. The drawing as a whole changes between frames
-by 0.17-0.75 grey levels (16 px block means) with either option: that is the clip's
-noise, motion and compression through the strokes, which no tone setting removes.
+What it does to flicker, and the first design it replaced: docs/video.md, "Temporal".
 """
 
 from __future__ import annotations
@@ -46,7 +37,7 @@ CUT_DISTANCE = 0.5  # total variation between a frame and the running histogram 
 def luma_histogram(image: np.ndarray) -> np.ndarray:
     """(256,) int64 counts of the luma the pipeline draws from (reference.split_luma's Y)
     of an (H, W, 3) uint8 RGB or (H, W) uint8 gray image: reference.histogram's values,
-    counted with OpenCV (about 7x faster than np.bincount)."""
+    counted with OpenCV (faster than np.bincount)."""
     if image.ndim == 3:
         image = cv2.cvtColor(image, cv2.COLOR_RGB2YCrCb)
     counts = cv2.calcHist([image], [0], None, [256], [0, 256])

@@ -8,7 +8,8 @@ index limit); no write outside the interior (borders of pp and c poisoned with N
 spills under NVRTC; `auto`; the CuPy-slicing anchor; cancel; NVML energy.
 
 CUDA only (marker `gpu`; skipped without a device). Fresh random seeds (printed). The same
-cases run on the CPU, on an emulation of the kernels, in test_emulated.py.
+cases run on the CPU, on an emulation of the kernels, in test_emulated.py; the physics of a
+shot, one body on both backends, in test_backends.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpu.stencil.params import (
     LayeredModel,
     StencilParams,
 )
+from tests.gpu.stencil.fields import random_fields
 
 pytestmark = [
     pytest.mark.gpu,
@@ -81,12 +83,7 @@ def random_case(
         cpml=cpml,
         snapshot_every=steps // 3,
     )
-    fields = []
-    for _ in range(2):
-        p = np.zeros(params.shape, np.float32)
-        p[2:-2, 2:-2, 2:-2] = rng.standard_normal((nz - 4, ny - 4, nx - 4))
-        fields.append(p)
-    return params, (fields[0], fields[1])
+    return params, random_fields(rng, params.shape)
 
 
 def relative_l2(actual: np.ndarray, expected: np.ndarray) -> float:
