@@ -54,7 +54,7 @@ def profile_search(mib: int) -> None:
 
     text = search_bench.english_text(mib << 20)
     gpu = search_bench.Gpu(text)
-    params = SearchParams(tuple(search_bench.eight_patterns(text)), fused=True)
+    params = SearchParams(patterns=tuple(search_bench.eight_patterns(text)), fused=True)
     ms, counts = gpu.resident_ms(params, 1)
     print(f"fused search, {mib} MiB: {ms:.3f} ms, counts {counts}", flush=True)
 

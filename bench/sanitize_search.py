@@ -38,7 +38,7 @@ def main() -> int:
         text, patterns, _ = all_cases[name]
         device_text, _ = cuda.text_from_host(text, lease)
         for granularity in (None, 16):
-            params = SearchParams(tuple(patterns[:8]), fused=True, granularity=granularity, positions="files")
+            params = SearchParams(patterns=tuple(patterns[:8]), fused=True, granularity=granularity, positions="files")
             output = cuda.search_device(device_text, params, lease)
             for pattern, result in zip(params.patterns, output.patterns, strict=True):
                 if not np.array_equal(result.positions, ref.find_all(text, pattern)):

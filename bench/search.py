@@ -380,7 +380,7 @@ def run(args, text: bytes, corpus: Path, patterns: list[bytes], cores: int, repe
     service: dict[int, tuple[float, float]] = {}
     first_floor = max(read_all, n / h2d_bw)
     for m, pattern in zip(LENGTHS, patterns, strict=True):
-        params = SearchParams((pattern,))
+        params = SearchParams(patterns=(pattern,))
         first_ms, again_ms, upload_ms, summary = gpu.service_ms(params, repeats)
         found = summary["patterns"][0]["count"]
         if m in counts and found != counts[m]:
@@ -401,7 +401,7 @@ def run(args, text: bytes, corpus: Path, patterns: list[bytes], cores: int, repe
     for m, pattern in zip(LENGTHS, patterns, strict=True):
         for algorithm in ("auto", *KERNEL_ALGORITHMS):
             for variant in VARIANTS:
-                params = SearchParams((pattern,), algorithm=algorithm, variant=variant)
+                params = SearchParams(patterns=(pattern,), algorithm=algorithm, variant=variant)
                 resident, found = gpu.resident_ms(params, repeats)
                 if m in counts and found[0] != counts[m]:
                     raise SystemExit(f"m={m} {algorithm}/{variant}: {found[0]} matches, bytes.find found {counts[m]}")
@@ -418,8 +418,8 @@ def run(args, text: bytes, corpus: Path, patterns: list[bytes], cores: int, repe
         "sum + totals to host + write), against the floor"
     )
     print("m | algorithm | floor ms | count kernel ms | x floor | whole search ms | x floor | write share")
-    where = [(str(m), SearchParams((pattern,))) for m, pattern in zip(LENGTHS, patterns, strict=True)]
-    where.append(("8 fused", SearchParams(tuple(eight_patterns(text)), fused=True)))
+    where = [(str(m), SearchParams(patterns=(pattern,))) for m, pattern in zip(LENGTHS, patterns, strict=True)]
+    where.append(("8 fused", SearchParams(patterns=tuple(eight_patterns(text)), fused=True)))
     for label, params in where:
         count_ms = gpu.count_kernel_ms(params, repeats)
         whole, _ = gpu.resident_ms(params, repeats)
@@ -436,9 +436,9 @@ def run(args, text: bytes, corpus: Path, patterns: list[bytes], cores: int, repe
     print("mode | kernels ms | text GB/s | x floor")
     fused_ms = None
     for label, params in (
-        ("fused (one pass)", SearchParams(tuple(eight), fused=True)),
-        ("8 passes, auto, 8 streams", SearchParams(tuple(eight), streams=8)),
-        ("8 passes, auto, 1 stream", SearchParams(tuple(eight), streams=1)),
+        ("fused (one pass)", SearchParams(patterns=tuple(eight), fused=True)),
+        ("8 passes, auto, 8 streams", SearchParams(patterns=tuple(eight), streams=8)),
+        ("8 passes, auto, 1 stream", SearchParams(patterns=tuple(eight), streams=1)),
     ):
         resident, found = gpu.resident_ms(params, repeats)
         expected = (
@@ -458,7 +458,7 @@ def run(args, text: bytes, corpus: Path, patterns: list[bytes], cores: int, repe
     )
     print("positions | matches | first search ms | resident repeat ms | its download ms")
     for mode in ("json", "files"):
-        params = SearchParams(frequent, fused=True, positions=mode)
+        params = SearchParams(patterns=frequent, fused=True, positions=mode)
         first_ms, again_ms, _, again = gpu.service_ms(params, repeats)  # again: the last repeat's summary
         matches = sum(p["count"] for p in again["patterns"])
         print(f"{mode} | {matches} | {first_ms:.1f} | {again_ms:.1f} | {again['times_ms']['download']:.1f}")

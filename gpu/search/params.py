@@ -18,28 +18,30 @@ threads per block, position slots per block): pure arithmetic, tested on the CPU
 from __future__ import annotations
 
 import base64
-import numbers
+import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Final, Literal, get_args
 
 import numpy as np
+from pydantic import BeforeValidator, Field
 
-from gpu.errors import ParamError
+from gpu.errors import InputError, ParamError
+from gpu.spec import JobSpec, Result, spec
 
 MAX_PATTERNS = 8
 MAX_PATTERN_BYTES = 4096
-ALGORITHMS = ("auto", "rabin_karp", "kmp", "boyer_moore")
-KERNEL_ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-VARIANTS = ("naive", "optimized")
+Algorithm = Literal["auto", "rabin_karp", "kmp", "boyer_moore"]
+Variant = Literal["naive", "optimized"]
+Positions = Literal["none", "json", "files"]
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
+KERNEL_ALGORITHMS = ALGORITHMS[1:]
+VARIANTS: tuple[str, ...] = get_args(Variant)
 MAX_STREAMS = 8
 MAX_POSITIONS_LIMIT = 100_000  # positions listed per pattern in a JSON result
-# What a search hands back of its positions: "none" (counts only: no position is written
-# nor downloaded), "json" (the first max_positions of each pattern, in the result), or
-# "files" (also every position in positions_<i>.npy, and lines in lines_<i>.npy).
-POSITIONS = ("none", "json", "files")
-DEFAULT_POSITIONS = "json"
+POSITIONS: tuple[str, ...] = get_args(Positions)
+DEFAULT_POSITIONS: Final = "json"
 STORED_POSITIONS = "files"  # what a job stored before the option existed did
 GRANULARITY_MIN = 1
 GRANULARITY_MAX = {"naive": 65536, "optimized": 2048}
@@ -64,67 +66,60 @@ AUTO_SHORT_PATTERN = 3  # up to this length: KMP, whose first-byte skip loop is 
 AUTO_ALPHABET_EVIDENCE = 8  # a pattern this long with few distinct bytes suggests a small alphabet
 
 
-def _check_int(name: str, value, minimum: int, maximum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ParamError(name, f"expected an integer, got {value!r}")
-    if not minimum <= int(value) <= maximum:
-        raise ParamError(name, f"must be between {minimum} and {maximum}; got {value}")
+@spec
+class SearchOptions:
+    """How to search (every choice gives the same positions); validated on construction."""
 
-
-@dataclass(frozen=True)
-class SearchParams:
-    """One search request; validated on construction (raises ParamError).
-
-    patterns: 1..MAX_PATTERNS byte strings of 1..MAX_PATTERN_BYTES bytes each.
-    algorithm: one of ALGORITHMS. variant: one of VARIANTS.
-    granularity: start positions per GPU thread (None: chosen per pattern by plan_launch).
-    streams: CUDA streams the patterns are spread over (None: one per pattern, at most 4).
-    max_positions: positions listed per pattern in the result.
-    positions: one of POSITIONS: none (counts only), json (the first max_positions in the
-    result), files (also all of them in positions_<i>.npy / lines_<i>.npy).
-    line_numbers: also give the 1-based line of each position (listed or written).
-    fused: one pass over the text for all patterns (a multi-pattern Rabin-Karp: the
-    optimized variant only, with algorithm auto or rabin_karp).
-    """
-
-    patterns: tuple[bytes, ...]
-    algorithm: str = "auto"
-    variant: str = "optimized"
-    granularity: int | None = None
-    streams: int | None = None
-    max_positions: int = 1000
-    line_numbers: bool = False
-    fused: bool = False
-    positions: str = DEFAULT_POSITIONS
+    algorithm: Algorithm = Field(
+        default="auto",
+        description=(
+            "auto: per pattern, KMP for runs and up to 3 bytes, Rabin-Karp for long small-alphabet "
+            "patterns, else Boyer-Moore"
+        ),
+    )
+    variant: Variant = Field(
+        default="optimized",
+        description=(
+            "naive: everything from global memory; optimized: pattern, tables and text tile in shared "
+            "memory, 16-byte loads"
+        ),
+    )
+    granularity: int | None = Field(
+        default=None,
+        ge=GRANULARITY_MIN,
+        le=GRANULARITY_MAX["naive"],
+        description=(
+            f"start positions per GPU thread (optimized: at most {GRANULARITY_MAX['optimized']}, "
+            "rounded up to an odd multiple of 16); default: by pattern length"
+        ),
+    )
+    streams: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_STREAMS,
+        description="CUDA streams the patterns are spread over (default: one per pattern, at most 4)",
+    )
+    max_positions: int = Field(
+        default=1000, ge=0, le=MAX_POSITIONS_LIMIT, description="positions listed per pattern in the JSON result"
+    )
+    positions: Positions = Field(
+        default=DEFAULT_POSITIONS,
+        description=(
+            "none: counts only (no position is written nor downloaded); json: the first max_positions of each "
+            "pattern in the result; files: also every position in positions_<i>.npy (and lines_<i>.npy)"
+        ),
+    )
+    line_numbers: bool = Field(default=False, description="also give the 1-based line of each position")
+    fused: bool = Field(
+        default=False,
+        description="one pass over the text for all patterns (multi-pattern Rabin-Karp; optimized variant)",
+    )
 
     def __post_init__(self) -> None:
-        patterns = self.patterns
-        if isinstance(patterns, (bytes, bytearray, str)) or not isinstance(patterns, (tuple, list)):
+        if self.granularity is not None and self.granularity > GRANULARITY_MAX[self.variant]:
             raise ParamError(
-                "patterns", f"expected a list of 1 to {MAX_PATTERNS} byte strings, got {type(patterns).__name__}"
+                "granularity", f"must be <= {GRANULARITY_MAX[self.variant]} for {self.variant}; got {self.granularity}"
             )
-        if not 1 <= len(patterns) <= MAX_PATTERNS:
-            raise ParamError("patterns", f"give 1 to {MAX_PATTERNS} patterns; got {len(patterns)}")
-        for i, pattern in enumerate(patterns):
-            if not isinstance(pattern, (bytes, bytearray)):
-                raise ParamError(f"patterns[{i}]", f"expected bytes, got {type(pattern).__name__}")
-            if not 1 <= len(pattern) <= MAX_PATTERN_BYTES:
-                raise ParamError(f"patterns[{i}]", f"must be 1 to {MAX_PATTERN_BYTES} bytes long; got {len(pattern)}")
-        object.__setattr__(self, "patterns", tuple(bytes(p) for p in patterns))
-        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
-            raise ParamError("algorithm", f"must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}")
-        if not isinstance(self.variant, str) or self.variant not in VARIANTS:
-            raise ParamError("variant", f"must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
-        if self.granularity is not None:
-            _check_int("granularity", self.granularity, GRANULARITY_MIN, GRANULARITY_MAX[self.variant])
-        if self.streams is not None:
-            _check_int("streams", self.streams, 1, MAX_STREAMS)
-        _check_int("max_positions", self.max_positions, 0, MAX_POSITIONS_LIMIT)
-        if not isinstance(self.positions, str) or self.positions not in POSITIONS:
-            raise ParamError("positions", f"must be one of {', '.join(POSITIONS)}; got {self.positions!r}")
-        for name in ("line_numbers", "fused"):
-            if not isinstance(getattr(self, name), bool):
-                raise ParamError(name, f"expected true or false, got {getattr(self, name)!r}")
         if self.fused:
             if self.algorithm not in ("auto", "rabin_karp"):
                 raise ParamError(
@@ -138,6 +133,23 @@ class SearchParams:
                     "the fused pass keeps every pattern and its hash filter in shared memory: it exists as the "
                     "optimized variant only",
                 )
+
+
+# bytes, or a bytearray taken as its bytes (a str is no pattern: its encoding is the caller's choice)
+Pattern = Annotated[
+    bytes,
+    BeforeValidator(lambda value: bytes(value) if isinstance(value, bytearray) else value),
+    Field(min_length=1, max_length=MAX_PATTERN_BYTES),
+]
+
+
+@spec
+class SearchParams(SearchOptions):
+    """One search: what to find (1..MAX_PATTERNS byte strings of 1..MAX_PATTERN_BYTES bytes,
+    a list or tuple of bytes or bytearrays) and how (SearchOptions)."""
+
+    _: KW_ONLY
+    patterns: tuple[Pattern, ...] = Field(strict=False, min_length=1, max_length=MAX_PATTERNS)
 
     @property
     def positions_wanted(self) -> int | None:
@@ -186,9 +198,20 @@ class SearchJob:
     path: Path | None = None
 
     @classmethod
-    def inline(cls, params: SearchParams, text: bytes, field_name: str = "text") -> SearchJob:
+    def inline(
+        cls, params: SearchParams, text: bytes, field_name: str = "text", max_bytes: int | None = None
+    ) -> SearchJob:
+        """A search of a text sent with the request, at most `max_bytes` long."""
         if not text:
             raise ParamError(field_name, "the text is empty")
+        if max_bytes is not None and len(text) > max_bytes:
+            raise InputError(
+                "text_too_large",
+                (
+                    f"the inline text is {len(text):,} bytes; inline texts are limited to {max_bytes:,} "
+                    "(PENCIL_MAX_SEARCH_TEXT_BYTES): store it with POST /corpora and search its corpus_id"
+                ),
+            )
         return cls(params, len(text), text=text)
 
     @classmethod
@@ -229,7 +252,7 @@ class SearchJob:
         """The stored job, reading its text from files[TEXT_FILE] or, for a corpus,
         files[CORPUS_FILE]. RuntimeError when the corpus was deleted or changed since."""
         params = SearchParams(
-            tuple(base64.b64decode(p) for p in stored["patterns"]),
+            patterns=tuple(base64.b64decode(p) for p in stored["patterns"]),
             algorithm=stored["algorithm"],
             variant=stored["variant"],
             granularity=stored["granularity"],
@@ -388,3 +411,120 @@ class SearchOutput:
     times_ms: dict[str, float]
     resident: bool | None = None
     launch: dict[str, int] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------- the job's contract --
+
+
+@spec
+class Base64Pattern:
+    base64: str = Field(description="the pattern's bytes in standard base64 (RFC 4648, padded)", examples=["AAECAw=="])
+
+
+SOURCES = ("corpus_id", "text", "text_base64")
+
+
+@spec
+class SearchRequest(SearchOptions):
+    """A search request: the patterns, the options and exactly one source of text."""
+
+    _: KW_ONLY
+    corpus_id: str | None = Field(
+        default=None, description="a stored corpus (POST /corpora); or give `text` / `text_base64`"
+    )
+    text: str | None = Field(
+        default=None, description="a small text inline, as UTF-8 (at most PENCIL_MAX_SEARCH_TEXT_BYTES)"
+    )
+    text_base64: str | None = Field(default=None, description="a small text inline, any bytes, base64")
+    patterns: list[str | Base64Pattern] = Field(
+        min_length=1,
+        max_length=MAX_PATTERNS,
+        description='1 to 8 patterns, 1 to 4096 bytes each: a string (its UTF-8 bytes) or {"base64": ...}',
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        given = [name for name in SOURCES if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ParamError("", f"give exactly one of {', '.join(SOURCES)} (got {', '.join(given) or 'none'})")
+
+    @property
+    def source(self) -> str:
+        """Which of SOURCES the request gives."""
+        return next(name for name in SOURCES if getattr(self, name) is not None)
+
+    def params(self) -> SearchParams:
+        """The search's parameters, the patterns as bytes. Strings are valid Unicode here (a
+        JSON parser refuses lone surrogates), so bytes that are not UTF-8 come as base64."""
+        patterns = [
+            p.encode("utf-8") if isinstance(p, str) else decode_base64(p.base64, f"patterns[{i}].base64")
+            for i, p in enumerate(self.patterns)
+        ]
+        options = {name: getattr(self, name) for name in SearchOptions.__dataclass_fields__}
+        return SearchParams(patterns=tuple(patterns), **options)
+
+    def inline_text(self) -> bytes:
+        """The bytes of an inline `text` or `text_base64`."""
+        if self.text is not None:
+            return self.text.encode("utf-8")
+        return decode_base64(self.text_base64 or "", "text_base64")
+
+
+def decode_base64(value: str, field_name: str) -> bytes:
+    """Standard base64 (RFC 4648, padded) or ParamError naming `field_name`."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ParamError(field_name, f"not valid base64 ({exc})") from None
+
+
+class PatternFound(Result):
+    index: int
+    pattern: str | None = Field(description="the pattern as text; null when its bytes are not UTF-8")
+    pattern_base64: str
+    length: int = Field(description="bytes")
+    algorithm: str = Field(description="the algorithm that ran for it")
+    count: int = Field(description="occurrences, overlapping ones included")
+    positions: list[int] = Field(description="the first max_positions 0-based byte offsets (none with positions: none)")
+    positions_truncated: bool = Field(description="more occurrences than listed")
+    positions_file: str | None = Field(
+        description="with positions: files, all of them: positions_<i>.npy (int64); else null"
+    )
+    lines: list[int] | None = Field(None, description="with line_numbers: the 1-based line of each listed position")
+    lines_file: str | None = Field(None, description="with line_numbers and positions: files: lines_<i>.npy")
+
+
+class SearchResult(Result):
+    backend: str
+    source: Literal["corpus", "text"]
+    corpus_id: str | None
+    text_bytes: int
+    algorithm: str
+    variant: str
+    fused: bool
+    positions: str = Field(description="what was returned of the positions: none, json or files")
+    resident: bool | None = Field(description="the corpus was already on the device (GPU; null on the CPU)")
+    launch: dict[str, Any] | list[Any] | None = Field(description="the kernels' launch geometry (GPU)")
+    patterns: list[PatternFound]
+    times_ms: dict[str, float] = Field(description="GPU: upload, kernels, download; CPU: search; and total")
+    throughput_gbps: dict[str, float | None]
+
+
+SEARCH_SPEC = JobSpec(
+    name="search",
+    summary="Exact search of 1 to 8 patterns in a corpus or text (Rabin-Karp, KMP, Boyer-Moore; fused)",
+    body=SearchRequest,
+    options=None,
+    files=(),
+    result=SearchResult,
+    example={
+        "corpus_id": "3f2a9c0d4b5e6f708192a3b4c5d6e7f8",
+        "patterns": ["the", "Boyer-Moore", {"base64": "AAECAw=="}],
+        "algorithm": "auto",
+        "variant": "optimized",
+        "max_positions": 100,
+        "positions": "json",
+        "line_numbers": True,
+    },
+    result_files="positions_<i>.npy (int64) and lines_<i>.npy with positions: files",
+)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pencil_testkit import admin_client, wait_for_job
 
-from app.jobs.search import SearchResult
 from gpu.cs256.params import Cs256Result
+from gpu.search.params import SearchResult
 from gpu.stencil.params import StencilResult
 from gpu.svd.params import SvdResult
 

@@ -104,7 +104,7 @@ def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, le
     for streams in STREAMS:
         for g in granularities:
             params = SearchParams(
-                tuple(patterns),
+                patterns=tuple(patterns),
                 algorithm=algorithm,
                 variant=variant,
                 granularity=g,
@@ -125,7 +125,9 @@ def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
     subsets = [patterns, patterns[:1], patterns[::-1][:3], [patterns[-1]] * 2]
     for g in [None, 1, 16, 333, 2048] + ([built_for] if built_for else []):
         for subset in subsets:
-            params = SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True, positions="files")
+            params = SearchParams(
+                patterns=tuple(subset), fused=True, granularity=g, line_numbers=True, positions="files"
+            )
             check(
                 cuda.search_device(device_text, params, lease),
                 expected,
@@ -136,7 +138,7 @@ def test_fused_pass_matches_the_reference(cuda, lease, rng, name):
 
 def test_auto_runs_what_it_chose(cuda, lease, rng):
     text = english(50_000, rng)
-    params = SearchParams((b"aaaa", b"ACGTACGTAA", b"the", b"quick brown"), streams=2, positions="files")
+    params = SearchParams(patterns=(b"aaaa", b"ACGTACGTAA", b"the", b"quick brown"), streams=2, positions="files")
     output = cuda.search_device(cuda.text_from_host(text, lease)[0], params, lease)
     assert [r.algorithm for r in output.patterns] == ["kmp", "rabin_karp", "kmp", "boyer_moore"]
     check(output, text, params, "auto")
@@ -163,11 +165,11 @@ def test_offsets_past_2_to_the_31_and_32(cuda, lease):
     expected = np.asarray(starts, np.int64)
     expected_lines = np.asarray([1 + sum(p < s for p in newlines) for s in starts], np.int64)
     runs = [
-        SearchParams((needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True, positions="files")
+        SearchParams(patterns=(needle, b"\x01\x02"), algorithm=a, variant=v, line_numbers=True, positions="files")
         for a in ALGORITHMS
         for v in VARIANTS
     ]
-    runs.append(SearchParams((needle, b"\x01\x02"), fused=True, line_numbers=True, positions="files"))
+    runs.append(SearchParams(patterns=(needle, b"\x01\x02"), fused=True, line_numbers=True, positions="files"))
     for params in runs:
         output = cuda.search_device(text, params, lease)
         context = f"{params.algorithm}/{params.variant} fused={params.fused}"
@@ -194,7 +196,7 @@ def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
 def test_newline_index_and_line_numbers(cuda, lease, rng):
     text = bytes(rng.choice(np.frombuffer(b"ab\n", np.uint8), 300_001, p=[0.45, 0.45, 0.1]))
     device_text, _ = cuda.text_from_host(text, lease)
-    params = SearchParams((b"a", b"\n", b"ab\nb"), line_numbers=True, positions="files")
+    params = SearchParams(patterns=(b"a", b"\n", b"ab\nb"), line_numbers=True, positions="files")
     check(cuda.search_device(device_text, params, lease), text, params, "lines")
     segment_before = device_text.segment_before(lease).get()
     counts = np.add.reduceat(np.frombuffer(text, np.uint8) == 10, np.arange(0, len(text), cuda.LINE_SEGMENT))
@@ -217,7 +219,7 @@ def test_a_text_streamed_in_while_searched_finds_each_match_once(cuda, lease, rn
     modes = ("files", "json", "none")
     runs = [
         SearchParams(
-            tuple(patterns),
+            patterns=tuple(patterns),
             algorithm=a,
             variant=v,
             granularity=g,
@@ -230,7 +232,7 @@ def test_a_text_streamed_in_while_searched_finds_each_match_once(cuda, lease, rn
             (a, v, g) for a in ALGORITHMS for v in VARIANTS for g in [None, 1] + ([built_for] if built_for else [])
         )
     ]
-    runs.append(SearchParams(tuple(patterns), fused=True, line_numbers=True, positions="files"))
+    runs.append(SearchParams(patterns=tuple(patterns), fused=True, line_numbers=True, positions="files"))
     for params in runs:
         context = f"{name} streamed by {piece} bytes: {params.algorithm}/{params.variant} g={params.granularity}"
         whole, output = cuda.search_streamed(cuda._host_reader(array), len(text), params, lease)
@@ -245,7 +247,7 @@ def test_a_failed_read_is_raised_and_the_next_search_is_right(cuda, lease, rng, 
     text = english(1_000_000, rng)
     path = tmp_path / "short.txt"
     path.write_bytes(text[:700_000])  # shorter than the job says: the read fails at its end
-    params = SearchParams((b"the",), positions="files")
+    params = SearchParams(patterns=(b"the",), positions="files")
     with pytest.raises(OSError, match="ended at byte 700000"):
         cuda.search_file(lease, path, len(text), params)
     path.write_bytes(text)
@@ -268,7 +270,7 @@ def test_resident_corpora_skip_the_upload_and_are_evicted_lru(cuda, pool, rng, t
     for name in ("a", "b", "c"):
         texts[name] = english(2_000_000, rng)
         (tmp_path / name).write_bytes(texts[name])
-    params = SearchParams((b"the", b"Python"))
+    params = SearchParams(patterns=(b"the", b"Python"))
     with pool.lease() as lease:
         first = cuda.search_file(lease, tmp_path / "a", len(texts["a"]), params, key=("a", "1"))
         second = cuda.search_file(lease, tmp_path / "a", len(texts["a"]), params, key=("a", "1"))
@@ -297,7 +299,7 @@ def test_two_jobs_wanting_the_same_corpus_upload_it_once(cuda, pool, rng, tmp_pa
     RESIDENT.clear()
     text = english(20_000_000, rng)
     (tmp_path / "t").write_bytes(text)
-    params = SearchParams((b"the",))
+    params = SearchParams(patterns=(b"the",))
     outputs = []
 
     def job():

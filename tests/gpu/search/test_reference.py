@@ -180,7 +180,7 @@ def test_line_numbers_count_the_newlines_before_each_position(rng, monkeypatch):
 def test_cpu_backend_searches_block_by_block_with_progress(rng, monkeypatch, tmp_path, use_mmap):
     monkeypatch.setattr(ref, "BLOCK_BYTES", 997)  # blocks much smaller than the text: matches straddle them
     text, patterns, _ = cases(rng)["english"]
-    params = SearchParams(tuple(patterns), line_numbers=True, positions="files")
+    params = SearchParams(patterns=tuple(patterns), line_numbers=True, positions="files")
     seen = []
     path = tmp_path / "corpus.bin"
     path.write_bytes(text)
@@ -206,14 +206,14 @@ def test_cpu_backend_progress_can_cancel(rng, monkeypatch):
             raise Stop
 
     with pytest.raises(Stop):
-        ref.search(english(10_000, rng), SearchParams((b"the",)), progress)
+        ref.search(english(10_000, rng), SearchParams(patterns=(b"the",)), progress)
 
 
 # ------------------------------------------------------------------ params --
 
 
 def test_params_defaults_and_stream_count():
-    params = SearchParams((b"a", b"bc"))
+    params = SearchParams(patterns=(b"a", b"bc"))
     assert (
         params.algorithm,
         params.variant,
@@ -224,13 +224,13 @@ def test_params_defaults_and_stream_count():
         params.positions,
     ) == ("auto", "optimized", None, 1000, False, False, "json")
     assert params.positions_wanted == 1000
-    assert SearchParams((b"a",), positions="none", max_positions=7).positions_wanted == 0
-    assert SearchParams((b"a",), positions="files", max_positions=7).positions_wanted is None
+    assert SearchParams(patterns=(b"a",), positions="none", max_positions=7).positions_wanted == 0
+    assert SearchParams(patterns=(b"a",), positions="files", max_positions=7).positions_wanted is None
     assert params.stream_count == 2
-    assert SearchParams((b"x",) * 8).stream_count == 4
-    assert SearchParams((b"x",) * 8, streams=8).stream_count == 8
-    assert SearchParams((b"x",) * 8, fused=True).stream_count == 1
-    assert SearchParams([bytearray(b"ab")]).patterns == (b"ab",)
+    assert SearchParams(patterns=(b"x",) * 8).stream_count == 4
+    assert SearchParams(patterns=(b"x",) * 8, streams=8).stream_count == 8
+    assert SearchParams(patterns=(b"x",) * 8, fused=True).stream_count == 1
+    assert SearchParams(patterns=[bytearray(b"ab")]).patterns == (b"ab",)
 
 
 @pytest.mark.parametrize(
@@ -275,10 +275,10 @@ def test_auto_chooses_by_alphabet_and_length():
     assert choose_algorithm(b"the") == "kmp"
     assert choose_algorithm(b"the quick brown fox") == "boyer_moore"
     assert choose_algorithm(b"ACGT") == "boyer_moore"  # too short to say the alphabet is small
-    params = SearchParams((b"aaaa", b"ACGTACCA", b"quick brown"))
+    params = SearchParams(patterns=(b"aaaa", b"ACGTACCA", b"quick brown"))
     assert [params.algorithm_for(p) for p in params.patterns] == ["kmp", "rabin_karp", "boyer_moore"]
-    assert SearchParams((b"quick brown",), algorithm="kmp").algorithm_for(b"quick brown") == "kmp"
-    assert SearchParams((b"quick brown",), fused=True).algorithm_for(b"quick brown") == "rabin_karp"
+    assert SearchParams(patterns=(b"quick brown",), algorithm="kmp").algorithm_for(b"quick brown") == "kmp"
+    assert SearchParams(patterns=(b"quick brown",), fused=True).algorithm_for(b"quick brown") == "rabin_karp"
 
 
 def test_odd_multiple_of_16():
@@ -290,7 +290,7 @@ def test_odd_multiple_of_16():
 @pytest.mark.parametrize("m", [1, 4, 16, 64, 256, 1000, 4096])
 @pytest.mark.parametrize("granularity", [None, 1, 15, 100, 1024, 2048])
 def test_launch_plan_geometry(variant, algorithm, m, granularity):
-    params = SearchParams((b"x" * m,), algorithm=algorithm, variant=variant, granularity=granularity)
+    params = SearchParams(patterns=(b"x" * m,), algorithm=algorithm, variant=variant, granularity=granularity)
     launch = plan_launch(params, algorithm, m)
     requested = granularity or default_granularity(variant, algorithm, m)
     assert launch.threads % 32 == 0 and 32 <= launch.threads <= THREADS
@@ -311,7 +311,7 @@ def test_blocks_ready_only_once_their_windows_have_arrived(rng, variant, m):
     bytes that have arrived (its windows and READ_MARGIN), and a block is held back only
     while they have not: so every start position is counted exactly once, by its block,
     after the bytes of its window are on the device."""
-    params = SearchParams((b"x" * m,), variant=variant, granularity=int(rng.integers(1, 300)))
+    params = SearchParams(patterns=(b"x" * m,), variant=variant, granularity=int(rng.integers(1, 300)))
     launch = plan_launch(params, "kmp", m)
     n = int(rng.integers(m, 40 * launch.block_positions))
     end = n - m + 1
@@ -334,7 +334,7 @@ def test_cpu_backend_returns_the_positions_asked_for(rng):
     expected = ref.find_all(text, b"e")
     assert expected.size > 100
     for mode, listed in (("none", 0), ("json", 40), ("files", expected.size)):
-        params = SearchParams((b"e",), positions=mode, max_positions=40, line_numbers=True)
+        params = SearchParams(patterns=(b"e",), positions=mode, max_positions=40, line_numbers=True)
         (result,) = ref.search(text, params).patterns
         assert result.count == expected.size, mode
         np.testing.assert_array_equal(result.positions, expected[:listed], err_msg=mode)

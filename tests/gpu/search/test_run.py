@@ -17,7 +17,7 @@ from tests.gpu.jobkit import stored_and_back, written
 def test_an_inline_text_round_trips_and_every_occurrence_is_found(tmp_path, rng):
     text = search_cases.english(20_000, rng)
     patterns = (b"the", text[5000:5012], b"\xff\xfe no such bytes")
-    params = search.SearchParams(patterns, max_positions=5, line_numbers=True, positions="files")
+    params = search.SearchParams(patterns=patterns, max_positions=5, line_numbers=True, positions="files")
     job = stored_and_back(search.SearchJob.inline(params, text), tmp_path / "in")
     assert job.to_json()["source"] == "text" and job.text_bytes == len(text)
     result = search.run(job)
@@ -39,7 +39,7 @@ def test_a_corpus_job_reads_the_corpus_file_and_notices_a_change(tmp_path, rng):
     corpus_file = tmp_path / "text.bin"
     corpus_file.write_bytes(text)
     corpus = search.Corpus("c0ffee", "prose.txt", "ab" * 32, len(text))
-    job = search.SearchJob.on_corpus(search.SearchParams((b"e",)), corpus)
+    job = search.SearchJob.on_corpus(search.SearchParams(patterns=(b"e",)), corpus)
     assert job.input_files() == {}
     back = stored_and_back(job, tmp_path / "in", {CORPUS_FILE: corpus_file})
     assert back.corpus == corpus and back.path == corpus_file
@@ -52,7 +52,7 @@ def test_a_corpus_job_reads_the_corpus_file_and_notices_a_change(tmp_path, rng):
 
 def test_an_empty_inline_text_is_refused():
     with pytest.raises(ParamError) as caught:
-        search.SearchJob.inline(search.SearchParams((b"a",)), b"", "text_base64")
+        search.SearchJob.inline(search.SearchParams(patterns=(b"a",)), b"", "text_base64")
     assert caught.value.field == "text_base64"
 
 
@@ -61,7 +61,7 @@ def test_positions_json_lists_them_and_none_counts_only_without_files(tmp_path, 
     expected = brute_force(text, b"the")
     assert expected.size > 5
     for mode, listed in (("json", 5), ("none", 0)):
-        params = search.SearchParams((b"the",), max_positions=5, line_numbers=True, positions=mode)
+        params = search.SearchParams(patterns=(b"the",), max_positions=5, line_numbers=True, positions=mode)
         job = stored_and_back(search.SearchJob.inline(params, text), tmp_path / mode)
         assert job.params.positions == mode
         result = search.run(job)
@@ -76,7 +76,7 @@ def test_positions_json_lists_them_and_none_counts_only_without_files(tmp_path, 
 
 def test_a_job_stored_before_the_positions_option_still_writes_its_files(tmp_path, rng):
     text = search_cases.english(5000, rng)
-    job = search.SearchJob.inline(search.SearchParams((b"e",)), text)
+    job = search.SearchJob.inline(search.SearchParams(patterns=(b"e",)), text)
     stored = job.to_json()
     del stored["positions"]
     (tmp_path / "text.bin").write_bytes(text)

@@ -60,7 +60,7 @@ def a_missing_wait_is_seen(cuda, lease, text: bytes) -> bool:
                 p.count_ready(uploaded)
 
     cuda.STREAM_PIECE = cuda.STREAM_CHUNK = 700
-    params = SearchParams((b"e",), variant="naive", granularity=1, positions="none")
+    params = SearchParams(patterns=(b"e",), variant="naive", granularity=1, positions="none")
     honest = cuda._Search.count_ready
     cuda._Search.count_ready = count_without_waiting
     try:
@@ -85,7 +85,7 @@ def a_failed_read_is_raised_and_the_next_search_is_right(cuda, lease, text: byte
             raise OSError("the disk went away")
         honest(view, offset)
 
-    params = SearchParams((b"e",), positions="files")
+    params = SearchParams(patterns=(b"e",), positions="files")
     try:
         cuda.search_streamed(failing, len(text), params, lease)
         return False
@@ -127,14 +127,19 @@ def main() -> int:
         pick = (lambda options: options) if full else (lambda options: [options[int(rng.integers(0, len(options)))]])
         plans = [
             SearchParams(
-                tuple(patterns), algorithm=a, variant=v, granularity=g, line_numbers=g is None, positions="files"
+                patterns=tuple(patterns),
+                algorithm=a,
+                variant=v,
+                granularity=g,
+                line_numbers=g is None,
+                positions="files",
             )
             for a in ("rabin_karp", "kmp", "boyer_moore")
             for v in ("naive", "optimized")
             for g in pick(granularities)
         ]
         plans += [
-            SearchParams(tuple(subset), fused=True, granularity=g, line_numbers=True, positions="files")
+            SearchParams(patterns=tuple(subset), fused=True, granularity=g, line_numbers=True, positions="files")
             for g in pick([None, 16])
             for subset in pick([patterns, patterns[::-1][:3]])
         ]
@@ -151,7 +156,7 @@ def main() -> int:
         cuda.STREAM_RING = 3
         streamed = [
             SearchParams(
-                tuple(patterns[:3]),
+                patterns=tuple(patterns[:3]),
                 algorithm=("rabin_karp", "kmp", "boyer_moore")[int(rng.integers(0, 3))],
                 variant=("naive", "optimized")[int(rng.integers(0, 2))],
                 granularity=int(rng.integers(1, 17)),  # naive: blocks of 256 .. 4096 positions
@@ -159,7 +164,7 @@ def main() -> int:
                 positions=("none", "json", "files")[int(rng.integers(0, 3))],
                 max_positions=int(rng.integers(0, 50)),
             ),
-            SearchParams(tuple(patterns), fused=True, granularity=16, line_numbers=True, positions="files"),
+            SearchParams(patterns=tuple(patterns), fused=True, granularity=16, line_numbers=True, positions="files"),
         ]
         array = np.frombuffer(text, np.uint8)
         for params in streamed:
