@@ -32,6 +32,7 @@ from gpu.codec.errors import ImageError
 from gpu.errors import InputError, ParamError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
 from gpu.spec import NotJson
+from gpu.video.errors import VideoError
 
 log = logging.getLogger("pencil.errors")
 
@@ -100,6 +101,17 @@ IMAGE_ERROR_STATUS = {
     "too_large_for_format": 422,
 }
 
+# The HTTP status of each VideoError code (gpu/video knows no HTTP).
+VIDEO_ERROR_STATUS = {
+    "empty_file": 400,
+    "corrupt_video": 400,
+    "video_too_small": 400,
+    "too_many_pixels": 413,
+    "not_a_video": 415,
+    "unsupported_codec": 415,
+    "no_video_stream": 422,
+}
+
 # The HTTP status of each InputError code (a job's input as a whole; gpu/ knows no HTTP).
 INPUT_ERROR_STATUS = {
     "empty_file": 400,
@@ -146,6 +158,10 @@ async def _image_error(request: Request, exc: ImageError) -> JSONResponse:
 
 async def _input_error(request: Request, exc: InputError) -> JSONResponse:
     return _rejected(request, INPUT_ERROR_STATUS.get(exc.code, 422), exc.code, exc.detail)
+
+
+async def _video_error(request: Request, exc: VideoError) -> JSONResponse:
+    return _rejected(request, VIDEO_ERROR_STATUS.get(exc.code, 400), exc.code, exc.detail)
 
 
 async def _not_json(request: Request, exc: NotJson) -> JSONResponse:
@@ -275,6 +291,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     ParamError: _param_error,
     InputError: _input_error,
     NotJson: _not_json,
+    VideoError: _video_error,
     StarletteHTTPException: _http_error,
     RequestValidationError: _validation_error,
     ClientDisconnect: _client_disconnect,

@@ -14,6 +14,7 @@ its forms and docs from.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import numbers
@@ -41,8 +42,12 @@ if TYPE_CHECKING:  # mypy reads a spec class as the pydantic dataclass it is
 else:
 
     def spec(cls: type[T]) -> type[T]:
-        """`cls` as a frozen, strictly validated dataclass whose constructor raises ParamError."""
-        validated: Any = pydantic_dataclass(frozen=True, config=SPEC_CONFIG)(cls)
+        """`cls` as a frozen, strictly validated dataclass whose constructor raises ParamError.
+        A class attribute `__schema_extra__` (a dict) is added to its JSON schema."""
+        config = SPEC_CONFIG
+        if "__schema_extra__" in cls.__dict__:
+            config = ConfigDict(**SPEC_CONFIG, json_schema_extra=cls.__dict__["__schema_extra__"])
+        validated: Any = pydantic_dataclass(frozen=True, config=config)(cls)
         init = validated.__init__
 
         @functools.wraps(init)
@@ -109,10 +114,14 @@ def to_json(value: Any) -> dict[str, Any]:
     return dumped
 
 
-@functools.cache
 def json_schema(kind: type) -> dict[str, Any]:
     """The JSON schema of a spec class or a Result model, nested schemas written in place (a
     schema inside an OpenAPI document cannot resolve pydantic's "#/$defs/..." references)."""
+    return copy.deepcopy(_inline_schema(kind))
+
+
+@functools.cache
+def _inline_schema(kind: type) -> dict[str, Any]:
     schema = TypeAdapter(kind).json_schema()
     definitions = schema.pop("$defs", {})
 

@@ -25,9 +25,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from app.errors import INVALID_PARAMETER, ApiError, error_responses
-from app.jobs.kinds import JobKind, inline_schema
+from app.jobs.kinds import JobKind
 from app.jobs.store import STATUSES, IdempotencyConflict, Job
 from app.logs import current_request_id
+from gpu.spec import json_schema
 
 RETRY_AFTER_S = "2"
 MAX_IDEMPOTENCY_KEY = 200
@@ -188,7 +189,7 @@ _SUBMITTED = {
 def _result_schema(kinds: dict[str, JobKind]) -> dict[str, Any]:
     """The body of GET /jobs/{id}/result: `result` is one of the kinds' result schemas."""
     results = [
-        {**inline_schema(kind.result_model), "title": f"{kind.name} result"}
+        {**json_schema(kind.result_model), "title": f"{kind.name} result"}
         for kind in kinds.values()
         if kind.result_model is not None
     ]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel
 
 from app.config import Settings
 from gpu.jobs import JobResult, Progress
@@ -73,37 +73,3 @@ class JobKind:
     def load(self, stored: Mapping[str, Any], files: Mapping[str, Path]) -> Any:
         """The job object of a stored job."""
         return self.job_type.from_json(stored, files)
-
-
-class ResultModel(BaseModel):
-    """Base of the kinds' result schemas: every key of the summary is declared (the tests
-    validate real results against them, so the docs cannot drift from the code)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its nested models written in place: a schema inside an
-    OpenAPI document cannot resolve pydantic's "#/$defs/..." references."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if set(node) == {"$ref"}:
-                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(value) for value in node]
-        return node
-
-    return inline(schema)
-
-
-def validation_detail(exc: ValidationError) -> str:
-    """A pydantic error as one line a client can act on: "field.sub[2]: message; ..."."""
-    parts = []
-    for error in exc.errors():
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".")
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
-    return "; ".join(parts)

@@ -8,8 +8,9 @@
 `receive` reads either; `openapi` documents both, and the result, from the same spec.
 
 Errors: 400 bad_request (malformed JSON or form), 400 missing_<file> (a required file
-part is missing), 415 (neither JSON nor a form), 422 invalid_parameter (the options),
-422 use_params_field (options sent as separate form fields, the form before 0.2).
+part is missing), 415 (neither JSON nor a form), 422 invalid_parameter (the options, named
+as in a JSON body), 422 use_params_field (options sent as separate form fields, the form
+before 0.2).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 
 from app.errors import ApiError
 from app.forms import read_form
-from app.jobs.kinds import validation_detail
 from gpu.spec import JobSpec, from_json, json_schema
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -37,23 +37,6 @@ def is_json(request: Request) -> bool:
 
 def is_form(request: Request) -> bool:
     return request.headers.get("content-type", "").lower().startswith("multipart/form-data")
-
-
-def validated(model: type[Model], body: Any, where: str = "") -> Model:
-    """`body` (decoded JSON) as `model`, strictly; ApiError 422 naming the field otherwise."""
-    try:
-        return model.model_validate(body, strict=True)
-    except ValidationError as exc:
-        raise ApiError(422, "invalid_parameter", f"{where}{validation_detail(exc)}") from None
-
-
-async def json_body(request: Request, model: type[Model]) -> Model:
-    """The JSON body as `model`: 400 when it is not JSON, 422 when it does not validate."""
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise ApiError(400, "bad_request", f"the body is not JSON: {exc}") from None
-    return validated(model, body)
 
 
 @dataclass
@@ -152,7 +135,8 @@ async def receive(request: Request, spec: JobSpec) -> Received:
         required = tuple(f.name for f in spec.files if f.required)
         optional = tuple(f.name for f in spec.files if not f.required)
         form = await upload_form(request, required, optional, example=spec.form_example)
-        options: Any = from_json(spec.options, json.dumps(form.params), PARAMS_FIELD + ".")
+        # named as in a JSON body (upload_form already answered 400 for params that are not JSON)
+        options: Any = from_json(spec.options, json.dumps(form.params))
         return Received(options=options, files=form.files)
     ways = []
     if spec.body is not None:
@@ -173,14 +157,14 @@ def openapi(spec: JobSpec, responses: dict[str, Any] | None = None) -> dict[str,
     if spec.body is not None:
         content["application/json"] = {"schema": json_schema(spec.body), "example": dict(spec.example)}
     if spec.options is not None:
-        names = ", ".join(json_schema(spec.options)["properties"])
-        content["multipart/form-data"] = {
-            "schema": form_schema(
-                {f.name: f.description for f in spec.files},
-                tuple(f.name for f in spec.files if f.required),
-                f"the options as a JSON object: {names}",
-            )
-        }
+        options = json_schema(spec.options)
+        form = form_schema(
+            {f.name: f.description for f in spec.files},
+            tuple(f.name for f in spec.files if f.required),
+            f"the options as a JSON object: {', '.join(options['properties'])}",
+        )
+        form["properties"][PARAMS_FIELD].update(contentMediaType="application/json", contentSchema=options)
+        content["multipart/form-data"] = {"schema": form}
     result = ", ".join(spec.result.model_fields)
     files = f" and the files {spec.result_files}" if spec.result_files else ""
     accepted = {"description": f"the job, queued; poll its Location. The result: {{{result}}}{files}"}

@@ -428,6 +428,7 @@ SOURCES = ("corpus_id", "text", "text_base64")
 class SearchRequest(SearchOptions):
     """A search request: the patterns, the options and exactly one source of text."""
 
+    __schema_extra__ = {"oneOf": [{"required": [name]} for name in SOURCES]}
     _: KW_ONLY
     corpus_id: str | None = Field(
         default=None, description="a stored corpus (POST /corpora); or give `text` / `text_base64`"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from pencil_testkit import admin_client, assert_api_error, encode, photo, wait_for_job
 
-from app.jobs.video import VideoResult
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
+from gpu.video.params import VideoResult
 from tests.gpu.video import clips
 from tests.gpu.video.clips import decoded_frames, drawn_frames, make_clip
 
