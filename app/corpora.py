@@ -9,305 +9,28 @@
 
     curl -H "Authorization: Bearer $TOKEN" --data-binary @big.txt 'localhost:8000/corpora?name=big'
 
-Storage, beside the job store under PENCIL_DATA_DIR:
-
-    <data_dir>/corpora/<id>.bin      the text, byte for byte
-    <data_dir>/corpora/<id>.json     its metadata: id, name, bytes, sha256, newlines, created,
-                                     and the Idempotency-Key's sha256 with the request's digest
-
-The body is read in the chunks the server receives and written in blocks of at most
-FLUSH_BYTES on a worker thread (hashing and counting newlines on the way): the server
-never holds more than one block of it. It goes to a hidden partial file, is flushed to
-disk, then renamed; the metadata file is written (atomically) last, so a corpus that is
-listed is complete, and a restart keeps every listed corpus (and removes partial ones).
-The directory is synced after each rename, so a 201 survives a power cut.
-At most PENCIL_MAX_CORPUS_BYTES (413 past it, also without a Content-Length).
-
+The body is streamed to disk (jobs/corpora.py: the layout, and why a 201 survives a power
+cut), at most PENCIL_MAX_CORPUS_BYTES (413 past it, also without a Content-Length).
 Idempotency-Key: a retry with the key of a stored corpus and the same name and text (its
 sha256) answers 200 with that corpus and stores nothing; with another name or text, 409
-idempotency_conflict. The key is kept, hashed, in the metadata (no database): the lookup
-reads the listed corpora, under a lock file so that two requests with one key store one
-corpus. A storage error is a StorageError (507 or 503, see app/storage.py), and leaves no
-partial file nor a text without its metadata.
+idempotency_conflict. A storage error is 507 or 503 (jobs/storage.py says which).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import os
-import re
-import time
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.errors import ERROR_SCHEMA, INVALID_PARAMETER, ApiError, error_responses
 from app.jobs.api import idempotency_key, require_admin
-from app.storage import (
-    StorageError,
-    exclusive_lock,
-    fsync_directory,
-    remove_quietly,
-    storage_errors,
-    write_atomically,
-)
-from gpu.search.residency import RESIDENT
+from gpu import search
+from jobs.corpora import MAX_NAME, Corpus, CorpusConflict, CorpusStore, CorpusTooLarge, EmptyCorpus, corpora_dir
 
 log = logging.getLogger("pencil.corpora")
-
-FLUSH_BYTES = 8 * 1024 * 1024  # body bytes held before they are written out
-MAX_NAME = 200
-CORPUS_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-@dataclass(frozen=True)
-class Corpus:
-    id: str
-    name: str | None
-    bytes: int
-    sha256: str
-    newlines: int
-    created: float
-    idempotency_key: str | None = None  # the sha256 of the Idempotency-Key it was stored with
-    request_digest: str | None = None  # identifies the request for that key: name and text
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """Identity of the text in device memory (gpu.search.residency)."""
-        return (self.id, self.sha256)
-
-    def body(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["idempotency_key"], out["request_digest"]
-        out["created"] = datetime.fromtimestamp(self.created, UTC).isoformat(timespec="milliseconds")
-        out["resident_on"] = RESIDENT.resident_devices(lambda key: key[0] == self.id)
-        out["url"] = f"/corpora/{self.id}"
-        return out
-
-
-class CorpusTooLarge(Exception):
-    pass
-
-
-class CorpusConflict(Exception):
-    """The Idempotency-Key was used before for another name or text (the earlier corpus)."""
-
-    def __init__(self, corpus: Corpus):
-        super().__init__(corpus.id)
-        self.corpus = corpus
-
-
-STALE_AFTER_S = 3600.0  # a leftover file untouched this long belongs to no live upload
-
-
-def _untouched_for(path: Path, seconds: float) -> bool:
-    """Whether `path` was last modified more than `seconds` ago (False if it is gone)."""
-    try:
-        return time.time() - path.stat().st_mtime > seconds
-    except FileNotFoundError:
-        return False
-
-
-class CorpusStore:
-    """The corpora of one data directory (see the module docstring for the layout)."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        self._cleanup()
-
-    def _cleanup(self) -> None:
-        """Remove what an interrupted upload or delete left: partial files, texts without
-        metadata (written last), metadata without a text. Only what has not changed for
-        STALE_AFTER_S: another server process may be writing the newer ones right now."""
-        try:
-            paths = list(self.root.iterdir()) if self.root.is_dir() else []
-        except OSError as exc:  # the requests that need the corpora will say so
-            log.warning("could not look for debris in %s: %s", self.root, exc)
-            return
-        for path in paths:
-            if _stale(path):
-                log.info("removing %s, left by an interrupted upload or delete", path.name)
-                remove_quietly(path)
-
-    def text_path(self, corpus_id: str) -> Path:
-        return _text_file(self.root, corpus_id)
-
-    def get(self, corpus_id: str) -> Corpus | None:
-        """The corpus, or None (no such corpus, or unreadable metadata); StorageError when
-        the metadata cannot be read."""
-        if not CORPUS_ID.match(corpus_id):
-            return None
-        try:
-            text = (self.root / f"{corpus_id}.json").read_text()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StorageError("read the corpus metadata", exc) from exc
-        try:
-            return Corpus(**json.loads(text))
-        except (ValueError, TypeError):
-            return None
-
-    def list(self) -> list[Corpus]:
-        """Every corpus, newest first."""
-        with storage_errors("list the corpora"):
-            if not self.root.is_dir():
-                return []
-            found = [self.get(path.stem) for path in self.root.glob("*.json")]
-        return sorted((c for c in found if c is not None), key=lambda c: (c.created, c.id), reverse=True)
-
-    async def create(
-        self, name: str | None, chunks: AsyncIterator[bytes], limit: int, key: str | None = None
-    ) -> tuple[Corpus, bool]:
-        """Store the text arriving in `chunks`. Returns (corpus, created): with an
-        Idempotency-Key `key` seen before for the same name and text, the earlier corpus and
-        False; for another, raises CorpusConflict. Raises CorpusTooLarge past `limit` bytes,
-        ApiError for an empty body and StorageError when it cannot be written; nothing is
-        left behind on any error."""
-        corpus_id = uuid.uuid4().hex
-        partial = self.root / f".{corpus_id}.partial"
-        try:
-            with storage_errors("store the corpus"):
-                size, sha256, newlines = await self._receive(partial, chunks, limit)
-                corpus = Corpus(
-                    corpus_id,
-                    name,
-                    size,
-                    sha256,
-                    newlines,
-                    time.time(),
-                    hashlib.sha256(key.encode()).hexdigest() if key is not None else None,
-                    hashlib.sha256(json.dumps([name, sha256]).encode()).hexdigest(),
-                )
-                return await asyncio.to_thread(self._keep, partial, corpus)
-        finally:
-            remove_quietly(partial)  # renamed away when kept
-
-    async def _receive(self, partial: Path, chunks: AsyncIterator[bytes], limit: int) -> tuple[int, str, int]:
-        """Write the body to `partial` in blocks of at most FLUSH_BYTES, hashing and counting
-        newlines on the way, and flush it to disk. Returns (bytes, sha256, newlines)."""
-        await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
-        handle = await asyncio.to_thread(_create, partial)
-        digest = hashlib.sha256()
-        size = newlines = 0
-
-        def write(block: bytes) -> int:
-            view = memoryview(block)
-            while view:
-                view = view[handle.write(view) :]
-            digest.update(block)
-            return block.count(b"\n")
-
-        try:
-            block = bytearray()
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise CorpusTooLarge()
-                block += chunk
-                if len(block) >= FLUSH_BYTES:
-                    full, block = block, bytearray()
-                    newlines += await asyncio.to_thread(write, bytes(full))
-            if block:
-                newlines += await asyncio.to_thread(write, bytes(block))
-            if size == 0:
-                raise ApiError(
-                    400,
-                    "empty_corpus",
-                    "the request body is empty: send the text as the raw body (curl --data-binary @big.txt)",
-                )
-            await asyncio.to_thread(os.fsync, handle.fileno())
-        finally:
-            handle.close()
-        return size, digest.hexdigest(), newlines
-
-    def _keep(self, partial: Path, corpus: Corpus) -> tuple[Corpus, bool]:
-        """Rename the received text into place and write its metadata (atomically, last),
-        unless the corpus's Idempotency-Key names an earlier corpus: then that one, or
-        CorpusConflict. With a key, under the directory's lock (see the module docstring)."""
-        keyed = corpus.idempotency_key is not None
-        with exclusive_lock(self.root / ".idempotency.lock") if keyed else nullcontext():
-            earlier = self._by_key(corpus.idempotency_key) if keyed else None
-            if earlier is not None:
-                if earlier.request_digest != corpus.request_digest:
-                    raise CorpusConflict(earlier)
-                return earlier, False
-            text = self.text_path(corpus.id)
-            os.rename(partial, text)
-            try:
-                fsync_directory(self.root)
-                write_atomically(self.root / f"{corpus.id}.json", json.dumps(asdict(corpus)).encode())
-            except BaseException:
-                remove_quietly(text)
-                raise
-            return corpus, True
-
-    def _by_key(self, key_hash: str | None) -> Corpus | None:
-        """The listed corpus stored with this Idempotency-Key hash, if any."""
-        return next((c for c in self.list() if c.idempotency_key == key_hash), None)
-
-    def unlist(self, corpus_id: str) -> bool:
-        """The first half of a delete, quick enough for the event loop: remove the metadata,
-        so that the corpus is no longer listed nor accepted by a new search, even if the
-        rest (remove_text) is interrupted (the restart's cleanup then removes the text)."""
-        meta = self.root / f"{corpus_id}.json"
-        if not CORPUS_ID.match(corpus_id):
-            return False
-        try:
-            meta.unlink()
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise StorageError("delete the corpus", exc) from exc
-        return True
-
-    def remove_text(self, corpus_id: str) -> None:
-        """The second half of a delete: the text, on disk and in device memory."""
-        with storage_errors("delete the corpus text"):
-            self.text_path(corpus_id).unlink(missing_ok=True)
-        RESIDENT.evict_matching(lambda key: key[0] == corpus_id)
-
-
-def _stale(path: Path) -> bool:
-    """Whether `path` is debris of an interrupted upload or delete: a partial file, a text
-    without metadata (written last) or metadata without a text, untouched for STALE_AFTER_S
-    (another server process may be writing a newer one right now)."""
-    if not _untouched_for(path, STALE_AFTER_S):
-        return False
-    if path.name.startswith(".") and path.name.endswith(".partial"):
-        return True
-    if path.suffix in (".bin", ".json") and CORPUS_ID.match(path.stem):
-        return not path.with_suffix(".json" if path.suffix == ".bin" else ".bin").exists()
-    return False
-
-
-def _create(path: Path) -> BinaryIO:
-    """A new file at `path` (it must not exist), unbuffered: blocks go straight to the file."""
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=0)
-
-
-def corpora_dir(data_dir: Path) -> Path:
-    """Where the corpora of a data directory live."""
-    return Path(data_dir) / "corpora"
-
-
-def _text_file(root: Path, corpus_id: str) -> Path:
-    return Path(root) / f"{corpus_id}.bin"
-
-
-def corpus_text(data_dir: Path, corpus_id: str) -> Path:
-    """The text file of a corpus in the data directory (for jobs, which run without the app)."""
-    return _text_file(corpora_dir(data_dir), corpus_id)
 
 
 # --------------------------------------------------------------------- routes --
@@ -396,6 +119,10 @@ UPLOAD_OPENAPI = {
 }
 
 
+def _body(corpus: Corpus) -> dict[str, Any]:
+    return corpus.body(search.resident_devices(corpus.id))
+
+
 def _store(request: Request) -> CorpusStore:
     return request.app.state.corpora
 
@@ -428,7 +155,7 @@ def _jobs_using(request: Request, corpus_id: str) -> list[str]:
 def install(app: FastAPI) -> None:
     settings = app.state.settings
     app.state.corpora = CorpusStore(corpora_dir(settings.data_dir))
-    RESIDENT.configure(settings.search_resident_fraction)
+    search.configure_residency(settings.search_resident_fraction)
     router = APIRouter(prefix="/corpora", tags=["corpora"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
     @router.post(
@@ -459,6 +186,12 @@ def install(app: FastAPI) -> None:
             corpus, created = await _store(request).create(name, request.stream(), limit, key)
         except CorpusTooLarge:
             raise _too_large(limit) from None
+        except EmptyCorpus:
+            raise ApiError(
+                400,
+                "empty_corpus",
+                "the request body is empty: send the text as the raw body (curl --data-binary @big.txt)",
+            ) from None
         except CorpusConflict as exc:
             raise ApiError(
                 409,
@@ -468,13 +201,13 @@ def install(app: FastAPI) -> None:
         if created:
             log.info("stored corpus %s (%s, %d bytes)", corpus.id, corpus.name, corpus.bytes)
         return JSONResponse(
-            corpus.body(), status_code=201 if created else 200, headers={"Location": f"/corpora/{corpus.id}"}
+            _body(corpus), status_code=201 if created else 200, headers={"Location": f"/corpora/{corpus.id}"}
         )
 
     @router.get("", summary="List corpora, newest first")
     async def list_corpora(request: Request) -> dict[str, Any]:
         corpora = await asyncio.to_thread(_store(request).list)
-        return {"corpora": [c.body() for c in corpora], "total_bytes": sum(c.bytes for c in corpora)}
+        return {"corpora": [_body(c) for c in corpora], "total_bytes": sum(c.bytes for c in corpora)}
 
     @router.get(
         "/{corpus_id}",
@@ -482,7 +215,7 @@ def install(app: FastAPI) -> None:
         responses={200: {"content": {"application/json": {"schema": CORPUS_SCHEMA}}}},
     )
     async def get_corpus(request: Request, corpus_id: str) -> dict[str, Any]:
-        return _found(request, corpus_id).body()
+        return _body(_found(request, corpus_id))
 
     @router.delete(
         "/{corpus_id}",
@@ -501,12 +234,13 @@ def install(app: FastAPI) -> None:
                     f"{corpus_id}; cancel them or wait, then delete"
                 ),
             )
-        body = corpus.body()
+        body = _body(corpus)
         # A search submitted between the check above and the unlisting (here or on another
         # replica) is accepted and then fails when it runs: "corpus not found".
         if not _store(request).unlist(corpus_id):
             raise ApiError(404, "corpus_not_found", f"there is no corpus {corpus_id!r}; GET /corpora lists them")
         await asyncio.to_thread(_store(request).remove_text, corpus_id)
+        search.evict_corpus(corpus_id)
         return {**body, "deleted": True, "resident_on": []}
 
     app.include_router(router)

@@ -2,7 +2,7 @@
 right status, for our own errors, Starlette's and validation errors alike. Nothing a
 client sends reaches it as a stack trace.
 
-Storage is answered, never a 500 (app/storage.py says why these statuses):
+Storage is answered, never a 500 (jobs/storage.py says why these statuses):
 - StorageError (files under PENCIL_DATA_DIR, upload spooling): 507 insufficient_storage
   for a full disk or quota or a file-size limit (ENOSPC, EDQUOT, EFBIG), else 503
   storage_unavailable with Retry-After (EACCES, EROFS, EIO, ...);
@@ -26,13 +26,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 
-from app.jobs.store import DATABASE_ERRORS
-from app.storage import StorageError
 from gpu.codec.errors import ImageError
 from gpu.errors import InputError, ParamError
 from gpu.pool import DeviceOutOfMemory, PoolBusy
 from gpu.spec import NotJson
 from gpu.video.errors import VideoError
+from jobs.storage import StorageError
+from jobs.store import DATABASE_ERRORS
 
 log = logging.getLogger("pencil.errors")
 

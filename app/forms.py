@@ -8,7 +8,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import ApiError
-from app.storage import storage_errors
+from jobs.storage import storage_errors
 
 MAX_FIELD_BYTES = 64 * 1024  # a non-file field (an option) is short
 

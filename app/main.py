@@ -31,30 +31,30 @@ from app.config import Settings, get_settings
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
 from app.jobs.cs256 import CS256_JOB
-from app.jobs.runner import JobRunner
 from app.jobs.search import SEARCH
 from app.jobs.stencil import STENCIL
-from app.jobs.store import DATABASE_ERRORS, JobStore
 from app.jobs.svd import SVD
 from app.jobs.video import VIDEO
 from app.live_slots import LiveSlots
-from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging
+from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging, request_context
 from app.metrics import Metrics, MetricsMiddleware
 from app.openapi import document_limits
 from app.origins import allowed_origins
 from app.render_queue import RenderQueue
-from app.storage import StartupError, prepare_directory, probe_directory
 from app.uploads import UploadGuard
 from gpu import pencil
 from gpu.backend import Backend, BackendUnavailable, select_backend
 from gpu.pencil.params import PENCIL_OPTIONS
 from gpu.pool import DevicePool, parse_devices
+from jobs.runner import JobRunner
+from jobs.storage import StartupError, prepare_directory, probe_directory
+from jobs.store import DATABASE_ERRORS, JobStore
 
 log = logging.getLogger("pencil")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"  # installed beside app/
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and option fields on top of the image
-JOB_KINDS = {kind.name: kind for kind in (SVD, STENCIL, CS256_JOB, SEARCH, VIDEO)}
+JOB_ROUTES = {route.name: route for route in (SVD, STENCIL, CS256_JOB, SEARCH, VIDEO)}
 OPENAPI_TAGS = [
     {"name": "sketch", "description": "Photos to pencil drawings."},
     {"name": "jobs", "description": "Batch jobs (SVD, stencil, CS256, search, video): Bearer PENCIL_ADMIN_TOKEN."},
@@ -182,13 +182,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )  # see render_memory_fraction
             runner = app.state.job_runner = JobRunner(
                 store,
-                JOB_KINDS,
+                {name: route.kind for name, route in JOB_ROUTES.items()},
                 settings.job_streams,
                 backend.name,
                 pool,
                 metrics,
                 settings.job_retention_days * 86400,
                 job_memory,
+                request_context,
             )
             runner.start()
         log.info(
@@ -241,7 +242,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     sketch.install(app)
     live.install(app)
-    jobs_api.install(app, JOB_KINDS)
+    jobs_api.install(app, JOB_ROUTES)
     corpora.install(app)
     _add_service_routes(app)
     document_limits(app, settings)

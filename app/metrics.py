@@ -13,12 +13,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jobs.store import DATABASE_ERRORS
+from jobs.store import DATABASE_ERRORS
 
 if TYPE_CHECKING:
-    from app.jobs.store import JobStore
     from app.live_slots import LiveSlots
     from gpu.pool import DevicePool
+    from jobs.store import JobStore
 
 log = logging.getLogger("pencil.metrics")
 

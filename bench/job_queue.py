@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import percentile  # bench/ is not a package
 
-from app.jobs.store import JobStore
+from jobs.store import JobStore
 
 VARIANTS = {
     "ours: FOR UPDATE SKIP LOCKED": " FOR UPDATE SKIP LOCKED",
@@ -57,7 +57,7 @@ def fill(store: JobStore, jobs: int) -> None:
 
 def claim_database_ms(url: str, store: JobStore, repeats: int) -> float:
     """Server-side execution time of the claim statement, median of `repeats` (rolled back)."""
-    from app.jobs.postgres import _placeholders
+    from jobs.postgres import _placeholders
 
     claim, args = store.claim_statement()
     sql = _placeholders(f"EXPLAIN (ANALYZE, FORMAT JSON) {claim}")

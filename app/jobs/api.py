@@ -25,10 +25,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from app.errors import INVALID_PARAMETER, ApiError, error_responses
-from app.jobs.kinds import JobKind
-from app.jobs.store import STATUSES, IdempotencyConflict, Job
+from app.jobs.route import JobRoute
 from app.logs import current_request_id
 from gpu.spec import json_schema
+from jobs.store import STATUSES, IdempotencyConflict, Job
 
 RETRY_AFTER_S = "2"
 MAX_IDEMPOTENCY_KEY = 200
@@ -186,34 +186,30 @@ _SUBMITTED = {
 }
 
 
-def _result_schema(kinds: dict[str, JobKind]) -> dict[str, Any]:
+def _result_schema(routes: dict[str, JobRoute]) -> dict[str, Any]:
     """The body of GET /jobs/{id}/result: `result` is one of the kinds' result schemas."""
-    results = [
-        {**json_schema(kind.result_model), "title": f"{kind.name} result"}
-        for kind in kinds.values()
-        if kind.result_model is not None
-    ]
+    results = [{**json_schema(route.spec.result), "title": f"{route.name} result"} for route in routes.values()]
     return {
         "type": "object",
         "required": ["id", "kind", "result", "files"],
         "properties": {
             "id": {"type": "string"},
-            "kind": {"type": "string", "enum": list(kinds)},
+            "kind": {"type": "string", "enum": list(routes)},
             "result": {"oneOf": results} if results else {"type": "object"},
             "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "file name -> URL"},
         },
     }
 
 
-def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]:
+def _submit_route(route: JobRoute) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
         key = idempotency_key(request)
-        submission = await kind.parse(request, state.settings)
+        submission = await route.parse(request, state.settings)
         try:
-            digest = submission.digest(kind.name) if key else None
+            digest = submission.digest(route.name) if key else None
             job, created = await asyncio.to_thread(
-                state.jobs.create, kind.name, submission.params, submission.inputs, key, digest, current_request_id()
+                state.jobs.create, route.name, submission.params, submission.inputs, key, digest, current_request_id()
             )
         except IdempotencyConflict as exc:
             raise ApiError(
@@ -232,23 +228,23 @@ def _submit_route(kind: JobKind) -> Callable[[Request], Awaitable[JSONResponse]]
 RESULT_MEDIA_TYPES = {".png": "image/png", ".json": "application/json", ".mp4": "video/mp4"}
 
 
-def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
+def install(app: FastAPI, routes: dict[str, JobRoute]) -> None:
     router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(require_admin)], responses=_ERRORS)
 
-    for kind in kinds.values():
+    for route in routes.values():
         router.post(
-            f"/{kind.name}",
-            summary=kind.summary,
+            f"/{route.name}",
+            summary=route.spec.summary,
             status_code=202,
-            openapi_extra=kind.openapi,
+            openapi_extra=route.openapi,
             response_class=JSONResponse,
             responses={**_SUBMITTED, **_SUBMIT_ERRORS},
-        )(_submit_route(kind))
+        )(_submit_route(route))
 
     @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
     async def unknown_kind(kind: str) -> None:
         raise ApiError(
-            404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(kinds)) or 'none'}"
+            404, "unknown_job_kind", f"no job kind {kind!r}; this server runs: {', '.join(sorted(routes)) or 'none'}"
         )
 
     @router.get(
@@ -293,7 +289,7 @@ def install(app: FastAPI, kinds: dict[str, JobKind]) -> None:
         responses={
             200: {
                 "description": "the result; its `result` has the schema of the job's kind",
-                "content": {"application/json": {"schema": _result_schema(kinds)}},
+                "content": {"application/json": {"schema": _result_schema(routes)}},
             }
         },
     )

@@ -16,10 +16,11 @@ import asyncio
 from fastapi import Request
 
 from app.config import Settings
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.requests import openapi, receive
+from app.jobs.requests import receive
+from app.jobs.route import JobRoute
 from gpu import cs256
 from gpu.cs256.params import CS256_SPEC
+from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -33,12 +34,4 @@ async def parse(request: Request, settings: Settings) -> Submission:
     return Submission.of(job)
 
 
-CS256_JOB = JobKind(
-    name=CS256_SPEC.name,
-    summary=CS256_SPEC.summary,
-    parse=parse,
-    job_type=cs256.Cs256Job,
-    run=cs256.run,
-    openapi=openapi(CS256_SPEC),
-    result_model=CS256_SPEC.result,
-)
+CS256_JOB = JobRoute(JobKind(CS256_SPEC.name, cs256.Cs256Job, cs256.run), CS256_SPEC, parse)

@@ -11,10 +11,11 @@ from fastapi import Request
 
 from app.config import Settings
 from app.errors import ApiError
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.requests import openapi, receive
+from app.jobs.requests import receive
+from app.jobs.route import JobRoute
 from gpu import search
 from gpu.search.params import SEARCH_SPEC
+from jobs.kinds import JobKind, Submission
 
 RESPONSES = {
     "404": {"description": "corpus_not_found: no corpus with that id"},
@@ -39,12 +40,4 @@ async def parse(request: Request, settings: Settings) -> Submission:
     )
 
 
-SEARCH = JobKind(
-    name=SEARCH_SPEC.name,
-    summary=SEARCH_SPEC.summary,
-    parse=parse,
-    job_type=search.SearchJob,
-    run=search.run,
-    openapi=openapi(SEARCH_SPEC, RESPONSES),
-    result_model=SEARCH_SPEC.result,
-)
+SEARCH = JobRoute(JobKind(SEARCH_SPEC.name, search.SearchJob, search.run), SEARCH_SPEC, parse, RESPONSES)

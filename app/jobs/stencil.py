@@ -15,10 +15,11 @@ import asyncio
 from fastapi import Request
 
 from app.config import Settings
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.requests import openapi, receive
+from app.jobs.requests import receive
+from app.jobs.route import JobRoute
 from gpu import stencil
 from gpu.stencil.params import STENCIL_SPEC, StencilLimits, read_model
+from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -44,12 +45,4 @@ async def parse(request: Request, settings: Settings) -> Submission:
     return Submission.of(job)
 
 
-STENCIL = JobKind(
-    name=STENCIL_SPEC.name,
-    summary=STENCIL_SPEC.summary,
-    parse=parse,
-    job_type=stencil.StencilJob,
-    run=stencil.run,
-    openapi=openapi(STENCIL_SPEC),
-    result_model=STENCIL_SPEC.result,
-)
+STENCIL = JobRoute(JobKind(STENCIL_SPEC.name, stencil.StencilJob, stencil.run), STENCIL_SPEC, parse)

@@ -11,10 +11,11 @@ import asyncio
 from fastapi import Request
 
 from app.config import Settings
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.requests import openapi, receive
+from app.jobs.requests import receive
+from app.jobs.route import JobRoute
 from gpu import svd
 from gpu.svd.params import SVD_SPEC
+from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -29,12 +30,4 @@ async def parse(request: Request, settings: Settings) -> Submission:
     return Submission.of(job)
 
 
-SVD = JobKind(
-    name=SVD_SPEC.name,
-    summary=SVD_SPEC.summary,
-    parse=parse,
-    job_type=svd.SvdJob,
-    run=svd.run,
-    openapi=openapi(SVD_SPEC),
-    result_model=SVD_SPEC.result,
-)
+SVD = JobRoute(JobKind(SVD_SPEC.name, svd.SvdJob, svd.run), SVD_SPEC, parse)

@@ -16,10 +16,11 @@ import asyncio
 from fastapi import Request
 
 from app.config import Settings
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.requests import openapi, receive
+from app.jobs.requests import receive
+from app.jobs.route import JobRoute
 from gpu import video
 from gpu.video.params import VIDEO_SPEC
+from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
@@ -30,12 +31,4 @@ async def parse(request: Request, settings: Settings) -> Submission:
     return Submission.of(job)
 
 
-VIDEO = JobKind(
-    name=VIDEO_SPEC.name,
-    summary=VIDEO_SPEC.summary,
-    parse=parse,
-    job_type=video.VideoJob,
-    run=video.run,
-    openapi=openapi(VIDEO_SPEC),
-    result_model=VIDEO_SPEC.result,
-)
+VIDEO = JobRoute(JobKind(VIDEO_SPEC.name, video.VideoJob, video.run), VIDEO_SPEC, parse)

@@ -18,8 +18,25 @@ import numpy as np
 from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
 from gpu.pool import Lease
 from gpu.search.params import Corpus, SearchJob, SearchParams
+from gpu.search.residency import RESIDENT
 
-__all__ = ["Corpus", "SearchJob", "SearchParams", "run"]
+__all__ = ["Corpus", "SearchJob", "SearchParams", "configure_residency", "evict_corpus", "resident_devices", "run"]
+
+
+def configure_residency(fraction: float) -> None:
+    """Let stored corpora stay in device memory between searches, up to `fraction` of each
+    device (PENCIL_SEARCH_RESIDENT_FRACTION, in (0, 1])."""
+    RESIDENT.configure(fraction)
+
+
+def resident_devices(corpus_id: str) -> list[int]:
+    """The devices whose memory holds the text of corpus `corpus_id` now."""
+    return RESIDENT.resident_devices(lambda key: key[0] == corpus_id)
+
+
+def evict_corpus(corpus_id: str) -> None:
+    """Free the device memory holding the text of corpus `corpus_id` (it was deleted)."""
+    RESIDENT.evict_matching(lambda key: key[0] == corpus_id)
 
 
 def run(job: SearchJob, lease: Lease | None = None, progress: Progress = no_progress) -> JobResult:

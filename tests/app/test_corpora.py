@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from pencil_testkit import admin_client, assert_api_error
 
-import app.corpora
-from app.jobs.runner import JobRunner
+import jobs.corpora
+from jobs.runner import JobRunner
 
 TOKEN = "corpora-test-token"
 
@@ -57,7 +57,7 @@ def test_upload_stores_any_bytes_exactly(make_client, rng):
 def test_a_chunked_body_is_written_to_disk_as_it_arrives(make_client, rng, monkeypatch):
     """Driven through ASGI directly (the TestClient reads a streamed body whole before
     the app sees it): halfway through the body, its first half is already on disk."""
-    monkeypatch.setattr(app.corpora, "FLUSH_BYTES", 4096)
+    monkeypatch.setattr(jobs.corpora, "FLUSH_BYTES", 4096)
     client = admin(make_client)
     data = rng.integers(0, 256, 100_000, dtype=np.uint8).tobytes()
     pieces = list(chunks(data, 1000))
@@ -238,13 +238,13 @@ def test_a_search_submitted_while_its_corpus_is_deleted_is_refused_or_blocks_the
     monkeypatch.setattr(JobRunner, "_work", lambda self: None)  # jobs stay queued
     client = admin(make_client)
     corpus = upload(client, b"hello needle world\n" * 100)
-    remove_text = app.corpora.CorpusStore.remove_text
+    remove_text = jobs.corpora.CorpusStore.remove_text
 
     def slow_remove_text(self, corpus_id):  # a slow disk: the text's removal takes a while
         time.sleep(0.3)
         remove_text(self, corpus_id)
 
-    monkeypatch.setattr(app.corpora.CorpusStore, "remove_text", slow_remove_text)
+    monkeypatch.setattr(jobs.corpora.CorpusStore, "remove_text", slow_remove_text)
     headers = {"Authorization": f"Bearer {TOKEN}"}
 
     async def delete_and_search():
@@ -328,7 +328,7 @@ def test_metadata_that_cannot_be_written_leaves_neither_text_nor_partial(make_cl
         raise OSError(errno.ENOSPC, "No space left on device")
 
     client = admin(make_client)
-    monkeypatch.setattr(app.corpora, "write_atomically", full_disk)
+    monkeypatch.setattr(jobs.corpora, "write_atomically", full_disk)
     response = client.post("/corpora", content=b"text that will not be kept")
     body = assert_api_error(response, 507, "insufficient_storage", client)
     assert body["detail"].startswith("could not store the corpus: No space left on device")

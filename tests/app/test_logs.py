@@ -16,9 +16,9 @@ import pytest
 from pencil_testkit import admin_client, photo_bytes, wait_for_job
 
 from app import logs
-from app.jobs.runner import JobRunner
-from app.jobs.store import JobStore
 from app.metrics import Metrics
+from jobs.runner import JobRunner
+from jobs.store import JobStore
 
 TOKEN = "test-admin-token-0123"
 HEX32 = r"[0-9a-f]{32}"
@@ -170,7 +170,7 @@ def test_a_failing_job_logs_its_failure_with_the_request_id(tmp_path, capture):
     log = capture("json")
     store = JobStore(tmp_path)
     job, _ = store.create("no-such-kind", {}, request_id="submit-0002")
-    runner = JobRunner(store, {}, 1, "cpu", None, Metrics(), 3600.0)
+    runner = JobRunner(store, {}, 1, "cpu", None, Metrics(), 3600.0, log_context=logs.request_context)
     runner.run(store.claim_next())
     lines = [r for r in log.records() if r.get("job_id") == job.id]
     assert [r.get("status") for r in lines] == [None, "failed"]

@@ -11,7 +11,7 @@ import pytest
 from pencil_testkit import admin_client, assert_api_error, wait_for_job
 
 from app.jobs.api import JobList, JobStatus
-from app.jobs.store import STATUSES
+from jobs.store import STATUSES
 
 TOKEN = "openapi-test-token"
 TAGS = {"sketch", "jobs", "corpora", "operations"}

@@ -49,12 +49,12 @@ import numpy as np
 from pencil_testkit import free_port, photo_bytes, server_env
 from PIL import Image
 
-from app.jobs.runner import runner_lock_path
 from gpu import cs256, stencil
 from gpu.cs256 import files as cs256_files
 from gpu.cs256.params import Cs256Job, Cs256Params
 from gpu.stencil.params import StencilJob
 from gpu.svd.params import MatrixSpec
+from jobs.runner import runner_lock_path
 
 TOKEN = "replicas-soak-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -944,5 +944,5 @@ def test_three_replicas_on_postgres_survive_two_sigkills(tmp_path, postgres_url,
         )
     finally:
         cluster.stop()
-        for name in REPLICAS:  # the replicas' runner locks, on local disk (app/jobs/runner.py)
+        for name in REPLICAS:  # the replicas' runner locks, on local disk (jobs/runner.py)
             runner_lock_path(SimpleNamespace(shared=True, replica=name, data_dir=data_dir)).unlink(missing_ok=True)

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 from pencil_testkit import admin_client, assert_api_error, free_port, metric_value, server_env, wait_for_job
-from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
-from app.jobs.runner import JobRunner
-from app.storage import StartupError
+from jobs.runner import JobRunner
+from jobs.storage import StartupError
+from tests.jobs.storage_faults import corrupt, read_only_database, run_limited, unwritable
 
 TOKEN = "storage-faults-token"
 

@@ -26,10 +26,12 @@ from pencil_testkit import (
 )
 
 import app.main
-from app.jobs.kinds import JobKind, Submission
-from app.jobs.runner import JobRunner
+from app.jobs.route import JobRoute
 from gpu.jobs import JobResult
+from gpu.spec import JobSpec, Result
 from gpu.svd.params import make_matrix
+from jobs.kinds import JobKind, Submission
+from jobs.runner import JobRunner
 
 TOKEN = "test-admin-token-0123"
 WAIT_S = 30.0
@@ -465,9 +467,12 @@ def slow_kind(monkeypatch):
                 return JobResult({"steps": i})
         raise RuntimeError("the test never released the slow job")
 
-    monkeypatch.setattr(
-        app.main, "JOB_KINDS", {**app.main.JOB_KINDS, "slow": JobKind("slow", "a test job", parse, SlowJob, run)}
-    )
+    class SlowResult(Result):
+        steps: int
+
+    spec = JobSpec("slow", "a test job", body=None, options=None, files=(), result=SlowResult, example={})
+    route = JobRoute(JobKind("slow", SlowJob, run), spec, parse)
+    monkeypatch.setattr(app.main, "JOB_ROUTES", {**app.main.JOB_ROUTES, "slow": route})
     yield release
     release.set()
 

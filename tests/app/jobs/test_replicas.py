@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from pencil_testkit import admin_client, assert_api_error, wait_for_job
 
-from app.jobs.kinds import JobKind
-from app.jobs.runner import JobRunner, runner_lock_path
-from app.jobs.store import Claim, JobStore
 from app.metrics import Metrics
-from app.storage import StartupError
 from gpu.jobs import JobResult, npy_file
+from jobs.kinds import JobKind
+from jobs.runner import JobRunner, runner_lock_path
+from jobs.storage import StartupError
+from jobs.store import Claim, JobStore
 
 psycopg = pytest.importorskip("psycopg", reason="the `postgres` extra is not installed")  # CI installs it
 conninfo = psycopg.conninfo
@@ -199,7 +199,7 @@ def test_a_runner_that_lost_its_lease_stops_and_keeps_nothing(replicas, caplog):
         progress(0.5)  # raises: the lease is lost
         return JobResult({"never": "stored"}, {"u.npy": npy_file(np.ones(4))})
 
-    kind = JobKind("test", "", None, _Stored, run)
+    kind = JobKind("test", _Stored, run)
     job, _ = stalled.create("test", {})
     runner = JobRunner(stalled, {"test": kind}, 1, "cpu", None, Metrics(), 3600.0)
     claim = stalled.claim_next()
@@ -225,7 +225,7 @@ def test_the_heartbeat_keeps_a_long_job_and_requeues_a_dead_replicas(replicas):
         release.wait(10)
         return JobResult({"done": True}, {})
 
-    kind = JobKind("test", "", None, _Stored, run)
+    kind = JobKind("test", _Stored, run)
     job, _ = alive.create("test", {})
     runner = JobRunner(alive, {"test": kind}, 1, "cpu", None, Metrics(), 3600.0)
     claim = alive.claim_next()
@@ -248,7 +248,7 @@ def test_the_heartbeat_keeps_a_long_job_and_requeues_a_dead_replicas(replicas):
 def test_the_api_runs_jobs_on_postgresql_and_answers_503_while_it_is_unreachable(
     make_client, postgres_url, monkeypatch
 ):
-    monkeypatch.setattr("app.jobs.postgres.POOL_TIMEOUT_S", 1.0)  # each request below waits this long for nothing
+    monkeypatch.setattr("jobs.postgres.POOL_TIMEOUT_S", 1.0)  # each request below waits this long for nothing
     client = admin_client(make_client, "replica-token", database_url=postgres_url, replica_id="api-0")
     health = client.get("/healthz").json()
     assert (health["job_database"], health["replica"]) == ("PostgreSQL", "api-0")

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from pencil_testkit import admin_client, assert_api_error, fetch_npy, wait_for_job
 
-from app.jobs.runner import JobRunner
 from gpu.backend import cuda_devices
 from gpu.search import reference as ref
+from jobs.runner import JobRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "search"))
 from search_cases import cases, english

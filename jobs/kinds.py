@@ -1,23 +1,18 @@
-"""What a kind of batch job provides to the job system: a parser that validates a request
-completely into the kind's job object (4xx now, never a job that fails later for its
-input), the job object's type (stored with `to_json` and `input_files`, rehydrated with
-`from_json`), and the kind's front door in gpu/<kind> that runs it on a worker thread, on
-a GPU lease when there is one (see gpu/jobs.py).
+"""What a kind of batch job provides to the job system: the job object's type (stored with
+`to_json` and `input_files`, rehydrated with `from_json`) and the kind's front door in
+gpu/<kind> that runs it on a worker thread, on a GPU lease when there is one (see
+gpu/jobs.py). How a request becomes a job is the HTTP layer's (app/jobs/route.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import Request
-from pydantic import BaseModel
-
-from app.config import Settings
 from gpu.jobs import JobResult, Progress
 from gpu.pool import Lease
 
@@ -58,17 +53,13 @@ class JobCanceled(Exception):
 
 @dataclass(frozen=True)
 class JobKind:
-    """One kind of batch job: `parse` turns a request into a Submission; `job_type`
-    rehydrates the stored job (`from_json(stored, files)`, files: input name -> path);
-    `run` is the kind's front door, gpu.<kind>.run(job, lease, progress) -> JobResult."""
+    """One kind of batch job as the runner sees it: `job_type` rehydrates a stored job
+    (`from_json(stored, files)`, files: input name -> path); `run` is the kind's front
+    door, gpu.<kind>.run(job, lease, progress) -> JobResult."""
 
     name: str
-    summary: str
-    parse: Callable[[Request, Settings], Awaitable[Submission]]
     job_type: Any  # a class with from_json(stored: Mapping, files: Mapping[str, Path])
     run: Callable[[Any, Lease | None, Progress], JobResult]
-    openapi: dict[str, Any] = field(default_factory=dict)  # request body and result docs for POST /jobs/<name>
-    result_model: type[BaseModel] | None = None  # the JSON summary of a finished job, for the OpenAPI
 
     def load(self, stored: Mapping[str, Any], files: Mapping[str, Path]) -> Any:
         """The job object of a stored job."""

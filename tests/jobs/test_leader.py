@@ -1,4 +1,4 @@
-"""app/jobs/leader.py: one runner lock holder at a time, released by close or by death."""
+"""jobs/leader.py: one runner lock holder at a time, released by close or by death."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from app.jobs.leader import RunnerLock
+from jobs.leader import RunnerLock
 
 
 def test_one_holder_at_a_time(tmp_path):
@@ -28,7 +28,7 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path):
         [
             sys.executable,
             "-c",
-            "from app.jobs.leader import RunnerLock; import sys, time; assert "
+            "from jobs.leader import RunnerLock; import sys, time; assert "
             f"RunnerLock({str(path)!r}).try_acquire(); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""app/jobs/runner.py under storage faults: a result that cannot be written (a real
+"""jobs/runner.py under storage faults: a result that cannot be written (a real
 file-size limit, a full disk) fails its job with a clear error and leaves no result file;
 a worker outlives errors of the job store itself."""
 
@@ -10,14 +10,14 @@ import sqlite3
 import time
 
 import numpy as np
-from storage_faults import read_only_database, run_limited
 
-import app.jobs.runner as runner_module
-from app.jobs.kinds import JobKind
-from app.jobs.runner import JobRunner
-from app.jobs.store import JobStore
+import jobs.runner as runner_module
 from app.metrics import Metrics
 from gpu.jobs import JobResult, npy_file
+from jobs.kinds import JobKind
+from jobs.runner import JobRunner
+from jobs.store import JobStore
+from tests.jobs.storage_faults import read_only_database, run_limited
 
 
 class Stored:
@@ -29,7 +29,7 @@ class Stored:
 
 
 def kind(run) -> dict[str, JobKind]:
-    return {"test": JobKind("test", "a test job", None, Stored, run)}
+    return {"test": JobKind("test", Stored, run)}
 
 
 def test_a_result_past_the_file_size_limit_fails_the_job_and_leaves_no_file(tmp_path):
@@ -39,9 +39,9 @@ def test_a_result_past_the_file_size_limit_fails_the_job_and_leaves_no_file(tmp_
         """
         from pathlib import Path
         import numpy as np
-        from app.jobs.kinds import JobKind
-        from app.jobs.runner import JobRunner
-        from app.jobs.store import JobStore
+        from jobs.kinds import JobKind
+        from jobs.runner import JobRunner
+        from jobs.store import JobStore
         from app.metrics import Metrics
         from gpu.jobs import JobResult, npy_file
 
@@ -56,7 +56,7 @@ def test_a_result_past_the_file_size_limit_fails_the_job_and_leaves_no_file(tmp_
 
         store = JobStore(Path("data"))
         job, _ = store.create("test", {})
-        runner = JobRunner(store, {"test": JobKind("test", "", None, Stored, run)}, 1, "cpu", None, Metrics(), 3600.0)
+        runner = JobRunner(store, {"test": JobKind("test", Stored, run)}, 1, "cpu", None, Metrics(), 3600.0)
         limit()
         runner.run(store.claim_next())
         done = store.get(job.id)

@@ -15,7 +15,7 @@ stops at its next checkpoint and writes nothing: its end state and result are re
 the store (fencing by attempt), and its result folder is removed.
 
 Which process runs the jobs: one per replica, the holder of the runner lock
-(app/jobs/leader.py); the other server processes of the replica wait on it and take over
+(jobs/leader.py); the other server processes of the replica wait on it and take over
 when its holder dies. With SQLite the lock lives in the data directory and the process
 taking it re-queues the jobs left running (JobStore.recover); with PostgreSQL each
 replica has its own lock on local disk, and a dead replica's jobs come back through the
@@ -30,19 +30,20 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
-from app.corpora import corpus_text
-from app.jobs.kinds import JobCanceled, JobKind
-from app.jobs.leader import RunnerLock
-from app.jobs.store import DATABASE_ERRORS, Claim, Job, JobStore
-from app.logs import request_context
-from app.metrics import Metrics
-from app.storage import StorageError, remove_tree_quietly, write_atomically
+from prometheus_client import Counter, Histogram
+
 from gpu.jobs import FileWriter
 from gpu.pool import BATCH, DevicePool
+from jobs.corpora import corpus_text
+from jobs.kinds import JobCanceled, JobKind
+from jobs.leader import RunnerLock
+from jobs.storage import StorageError, remove_tree_quietly, write_atomically
+from jobs.store import DATABASE_ERRORS, Claim, Job, JobStore
 
 log = logging.getLogger("pencil.jobs")
 
@@ -52,6 +53,22 @@ STANDBY_POLL_S = 2.0  # a process without the runner lock tries to take it this 
 
 
 STORE_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, OSError)
+
+
+class JobMetrics(Protocol):
+    """The Prometheus metrics the runner records (app/metrics.py's Metrics has them)."""
+
+    job_queue_wait: Histogram  # by kind: seconds from submission to start
+    jobs_finished: Counter  # by kind and end state
+    job_run_time: Histogram  # by kind: seconds of a run
+
+
+LogContext = Callable[[str | None], AbstractContextManager[None]]
+
+
+def no_log_context(request_id: str | None) -> AbstractContextManager[None]:
+    """A job's log lines without a request id (the service passes app.logs.request_context)."""
+    return nullcontext()
 
 
 class JobLost(Exception):
@@ -66,12 +83,16 @@ class JobRunner:
         workers: int,
         backend: str,
         pool: DevicePool | None,
-        metrics: Metrics,
+        metrics: JobMetrics,
         retention_s: float,
         job_memory_fraction: float | None = None,
+        log_context: LogContext = no_log_context,
     ):
         """`job_memory_fraction`: the share of each card the pool may hold once this process
-        runs the jobs (None: leave the pool's cap as it is)."""
+        runs the jobs (None: leave the pool's cap as it is). `log_context(request_id)`: the
+        context a job runs in, so that its log lines carry the id of the request that
+        submitted it."""
+        self.log_context = log_context
         self.store, self.kinds, self.backend, self.pool, self.metrics = store, kinds, backend, pool, metrics
         self.retention_s = retention_s
         self.job_memory_fraction = job_memory_fraction
@@ -213,7 +234,7 @@ class JobRunner:
         with self._running_lock:
             self._running[job.id] = job
         try:
-            with request_context(job.request_id):
+            with self.log_context(job.request_id):
                 self._run(job)
         finally:
             with self._running_lock:

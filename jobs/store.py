@@ -6,8 +6,8 @@ the job's input and result files and a copy of its record.
     <data_dir>/jobs/<id>/result-<n>/...   written by the n-th run (attempt) of the job; the
                                           row's `attempt` says which one is the result
 
-The database is SQLite in the data directory (app/jobs/sqlite.py, one host: the embedded
-default) or PostgreSQL when PENCIL_DATABASE_URL is set (app/jobs/postgres.py: replicas on
+The database is SQLite in the data directory (jobs/sqlite.py, one host: the embedded
+default) or PostgreSQL when PENCIL_DATABASE_URL is set (jobs/postgres.py: replicas on
 many hosts share it and the data directory, which must then be shared storage).
 
 Every state change is one transaction, so a crash leaves each job in a state it really
@@ -56,8 +56,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.jobs.sqlite import FILE_NAME, SqliteDatabase
-from app.storage import (
+from jobs.sqlite import FILE_NAME, SqliteDatabase
+from jobs.storage import (
     StartupError,
     StorageError,
     exclusive_lock,
@@ -115,8 +115,8 @@ class Job:
         return self.status in FINISHED
 
 
-# The job table's columns are Job's fields, in the order of the schema (app/jobs/sqlite.py,
-# app/jobs/postgres.py), which also has `lease_until`, the store's alone. The fields whose row
+# The job table's columns are Job's fields, in the order of the schema (jobs/sqlite.py,
+# jobs/postgres.py), which also has `lease_until`, the store's alone. The fields whose row
 # value differs from the Job's: field -> (to the row, from the row); the others are stored as they are.
 _COLUMNS = tuple(field.name for field in fields(Job))
 _CONVERTED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
@@ -666,7 +666,7 @@ def _open_postgres(url: str) -> Database:
     try:
         import psycopg
 
-        from app.jobs.postgres import PostgresDatabase
+        from jobs.postgres import PostgresDatabase
     except ImportError as exc:
         raise StartupError(
             f"PENCIL_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}): "
@@ -675,7 +675,7 @@ def _open_postgres(url: str) -> Database:
     try:
         return PostgresDatabase(url)
     except (psycopg.Error, OSError) as exc:
-        from app.jobs.postgres import shown_url
+        from jobs.postgres import shown_url
 
         raise StartupError(
             f"the job database {shown_url(url)} cannot be used ({str(exc).strip()}): check "

@@ -3,7 +3,7 @@
 Every replica opens a small connection pool (psycopg 3). Claims use `FOR UPDATE SKIP
 LOCKED`, so replicas claiming at once each get a different job without waiting on one
 another; leases and the fencing token (`attempt`) are columns of the job row (see
-app/jobs/store.py). Times of leases come from the database's clock, so hosts whose clocks
+jobs/store.py). Times of leases come from the database's clock, so hosts whose clocks
 disagree still agree on when a lease ends.
 
 Schema migrations are numbered; at start-up a replica takes a transaction-scoped advisory

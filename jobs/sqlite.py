@@ -2,7 +2,7 @@
 
 Opening it checks it with PRAGMA quick_check: a corrupt database (or a file that is no
 database) is moved aside as `jobs.sqlite3.corrupt-<UTC time>` with its -wal and -shm, one
-ERROR line saying where, and a new one is made (app/jobs/store.py then restores the jobs
+ERROR line saying where, and a new one is made (jobs/store.py then restores the jobs
 from their folders). One lock serialises the process's use of its one connection (the
 runner's threads and the event loop share it; the statements are short).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from app.storage import fsync_directory
+from jobs.storage import fsync_directory
 
 log = logging.getLogger("pencil.jobs")
 

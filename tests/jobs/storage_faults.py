@@ -1,6 +1,6 @@
-"""Storage faults for the tests of app/storage.py and its users (tests/app): a directory
+"""Storage faults for the tests of jobs/storage.py and its users (tests/app): a directory
 that cannot be written, a file-size limit, a corrupted database. Imported as
-`storage_faults` (conftest.py puts this directory on sys.path).
+`tests.jobs.storage_faults`.
 
 - `unwritable(directory)`: nothing can be created, renamed or removed under `directory`.
   Not as root: the directories are made read-only (chmod), the real thing. As root, where

@@ -1,4 +1,4 @@
-"""app/jobs/store.py: the SQLite job store: states and their transitions, inputs stored
+"""jobs/store.py: the SQLite job store: states and their transitions, inputs stored
 before the row, idempotency, cancel, recovery after a stop, paging, retention; result
 files served only as regular files of the job's own folder; storage faults (an unwritable
 folder, a file-size limit, a read-only database) that leave nothing half-written; job.json
@@ -17,10 +17,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
-from storage_faults import corrupt, read_only_database, run_limited, unwritable
 
-from app.jobs.store import PROBE_WAIT_S, Claim, IdempotencyConflict, JobStore
-from app.storage import StartupError, StorageError
+from jobs.storage import StartupError, StorageError
+from jobs.store import PROBE_WAIT_S, Claim, IdempotencyConflict, JobStore
+from tests.jobs.storage_faults import corrupt, read_only_database, run_limited, unwritable
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -222,7 +222,7 @@ def test_inputs_past_the_file_size_limit_leave_nothing(tmp_path):
     result = run_limited(
         """
         from pathlib import Path
-        from app.jobs.store import JobStore
+        from jobs.store import JobStore
         store = JobStore(Path("data"))
         store.create("svd", {}, {"small.npy": b"fits"})
         limit()

@@ -1,4 +1,4 @@
-"""app/storage.py: what a storage error says and which status it gets, durable writes that
+"""jobs/storage.py: what a storage error says and which status it gets, durable writes that
 leave nothing half-written, and the checks of start-up and readiness, with real faults
 (tests/app/storage_faults.py)."""
 
@@ -7,9 +7,8 @@ from __future__ import annotations
 import errno
 
 import pytest
-from storage_faults import run_limited, unwritable
 
-from app.storage import (
+from jobs.storage import (
     StartupError,
     StorageError,
     prepare_directory,
@@ -17,6 +16,7 @@ from app.storage import (
     storage_errors,
     write_atomically,
 )
+from tests.jobs.storage_faults import run_limited, unwritable
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_a_write_past_the_file_size_limit_leaves_the_old_file_and_no_temporary(t
     result = run_limited(
         """
         from pathlib import Path
-        from app.storage import write_atomically
+        from jobs.storage import write_atomically
         target = Path("record.json")
         write_atomically(target, b"old")
         limit()
