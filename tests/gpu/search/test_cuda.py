@@ -14,11 +14,11 @@ import threading
 
 import numpy as np
 import pytest
-from search_cases import cases, english
+from search_cases import CASE_NAMES, cases, english
 
 from gpu.backend import cuda_devices
-from gpu.search import reference as ref
 from gpu.search.params import SearchParams
+from tests.gpu.search.checks import ALGORITHMS, STREAMS, VARIANTS, Expected, check
 
 pytestmark = [
     pytest.mark.gpu,
@@ -26,71 +26,12 @@ pytestmark = [
     pytest.mark.pool(devices=[0], streams_per_device=4),  # one device: concurrent leases share its resident texts
 ]
 
-ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-VARIANTS = ("naive", "optimized")
-STREAMS = (1, 3, 8)
-CASE_NAMES = (
-    "english",
-    "random_bytes",
-    "dna",
-    "runs",
-    "boundaries",
-    "long_pattern",
-    "longer_than_text",
-    "equal_to_text",
-    "utf8",
-    "nul_bytes",
-)
-
 
 @pytest.fixture(scope="module")
 def cuda(poison):
     from gpu.search import cuda
 
     return cuda
-
-
-@pytest.fixture
-def lease(pool):
-    """Unlike tests/gpu/conftest.py's, neither the lease's device nor its stream is made
-    current: the search functions enter both themselves, as in a job."""
-    with pool.lease() as held:
-        yield held
-        held.stream.synchronize()
-
-
-class Expected:
-    """The reference's positions and lines of each pattern in one text, computed once."""
-
-    def __init__(self, text: bytes):
-        self.text, self._positions, self._lines = text, {}, {}
-
-    def positions(self, pattern: bytes) -> np.ndarray:
-        if pattern not in self._positions:
-            self._positions[pattern] = ref.find_all(self.text, pattern)
-        return self._positions[pattern]
-
-    def lines(self, pattern: bytes) -> np.ndarray:
-        if pattern not in self._lines:
-            self._lines[pattern] = ref.line_numbers(self.text, self.positions(pattern))
-        return self._lines[pattern]
-
-
-def check(output, expected: Expected | bytes, params: SearchParams, context: str) -> None:
-    """Every count, and the positions the search was asked to bring back (all, the first
-    max_positions or none: params.positions_wanted) with their lines."""
-    expected = expected if isinstance(expected, Expected) else Expected(expected)
-    assert len(output.patterns) == len(params.patterns), context
-    wanted = params.positions_wanted
-    for i, (pattern, result) in enumerate(zip(params.patterns, output.patterns, strict=True)):
-        where = f"{context}, pattern {i} {pattern[:24]!r} (m={len(pattern)}), positions {params.positions}"
-        assert result.positions.dtype == np.int64, where
-        assert result.count == expected.positions(pattern).size, where
-        np.testing.assert_array_equal(result.positions, expected.positions(pattern)[:wanted], err_msg=where)
-        if params.line_numbers and wanted != 0:
-            np.testing.assert_array_equal(result.lines, expected.lines(pattern)[:wanted], err_msg=where)
-        else:
-            assert result.lines is None, where
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

@@ -9,7 +9,7 @@ import mmap
 
 import numpy as np
 import pytest
-from search_cases import boundary_text, cases, english
+from search_cases import CASE_NAMES, boundary_text, cases, english
 
 from gpu.search import reference as ref
 from gpu.search.params import (
@@ -28,20 +28,7 @@ from gpu.search.params import (
     odd_multiple_of_16,
     plan_launch,
 )
-
-ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-CASE_NAMES = (
-    "english",
-    "random_bytes",
-    "dna",
-    "runs",
-    "boundaries",
-    "long_pattern",
-    "longer_than_text",
-    "equal_to_text",
-    "utf8",
-    "nul_bytes",
-)
+from tests.gpu.search.checks import ALGORITHMS, VARIANTS
 
 
 def random_pattern(rng, alphabet: bytes, low: int = 1, high: int = 12) -> bytes:
@@ -285,7 +272,7 @@ def test_odd_multiple_of_16():
     assert [odd_multiple_of_16(v) for v in (1, 16, 17, 32, 33, 48, 49, 2048)] == [16, 16, 48, 48, 48, 48, 80, 2064]
 
 
-@pytest.mark.parametrize("variant", ["naive", "optimized"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("m", [1, 4, 16, 64, 256, 1000, 4096])
 @pytest.mark.parametrize("granularity", [None, 1, 15, 100, 1024, 2048])
@@ -304,7 +291,7 @@ def test_launch_plan_geometry(variant, algorithm, m, granularity):
     assert launch.blocks(1) == 1 and launch.blocks(launch.block_positions + 1) == 2
 
 
-@pytest.mark.parametrize("variant", ["naive", "optimized"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("m", [1, 7, 64, 4096])
 def test_blocks_ready_only_once_their_windows_have_arrived(rng, variant, m):
     """Uploads that end anywhere: the blocks counted so far only ever grow, each reads only
