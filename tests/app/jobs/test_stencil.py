@@ -14,11 +14,10 @@ import pytest
 from pencil_testkit import JOB_FINISHED, admin_client, assert_api_error, wait_for_job
 from PIL import Image
 
-from gpu.stencil.params import STENCIL_SPEC
 from gpu.backend import cuda_devices
 from gpu.stencil import StencilJob, reference
 from gpu.stencil.images import agc, shot_record_image
-from gpu.stencil.params import VARIANTS
+from gpu.stencil.params import STENCIL_SPEC, VARIANTS
 
 TOKEN = "stencil-test-token"
 WAIT_S = 60.0
