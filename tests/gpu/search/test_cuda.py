@@ -1,11 +1,14 @@
-"""gpu/search/cuda.py (the kernels of search.cu) against gpu/search/reference.py.
+"""gpu/search/cuda.py (the kernels of search.cu) against gpu/search/reference.py: what
+only the CUDA backend has.
 
-CUDA only (marker `gpu`; skipped without a device). Every case of the issue (fresh random
-texts each run), every algorithm x variant x stream count, several granularities (chunk
-and block boundaries everywhere), the fused pass, line numbers; offsets past 2^31 and
-2^32; uploads from host and file byte for byte; the resident LRU. Every device array a
-search writes is filled with 0xFF first (gpu.kernels.POISON), so an entry a kernel forgot
-shows up as -1.
+CUDA only (marker `gpu`; skipped without a device). The fused pass on every case of the
+issue (fresh random texts each run), what auto chose, the newline index; offsets past
+2^31 and 2^32; uploads from host and file byte for byte; searches streamed in while they
+run; a failed read; streams per lease; the resident LRU. Every device array a search
+writes is filled with 0xFF first (gpu.kernels.POISON), so an entry a kernel forgot shows
+up as -1. Every case with every algorithm x variant x stream count and granularity, the
+positions modes and line numbers are tested on both backends by one body each:
+test_backends.py.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from search_cases import CASE_NAMES, cases, english
 
 from gpu.backend import cuda_devices
 from gpu.search.params import SearchParams
-from tests.gpu.search.checks import ALGORITHMS, STREAMS, VARIANTS, Expected, check
+from tests.gpu.search.checks import ALGORITHMS, VARIANTS, Expected, check
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,30 +35,6 @@ def cuda(poison):
     from gpu.search import cuda
 
     return cuda
-
-
-@pytest.mark.parametrize("name", CASE_NAMES)
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, lease, rng, name, algorithm, variant):
-    text, patterns, built_for = cases(rng, size=100_000)[name]
-    device_text, _ = cuda.text_from_host(text, lease)
-    expected = Expected(text)
-    granularities = [None, 1, 16, 1000] + ([built_for] if built_for else []) + [int(rng.integers(2, 2048))]
-    for streams in STREAMS:
-        for g in granularities:
-            params = SearchParams(
-                tuple(patterns),
-                algorithm=algorithm,
-                variant=variant,
-                granularity=g,
-                streams=streams,
-                line_numbers=(g is None),
-                positions="files",
-            )
-            output = cuda.search_device(device_text, params, lease)
-            check(output, expected, params, f"{name}: {algorithm}/{variant} streams={streams} g={g}")
-            assert output.times_ms["kernels"] > 0 and output.launch["streams"] == streams
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
@@ -132,11 +111,10 @@ def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
         assert not host[len(data) :].any() and host.size >= len(data) + cuda.TEXT_PAD
 
 
-def test_newline_index_and_line_numbers(cuda, lease, rng):
+def test_newline_index_counts_the_newlines_before_each_segment(cuda, lease, rng):
+    """The index line numbers are read from (the lines themselves: test_backends.py)."""
     text = bytes(rng.choice(np.frombuffer(b"ab\n", np.uint8), 300_001, p=[0.45, 0.45, 0.1]))
     device_text, _ = cuda.text_from_host(text, lease)
-    params = SearchParams((b"a", b"\n", b"ab\nb"), line_numbers=True, positions="files")
-    check(cuda.search_device(device_text, params, lease), text, params, "lines")
     segment_before = device_text.segment_before(lease).get()
     counts = np.add.reduceat(np.frombuffer(text, np.uint8) == 10, np.arange(0, len(text), cuda.LINE_SEGMENT))
     np.testing.assert_array_equal(segment_before, np.concatenate([[0], np.cumsum(counts)[:-1]]))
