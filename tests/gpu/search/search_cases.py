@@ -13,7 +13,8 @@
     nul_bytes       binary with NUL bytes
 
 Each case is (text, patterns, granularity or None); the granularity, when given, is the
-one the case is built for (chunk boundaries at its multiples).
+one the case is built for (chunk boundaries at its multiples). CASE_NAMES: their names,
+for the tests to parametrize over.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ import io
 from functools import lru_cache
 
 import numpy as np
+
+CASE_NAMES = (
+    "english",
+    "random_bytes",
+    "dna",
+    "runs",
+    "boundaries",
+    "long_pattern",
+    "longer_than_text",
+    "equal_to_text",
+    "utf8",
+    "nul_bytes",
+)
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +89,7 @@ def cases(rng: np.random.Generator, size: int = 24_000) -> dict[str, tuple[bytes
     nul = bytearray(rng.integers(0, 4, size, dtype=np.uint8).tobytes())  # mostly 0..3: NUL-heavy
     nul[100:108] = b"\0" * 8
     nul = bytes(nul)
-    return {
+    built = {
         "english": (
             eng,
             [
@@ -120,3 +134,5 @@ def cases(rng: np.random.Generator, size: int = 24_000) -> dict[str, tuple[bytes
         ),
         "nul_bytes": (nul, [b"\0", b"\0\0", b"\0\x01\0", b"\0" * 8, b"\x03\0\x03"], None),
     }
+    assert tuple(built) == CASE_NAMES, "CASE_NAMES names every case, in order"
+    return built

@@ -1,11 +1,14 @@
-"""gpu/search/cuda.py (the kernels of search.cu) against gpu/search/reference.py.
+"""gpu/search/cuda.py (the kernels of search.cu) against gpu/search/reference.py: what
+only the CUDA backend has.
 
-CUDA only (marker `gpu`; skipped without a device). Every case of the issue (fresh random
-texts each run), every algorithm x variant x stream count, several granularities (chunk
-and block boundaries everywhere), the fused pass, line numbers; offsets past 2^31 and
-2^32; uploads from host and file byte for byte; the resident LRU. Every device array a
-search writes is filled with 0xFF first (gpu.kernels.POISON), so an entry a kernel forgot
-shows up as -1.
+CUDA only (marker `gpu`; skipped without a device). The fused pass on every case of the
+issue (fresh random texts each run), what auto chose, the newline index; offsets past
+2^31 and 2^32; uploads from host and file byte for byte; searches streamed in while they
+run; a failed read; streams per lease; the resident LRU. Every device array a search
+writes is filled with 0xFF first (gpu.kernels.POISON), so an entry a kernel forgot shows
+up as -1. Every case with every algorithm x variant x stream count and granularity, the
+positions modes and line numbers are tested on both backends by one body each:
+test_backends.py.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ import threading
 
 import numpy as np
 import pytest
-from search_cases import cases, english
+from search_cases import CASE_NAMES, cases, english
 
 from gpu.backend import cuda_devices
-from gpu.search import reference as ref
 from gpu.search.params import SearchParams
+from tests.gpu.search.checks import ALGORITHMS, VARIANTS, Expected, check
 
 pytestmark = [
     pytest.mark.gpu,
@@ -26,95 +29,12 @@ pytestmark = [
     pytest.mark.pool(devices=[0], streams_per_device=4),  # one device: concurrent leases share its resident texts
 ]
 
-ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-VARIANTS = ("naive", "optimized")
-STREAMS = (1, 3, 8)
-CASE_NAMES = (
-    "english",
-    "random_bytes",
-    "dna",
-    "runs",
-    "boundaries",
-    "long_pattern",
-    "longer_than_text",
-    "equal_to_text",
-    "utf8",
-    "nul_bytes",
-)
-
 
 @pytest.fixture(scope="module")
 def cuda(poison):
     from gpu.search import cuda
 
     return cuda
-
-
-@pytest.fixture
-def lease(pool):
-    """Unlike tests/gpu/conftest.py's, neither the lease's device nor its stream is made
-    current: the search functions enter both themselves, as in a job."""
-    with pool.lease() as held:
-        yield held
-        held.stream.synchronize()
-
-
-class Expected:
-    """The reference's positions and lines of each pattern in one text, computed once."""
-
-    def __init__(self, text: bytes):
-        self.text, self._positions, self._lines = text, {}, {}
-
-    def positions(self, pattern: bytes) -> np.ndarray:
-        if pattern not in self._positions:
-            self._positions[pattern] = ref.find_all(self.text, pattern)
-        return self._positions[pattern]
-
-    def lines(self, pattern: bytes) -> np.ndarray:
-        if pattern not in self._lines:
-            self._lines[pattern] = ref.line_numbers(self.text, self.positions(pattern))
-        return self._lines[pattern]
-
-
-def check(output, expected: Expected | bytes, params: SearchParams, context: str) -> None:
-    """Every count, and the positions the search was asked to bring back (all, the first
-    max_positions or none: params.positions_wanted) with their lines."""
-    expected = expected if isinstance(expected, Expected) else Expected(expected)
-    assert len(output.patterns) == len(params.patterns), context
-    wanted = params.positions_wanted
-    for i, (pattern, result) in enumerate(zip(params.patterns, output.patterns, strict=True)):
-        where = f"{context}, pattern {i} {pattern[:24]!r} (m={len(pattern)}), positions {params.positions}"
-        assert result.positions.dtype == np.int64, where
-        assert result.count == expected.positions(pattern).size, where
-        np.testing.assert_array_equal(result.positions, expected.positions(pattern)[:wanted], err_msg=where)
-        if params.line_numbers and wanted != 0:
-            np.testing.assert_array_equal(result.lines, expected.lines(pattern)[:wanted], err_msg=where)
-        else:
-            assert result.lines is None, where
-
-
-@pytest.mark.parametrize("name", CASE_NAMES)
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_every_algorithm_variant_and_stream_count_matches_the_reference(cuda, lease, rng, name, algorithm, variant):
-    text, patterns, built_for = cases(rng, size=100_000)[name]
-    device_text, _ = cuda.text_from_host(text, lease)
-    expected = Expected(text)
-    granularities = [None, 1, 16, 1000] + ([built_for] if built_for else []) + [int(rng.integers(2, 2048))]
-    for streams in STREAMS:
-        for g in granularities:
-            params = SearchParams(
-                patterns=tuple(patterns),
-                algorithm=algorithm,
-                variant=variant,
-                granularity=g,
-                streams=streams,
-                line_numbers=(g is None),
-                positions="files",
-            )
-            output = cuda.search_device(device_text, params, lease)
-            check(output, expected, params, f"{name}: {algorithm}/{variant} streams={streams} g={g}")
-            assert output.times_ms["kernels"] > 0 and output.launch["streams"] == streams
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
@@ -193,11 +113,10 @@ def test_uploads_are_byte_exact(cuda, lease, rng, tmp_path, monkeypatch):
         assert not host[len(data) :].any() and host.size >= len(data) + cuda.TEXT_PAD
 
 
-def test_newline_index_and_line_numbers(cuda, lease, rng):
+def test_newline_index_counts_the_newlines_before_each_segment(cuda, lease, rng):
+    """The index line numbers are read from (the lines themselves: test_backends.py)."""
     text = bytes(rng.choice(np.frombuffer(b"ab\n", np.uint8), 300_001, p=[0.45, 0.45, 0.1]))
     device_text, _ = cuda.text_from_host(text, lease)
-    params = SearchParams(patterns=(b"a", b"\n", b"ab\nb"), line_numbers=True, positions="files")
-    check(cuda.search_device(device_text, params, lease), text, params, "lines")
     segment_before = device_text.segment_before(lease).get()
     counts = np.add.reduceat(np.frombuffer(text, np.uint8) == 10, np.arange(0, len(text), cuda.LINE_SEGMENT))
     np.testing.assert_array_equal(segment_before, np.concatenate([[0], np.cumsum(counts)[:-1]]))

@@ -1,7 +1,9 @@
 """The string-search reference (gpu/search/reference.py) and parameters (params.py) on
 the CPU: the pattern tables against their definitions, the three algorithms in the
-chunked scheme and the CPU backend against brute force on every case of the issue,
-line numbers, the launch plan, and the validation of every parameter."""
+chunked scheme against brute force on every case of the issue, line numbers, the CPU
+backend's blocks, progress and mmap, the launch plan, and the validation of every
+parameter. The CPU backend on every case and each positions mode, by the same bodies as
+the CUDA backend: test_backends.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import mmap
 
 import numpy as np
 import pytest
-from search_cases import boundary_text, cases, english
+from search_cases import CASE_NAMES, boundary_text, cases, english
 
 from gpu.search import reference as ref
 from gpu.search.params import (
@@ -28,20 +30,7 @@ from gpu.search.params import (
     odd_multiple_of_16,
     plan_launch,
 )
-
-ALGORITHMS = ("rabin_karp", "kmp", "boyer_moore")
-CASE_NAMES = (
-    "english",
-    "random_bytes",
-    "dna",
-    "runs",
-    "boundaries",
-    "long_pattern",
-    "longer_than_text",
-    "equal_to_text",
-    "utf8",
-    "nul_bytes",
-)
+from tests.gpu.search.checks import ALGORITHMS, VARIANTS
 
 
 def random_pattern(rng, alphabet: bytes, low: int = 1, high: int = 12) -> bytes:
@@ -154,15 +143,6 @@ def test_boundary_case_straddles_every_chunk_boundary(rng):
 
 
 # ------------------------------------------------------------- CPU backend --
-
-
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_find_all_is_brute_force(rng, name):
-    text, patterns, _ = cases(rng)[name]
-    for pattern in patterns:
-        np.testing.assert_array_equal(
-            ref.find_all(text, pattern), ref.brute_force(text, pattern), err_msg=f"{name}: {pattern[:40]!r}"
-        )
 
 
 def test_line_numbers_count_the_newlines_before_each_position(rng, monkeypatch):
@@ -285,7 +265,7 @@ def test_odd_multiple_of_16():
     assert [odd_multiple_of_16(v) for v in (1, 16, 17, 32, 33, 48, 49, 2048)] == [16, 16, 48, 48, 48, 48, 80, 2064]
 
 
-@pytest.mark.parametrize("variant", ["naive", "optimized"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("m", [1, 4, 16, 64, 256, 1000, 4096])
 @pytest.mark.parametrize("granularity", [None, 1, 15, 100, 1024, 2048])
@@ -304,7 +284,7 @@ def test_launch_plan_geometry(variant, algorithm, m, granularity):
     assert launch.blocks(1) == 1 and launch.blocks(launch.block_positions + 1) == 2
 
 
-@pytest.mark.parametrize("variant", ["naive", "optimized"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("m", [1, 7, 64, 4096])
 def test_blocks_ready_only_once_their_windows_have_arrived(rng, variant, m):
     """Uploads that end anywhere: the blocks counted so far only ever grow, each reads only
@@ -327,18 +307,3 @@ def test_blocks_ready_only_once_their_windows_have_arrived(rng, variant, m):
             assert next_needs > uploaded, (uploaded, ready)  # the next block waits only for missing bytes
         counted = ready
     assert counted == blocks
-
-
-def test_cpu_backend_returns_the_positions_asked_for(rng):
-    text = english(30_000, rng)
-    expected = ref.find_all(text, b"e")
-    assert expected.size > 100
-    for mode, listed in (("none", 0), ("json", 40), ("files", expected.size)):
-        params = SearchParams(patterns=(b"e",), positions=mode, max_positions=40, line_numbers=True)
-        (result,) = ref.search(text, params).patterns
-        assert result.count == expected.size, mode
-        np.testing.assert_array_equal(result.positions, expected[:listed], err_msg=mode)
-        if mode == "none":
-            assert result.lines is None  # as the GPU's: no lines where no position is wanted
-        else:
-            np.testing.assert_array_equal(result.lines, ref.line_numbers(text, expected[:listed]), err_msg=mode)
