@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import corpora, live, sketch
 from app.access import AccessGuard
 from app.config import Settings, get_settings
+from app.docs_pages import DocsPolicy
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
 from app.jobs.cs256 import CS256_JOB
@@ -249,6 +250,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     app.add_middleware(QuietStartupFailure)
+    app.add_middleware(DocsPolicy)  # /docs and /redoc fetch nothing from another host
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
     app.add_middleware(AccessGuard, settings=settings, metrics=metrics)  # keys (401), rate limits (429)
