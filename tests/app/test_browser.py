@@ -1388,3 +1388,127 @@ def test_live_phone_layout(server, camera_browser, live_errors):
     finally:
         context.close()
     assert not live_errors, live_errors
+
+
+# ------------------------------------------------- another site's page: CORS, keys, rates --
+#
+# A page served by a second server (a different port, so another origin) calls the API with
+# fetch and opens /live, as a web app of another site would. The API server lists the page's
+# origin in PENCIL_CORS_ORIGINS when the page is served as http://localhost:PORT; the same
+# page reached as http://127.0.0.1:PORT is another origin, not on the list.
+
+API_KEY_A, API_KEY_B = "browser-key-alice-0123456789", "browser-key-bob-0123456789ab"
+
+# Draw a small picture, POST it to /sketch with the key given (or none); what the page can read.
+PAGE_SKETCH = """async ([api, key]) => {
+  const canvas = document.createElement('canvas');
+  canvas.width = 96; canvas.height = 64;
+  const g = canvas.getContext('2d');
+  g.fillStyle = '#8ab'; g.fillRect(0, 0, 96, 64); g.fillStyle = '#234'; g.fillRect(20, 10, 40, 30);
+  const blob = await new Promise((done) => canvas.toBlob(done, 'image/jpeg', 0.9));
+  const form = new FormData();
+  form.append('image', blob, 'page.jpg');
+  const headers = key ? { Authorization: 'Bearer ' + key } : {};
+  try {
+    const res = await fetch(api + '/sketch', { method: 'POST', body: form, headers });
+    const type = res.headers.get('content-type') || '';
+    return { status: res.status, size: res.headers.get('x-image-size'), retryAfter: res.headers.get('retry-after'),
+             body: type.startsWith('application/json') ? await res.json() : (await res.blob()).size };
+  } catch (err) {
+    return { failed: String(err) };
+  }
+}"""
+
+# Open /live (with the protocols given), wait for its first message or its end.
+PAGE_LIVE = """([url, protocols]) => new Promise((done) => {
+  const ws = protocols ? new WebSocket(url, protocols) : new WebSocket(url);
+  ws.onmessage = (e) => { done({ opened: true, protocol: ws.protocol, first: JSON.parse(e.data).type }); ws.close(); };
+  ws.onclose = (e) => done({ opened: false, code: e.code });
+})"""
+
+
+@pytest.fixture(scope="module")
+def other_site():
+    """A second web server on a free port, whose every page is an empty HTML document; its port."""
+    import http.server
+    import threading
+
+    class Blank(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<!doctype html><title>another site</title><p>another site's page</p>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Blank)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def keyed_server(chromium_path, tmp_path_factory, other_site):
+    """The app with API keys, a rate limit and CORS for http://localhost:<other_site>; (base
+    URL, its log file)."""
+    workdir = tmp_path_factory.mktemp("keyed")
+    with live_server(
+        workdir,
+        cors_origins=f"http://localhost:{other_site}",
+        api_keys=f"alice:{API_KEY_A},bob:{API_KEY_B}",
+        rate_limit="0.02",  # a token every 50 s: each key has its burst, then waits
+        rate_limit_burst="3",
+    ) as base:
+        yield base, workdir / "server.log"
+
+
+def test_a_listed_sites_page_draws_and_goes_live_with_a_key(keyed_server, other_site, web_page, page_errors):
+    base, log = keyed_server
+    page = web_page
+    page.goto(f"http://localhost:{other_site}/")
+    live = base.replace("http://", "ws://") + "/live"
+
+    drawn = page.evaluate(PAGE_SKETCH, [base, API_KEY_A])
+    assert drawn["status"] == 200 and drawn["size"] == "96x64" and drawn["body"] > 0, drawn
+    without = page.evaluate(PAGE_SKETCH, [base, None])
+    assert without["status"] == 401 and without["body"]["error"] == "unauthorized", without  # readable: CORS on the 401
+
+    opened = page.evaluate(PAGE_LIVE, [live, ["pencil", f"pencil-key.{API_KEY_A}"]])
+    assert opened == {"opened": True, "protocol": "pencil", "first": "ready"}, opened
+    in_url = page.evaluate(PAGE_LIVE, [f"{live}?api_key={API_KEY_A}&texture=fast", None])
+    assert in_url["opened"], in_url
+    refused = page.evaluate(PAGE_LIVE, [live, None])  # no key: the handshake's 401
+    assert refused == {"opened": False, "code": 1006}, refused
+
+    # alice has used her burst of 3 (a drawing, two live sessions; the 401 took none): the next waits,
+    # and the page can read when to come back; bob's bucket is his own.
+    limited = page.evaluate(PAGE_SKETCH, [base, API_KEY_A])
+    assert limited["status"] == 429 and limited["body"]["error"] == "rate_limited", limited
+    assert 1 <= int(limited["retryAfter"]) <= 50, limited
+    assert page.evaluate(PAGE_SKETCH, [base, API_KEY_B])["status"] == 200
+
+    text = log.read_text()
+    assert "WebSocket /live" in text, "the server logged no handshake: the test would prove nothing"
+    assert API_KEY_A not in text and API_KEY_B not in text
+    assert not page_errors, page_errors
+
+
+def test_an_unlisted_sites_page_is_refused(keyed_server, other_site, web_page):
+    base, _ = keyed_server
+    page = web_page
+    page.goto(f"http://127.0.0.1:{other_site}/")  # the same page as another origin, off the list
+    refused = page.evaluate(PAGE_SKETCH, [base, API_KEY_B])
+    assert "failed" in refused, refused  # the preflight is refused: fetch fails, nothing is read
+    live = base.replace("http://", "ws://") + "/live"
+    assert page.evaluate(PAGE_LIVE, [live, ["pencil", f"pencil-key.{API_KEY_B}"]]) == {"opened": False, "code": 1006}
+    plain = httpx.options(
+        f"{base}/sketch",
+        headers={"Origin": f"http://127.0.0.1:{other_site}", "Access-Control-Request-Method": "POST"},
+    )
+    assert plain.status_code == 400 and plain.json()["error"] == "cors_refused"
