@@ -1091,13 +1091,17 @@ def test_live_frames_come_back_drawn(server, live_page, live_errors):
     with page.expect_websocket(lambda ws: "/live?" in ws.url) as opened:
         toggle.click()
     query = opened.value.url.split("?", 1)[1]
-    assert "format=jpeg" in query and "mode=gray" in query and "max_side=1024" in query, query
+    # on the CPU backend the Live view starts at 640 px with texture fast (live.js CPU_LIVE_DEFAULTS)
+    side, texture = (640, "fast") if health["backend"] == "cpu" else (1024, "lu")
+    assert "format=jpeg" in query and "mode=gray" in query and f"max_side={side}" in query, query
+    assert f"texture={texture}" in query, query
+    assert page.is_visible("#live-cpu-hint") is (health["backend"] == "cpu")
     _wait_for_frames(page, 5)
     assert page.get_by_role("button", name="Stop camera").count() == 1
     video = page.eval_on_selector("#live-video", "v => [v.videoWidth, v.videoHeight, v.paused]")
     assert video == [1280, 720, False], video  # the ideal 1280x720 the page asked for
     stats = _drawing_stats(page)
-    assert (stats["width"], stats["height"]) == (1024, 576), stats  # max_side 1024, the camera's shape
+    assert (stats["width"], stats["height"]) == (side, side * 9 // 16), stats  # max_side, the camera's shape
     assert stats["std"] > 5 and stats["mean"] > 100, f"the drawing looks empty: {stats}"
     assert page.get_attribute("#live-drawing", "alt").startswith("Pencil drawing of the camera image")
 
@@ -1172,6 +1176,50 @@ def test_live_options_change_the_drawing(server, live_page, live_errors):
     assert not live_errors, live_errors
 
 
+def test_live_keeps_what_the_user_chose_on_the_cpu(server, live_page, live_errors):
+    """The CPU backend's Live defaults go only in fields the user left alone."""
+    page = live_page
+    base, health = server
+    if health["backend"] != "cpu":
+        pytest.skip("the Live view's CPU defaults apply on the CPU backend")
+    page.goto(f"{base}/")
+    page.select_option("#max_side", "2048")  # chosen in the Sketch view: kept
+    page.get_by_role("link", name="Live", exact=True).click()
+    assert page.input_value("#max_side") == "2048"
+    assert page.is_checked("#texture-fast")  # left alone: the CPU's live default
+    page.click("label[for=texture-lu]")  # chosen in the Live view: kept on leaving it
+    page.get_by_role("link", name="Sketch", exact=True).click()
+    assert page.is_checked("#texture-lu") and page.input_value("#max_side") == "2048"
+    page.get_by_role("link", name="Live", exact=True).click()
+    assert page.is_checked("#texture-lu"), "a value the user chose is not replaced"
+    assert not live_errors, live_errors
+
+
+# Arrival times (ms) of drawings every `interval`, the last at 100 s, and the rate read `after` it.
+FRAME_RATE = """([interval, count, after]) => {
+  const times = Array.from({ length: count }, (_, i) => 100000 - (count - 1 - i) * interval);
+  return window.pencil.frameRate(times, 100000 + after);
+}"""
+
+
+@pytest.mark.parametrize(
+    ("interval_ms", "count", "after_ms", "low", "high"),
+    [
+        (33.3, 300, 10, 29.5, 30.5),  # a GPU at 30 fps
+        (1400, 8, 100, 0.6, 0.75),  # a CPU at 0.7 fps: a 2 s window held one drawing or none
+        (3000, 5, 500, 0.3, 0.42),  # slower than the old 2 s window: it read 0.0 fps
+        (2000, 5, 15_000, 0.0, 0.1),  # the drawings stopped: the rate falls to 0
+        (33.3, 2, 5, 25, 35),  # the first two drawings
+    ],
+)
+def test_the_frame_rate_tile_counts_slow_backends_honestly(server, web_page, interval_ms, count, after_ms, low, high):
+    page = web_page
+    base, _ = server
+    page.goto(f"{base}/#live")
+    rate = page.evaluate(FRAME_RATE, [interval_ms, count, after_ms])
+    assert low <= rate <= high, rate
+
+
 def test_live_snapshot_downloads_a_jpeg(server, live_page, live_errors, tmp_path):
     import re
 
@@ -1185,7 +1233,7 @@ def test_live_snapshot_downloads_a_jpeg(server, live_page, live_errors, tmp_path
     saved = tmp_path / name
     download.value.save_as(saved)
     with Image.open(saved) as image:
-        assert image.format == "JPEG" and image.size == (1024, 576)
+        assert image.format == "JPEG" and image.size == (640, 360)  # the CPU backend's Live size
     assert name in page.inner_text("#live-status")
     assert not live_errors, live_errors
 
@@ -1252,7 +1300,7 @@ def test_sketch_and_live_views_share_the_options(server, web_page, page_errors, 
     assert page.title() == "Pencil — live camera"
     assert page.is_hidden("#format-field") and page.is_enabled("#quality")
     page.click("label[for=mode-color]")
-    page.click("label[for=texture-fast]")
+    page.click("label[for=hatching-follow]")
     page.wait_for_timeout(500)
     assert len(page.evaluate("window.__sketchForms")) == 1, "the Live view drew the photo"
 
@@ -1263,7 +1311,9 @@ def test_sketch_and_live_views_share_the_options(server, web_page, page_errors, 
     _wait_for_sketch(page, health["backend"])
     page.wait_for_timeout(400)
     forms = page.evaluate("window.__sketchForms")
-    assert len(forms) == 2 and forms[-1]["mode"] == "color" and forms[-1]["texture"] == "fast", forms
+    assert len(forms) == 2 and forms[-1]["mode"] == "color" and forms[-1]["hatching"] == "follow", forms
+    # what the Live view picked for the CPU backend was given back: the Sketch view's defaults
+    assert forms[-1]["texture"] == "lu" and forms[-1]["max_side"] == "1024", forms
     assert page.is_visible("#format-field") and page.is_disabled("#quality")
     assert page.get_attribute("#original", "alt") == "Original photo: astronaut.jpg"
     assert not page_errors, page_errors
