@@ -7,10 +7,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.api_keys import parse_api_keys
+
 MIB = 1024 * 1024
+ORIGINS_PATTERN = r"^\s*(\*|https?://[^\s,/]+(\s*,\s*https?://[^\s,/]+)*)?\s*$"  # '*' or a list of origins
 
 
 class Settings(BaseSettings):
@@ -120,11 +123,54 @@ class Settings(BaseSettings):
     )
     live_origins: str = Field(
         "",
-        pattern=r"^\s*(\*|https?://[^\s,/]+(\s*,\s*https?://[^\s,/]+)*)?\s*$",
+        pattern=ORIGINS_PATTERN,
         description=(
             "web pages allowed to open /live besides the server's own: '*' (any), or origins like "
             "'https://app.example.com,http://localhost:5173'; empty: the server's own pages only (a browser "
             "on another site is refused with 403; clients that send no Origin header, not browsers, are let in)"
+        ),
+    )
+    cors_origins: str = Field(
+        "",
+        pattern=ORIGINS_PATTERN,
+        description=(
+            "web pages of other sites allowed to call the API from a browser (CORS; preflights answered) and "
+            "to open /live: '*' (any), or origins like 'https://app.example.com'; empty: none (no CORS headers)"
+        ),
+    )
+    api_keys: SecretStr | None = Field(
+        None,
+        description=(
+            "API keys of /sketch and /live, as 'name:key,name:key' (keys: 16 to 256 of A-Za-z0-9._~-); with "
+            "keys (here or in PENCIL_API_KEYS_FILE) a request without a known key answers 401; unset: open"
+        ),
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="a file of more API keys, one 'name:key' a line ('#' starts a comment), e.g. a mounted secret",
+    )
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token GET /metrics asks for (401 without it); unset: /metrics is open"
+    )
+    rate_limit: float = Field(
+        0.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description=(
+            "requests a second each client may make to /sketch and /live on average (by API key name with keys, "
+            "else by address), per server process; past it 429 rate_limited with Retry-After. 0: no limit"
+        ),
+    )
+    rate_limit_burst: int = Field(
+        10, ge=1, le=1_000_000, description="requests a client may make at once before PENCIL_RATE_LIMIT applies"
+    )
+    live_sessions_per_client: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description=(
+            "/live sessions one client (API key name, else address) may hold at once on this host, so that one "
+            "client cannot take every slot of PENCIL_MAX_LIVE_SESSIONS; past it 1013. 0: no share"
         ),
     )
     live_slots_dir: Path | None = Field(
@@ -272,6 +318,27 @@ class Settings(BaseSettings):
             "(least recently used evicted first)"
         ),
     )
+
+    _api_key_table: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _read_api_keys(self) -> Settings:
+        """PENCIL_API_KEYS and PENCIL_API_KEYS_FILE, checked now: a bad entry stops the start."""
+        text = self.api_keys.get_secret_value() if self.api_keys is not None else ""
+        if self.api_keys_file is not None:
+            try:
+                lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"PENCIL_API_KEYS_FILE {self.api_keys_file} cannot be read: {exc}") from None
+            entries = [line.split("#", 1)[0].strip() for line in lines]
+            text = ",".join(filter(None, [text, *entries]))
+        self._api_key_table = parse_api_keys(text)
+        return self
+
+    @property
+    def api_key_table(self) -> dict[str, str]:
+        """The API keys by name; empty when /sketch and /live are open."""
+        return self._api_key_table
 
     @model_validator(mode="after")
     def _default_pixel_budget(self) -> Settings:

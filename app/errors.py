@@ -36,22 +36,91 @@ from jobs.store import DATABASE_ERRORS
 
 log = logging.getLogger("pencil.errors")
 
+
+def too_large_detail(body_bytes: int | None, max_upload_bytes: int, variable: str = "PENCIL_MAX_UPLOAD_BYTES") -> str:
+    """The one wording of a 413 for an oversize body, with or without its length;
+    `variable` names the setting of the limit."""
+    size = f"the request body is {body_bytes:,} bytes" if body_bytes is not None else "the request body is too large"
+    return f"{size}; uploads are limited to {max_upload_bytes:,} bytes ({variable})"
+
+
+# No example in the schema itself: each error response gets one example per code it may
+# answer (ERROR_EXAMPLES, added to the document by app/openapi.py), so that no status shows
+# another status's sample.
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["error", "detail"],
     "properties": {
-        "error": {"type": "string", "description": "stable machine-readable code", "example": "unsupported_format"},
-        "detail": {
-            "type": "string",
-            "description": "what went wrong, for a person",
-            "example": "only JPEG, PNG and WebP images are accepted",
-        },
-        "field": {
-            "type": "string",
-            "description": "the parameter at fault, as the request spells it (some 422s)",
-            "example": "method",
-        },
+        "error": {"type": "string", "description": "stable machine-readable code"},
+        "detail": {"type": "string", "description": "what went wrong, for a person"},
+        "field": {"type": "string", "description": "the parameter at fault, as the request spells it (some 422s)"},
     },
+}
+
+# code -> (status, an example detail as the server words it): the OpenAPI's example of each
+# code. A response whose description names codes gets theirs; one naming none gets its
+# status's first code here.
+ERROR_EXAMPLES: dict[str, tuple[int, str]] = {
+    "bad_request": (400, "the multipart form could not be parsed: missing boundary"),
+    "missing_image": (400, "the form has no field named 'image' (fields sent: mode, tone)"),
+    "empty_file": (400, "the file is empty"),
+    "corrupt_image": (400, "the image is corrupt or truncated: broken data stream when reading image file"),
+    "image_too_small": (400, "the image is 8x12 px; both sides must be at least 16 px"),
+    "duplicate_field": (400, "the form has 2 fields named 'image'; send one image a request"),
+    "cors_refused": (
+        400,
+        "Disallowed CORS origin: this server lets the pages of PENCIL_CORS_ORIGINS call it, with GET, POST, DELETE",
+    ),
+    "bad_idempotency_key": (400, "Idempotency-Key must be 1 to 200 characters"),
+    "bad_page_token": (400, "page_token is not a next_page_token of this list"),
+    "malformed_npy": (400, "the file 'a' is not a .npy array: bad magic string"),
+    "unauthorized": (401, "no API key; this server needs one: send 'Authorization: Bearer <key>'"),
+    "not_found": (404, "Not Found"),
+    "job_not_found": (404, "no job 3f2a9c0e5b7d41e6a8c2f0d4b6e8a1c3"),
+    "corpus_not_found": (404, "no corpus 9b1e4d7a2c5f48e3b0a6d9c2e5f8a1b4"),
+    "file_not_found": (404, "the job has no result file 'u.npy'"),
+    "method_not_allowed": (405, "Method Not Allowed"),
+    "upload_timeout": (408, "no part of the request body came for 30 s (PENCIL_UPLOAD_TIMEOUT_S)"),
+    "idempotency_conflict": (409, "this Idempotency-Key was sent before with another request"),
+    "job_not_finished": (409, "the job is running: its result comes once it has succeeded"),
+    "corpus_in_use": (409, "a queued or running search job uses this corpus"),
+    "too_large": (413, too_large_detail(31_457_280, 26_214_400)),
+    "too_many_pixels": (
+        413,
+        "the image is 10000x8000 px, 80,000,000 pixels; the limit is 50,000,000 (PENCIL_MAX_PIXELS)",
+    ),
+    "unsupported_media_type": (
+        415,
+        "send the photo as multipart/form-data with a field named 'image' (curl -F image=@photo.jpg), or as the "
+        "raw body with an image/* Content-Type",
+    ),
+    "unsupported_format": (415, "only JPEG, PNG and WebP images are accepted"),
+    "invalid_parameter": (422, "stroke_width must be between 0 and 5, got '9'"),
+    "too_large_for_format": (
+        422,
+        "a WebP drawing is at most 16383 px a side, this one would be 20000: pick another format or max_side",
+    ),
+    "use_params_field": (422, "options go as JSON in the form field 'params', not as separate fields"),
+    "rate_limited": (429, "more than 2 requests a second from this client; retry after the wait"),
+    "headers_too_large": (431, "the request line and headers are over 65,536 bytes (PENCIL_MAX_HEADER_BYTES)"),
+    "client_closed_request": (499, "the client closed the connection during its upload"),
+    "internal_error": (500, "the server failed to handle this request; it has been logged"),
+    "overloaded": (503, "16 renders are waiting, the limit (PENCIL_MAX_QUEUE); retry shortly"),
+    "gpu_out_of_memory": (
+        503,
+        "the GPU ran out of memory for this render; retry shortly, or send a smaller image (or max_side)",
+    ),
+    "shutting_down": (503, "the server is shutting down; retry on another replica or in a moment"),
+    "admin_disabled": (
+        503,
+        "batch jobs are disabled: set PENCIL_ADMIN_TOKEN (environment or .env) to a secret and restart",
+    ),
+    "storage_unavailable": (503, "could not write jobs/3f2a.../input: permission denied; retry later"),
+    "database_unavailable": (503, "the job database cannot be used now (database is locked); retry later"),
+    "insufficient_storage": (
+        507,
+        "could not write the upload: no space left on device; retry once an operator has freed space",
+    ),
 }
 
 
@@ -74,13 +143,6 @@ def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, A
 
 
 INVALID_PARAMETER = "invalid_parameter: a parameter out of range or of the wrong type (detail names it)"
-
-
-def too_large_detail(body_bytes: int | None, max_upload_bytes: int, variable: str = "PENCIL_MAX_UPLOAD_BYTES") -> str:
-    """The one wording of a 413 for an oversize body, with or without its length;
-    `variable` names the setting of the limit."""
-    size = f"the request body is {body_bytes:,} bytes" if body_bytes is not None else "the request body is too large"
-    return f"{size}; uploads are limited to {max_upload_bytes:,} bytes ({variable})"
 
 
 def error_response(

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketState
 
+from app.access import LIVE_SUBPROTOCOL, client_of
 from app.errors import ApiError
 from app.live_slots import LiveSlots
 from app.origins import origin_allowed
@@ -211,20 +212,33 @@ async def live(websocket: WebSocket) -> None:
     origin = websocket.headers.get("origin")
     if not origin_allowed(origin, websocket.headers.get("host"), state.live_origins):
         log.warning(
-            "refused a /live session from the web page at %s (not in PENCIL_LIVE_ORIGINS)", (origin or "")[:200]
+            "refused a /live session from the web page at %s (not in PENCIL_LIVE_ORIGINS or PENCIL_CORS_ORIGINS)",
+            (origin or "")[:200],
         )
         state.metrics.rejected.labels("origin_not_allowed").inc()
         await websocket.close()  # before accepting: the handshake is answered 403
         return
-    await websocket.accept()
+    # A browser that offered subprotocols (an API key as pencil-key.<key>, app/access.py) opens
+    # only when one is selected.
+    offered = websocket.scope.get("subprotocols", ())
+    await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
     try:
         options = Options.parse(dict(websocket.query_params))
     except ApiError as exc:
         await websocket.send_text(json.dumps({"type": "error", "error": exc.code, "detail": exc.detail}))
         await websocket.close(CLOSE_BAD_OPTIONS, exc.detail[:120])  # a close reason holds at most 123 bytes
         return
+    share_limit = state.settings.live_sessions_per_client
+    share = slots.acquire_share(client_of(websocket.scope), share_limit) if share_limit else None
+    if share_limit and share is None:
+        state.metrics.rejected.labels("live_share_used").inc()
+        reason = f"this client has {share_limit} live sessions open, its share; retry later"
+        await websocket.close(CLOSE_TOO_MANY_SESSIONS, reason)
+        return
     slot = slots.acquire()
     if slot is None:
+        if share is not None:
+            slots.release(share)
         state.metrics.rejected.labels("too_many_live_sessions").inc()
         await websocket.close(CLOSE_TOO_MANY_SESSIONS, f"{slots.count} live sessions are open, the limit; retry later")
         return
@@ -255,6 +269,8 @@ async def live(websocket: WebSocket) -> None:
         for task in tasks:
             task.cancel()
         slots.release(slot)
+        if share is not None:
+            slots.release(share)
         log.info("live session closed: %d frames received, %d dropped", session.received, session.dropped)
         if websocket.client_state == WebSocketState.CONNECTED:
             await _close_quietly(websocket, CLOSE_GOING_AWAY if state.render_queue.closed else 1000)

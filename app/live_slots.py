@@ -1,9 +1,11 @@
 """How many /live sessions may be open on this host: slot files in a directory shared by the
-server processes, each session holding an exclusive lock on one."""
+server processes, each session holding an exclusive lock on one; and, the same way, how many
+one client may hold (its share), so that one client cannot take every slot."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 
@@ -20,8 +22,19 @@ class LiveSlots:
 
     def acquire(self) -> int | None:
         """A held slot (a file descriptor to give to `release`), or None when all are taken."""
-        for index in range(self.count):
-            fd = os.open(self.directory / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
+        return self._lock_one("slot", self.count)
+
+    def acquire_share(self, client: str, share: int) -> int | None:
+        """One of the `share` places of `client` (any string naming it), held like a slot;
+        None when the client holds them all. Its files are named by a digest of the name
+        and, like the slots', stay until the directory goes (at exit): a few empty files for
+        each client that ever used /live."""
+        digest = hashlib.sha256(client.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return self._lock_one(f"client-{digest}", share)
+
+    def _lock_one(self, prefix: str, count: int) -> int | None:
+        for index in range(count):
+            fd = os.open(self.directory / f"{prefix}-{index}", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -34,6 +34,7 @@ REQUEST_ID_HEADER = "X-Request-ID"
 # A client's id is kept when it is 1 to 128 of these characters (UUIDs, hex, base64, trace ids);
 # anything else is replaced by a fresh uuid4 hex.
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@+/=-]{1,128}")
+_API_KEY_IN_QUERY = re.compile(r"([?&]api_key=)[^&\s\"']*")
 _HANDLER_NAME = "pencil"  # marks the handler configure_logging installed, so a second call replaces it
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 _STANDARD_ATTRS = frozenset(RESERVED_ATTRS) | {"taskName", "request_id", "color_message"}
@@ -67,6 +68,18 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "request_id", None) is None:
             record.request_id = correlation_id.get()
+        return True
+
+
+class RedactKeysFilter(logging.Filter):
+    """Blanks the value of an `api_key` query parameter in a record's message: uvicorn logs
+    each WebSocket handshake's path with its query string, where /live may carry an API key
+    (app/access.py). Keys reach no other log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "api_key=" in message:
+            record.msg, record.args = _API_KEY_IN_QUERY.sub(r"\1[redacted]", message), None
         return True
 
 
@@ -124,6 +137,7 @@ def configure_logging(level: str = "info", log_format: str = "auto", stream: IO[
     handler = logging.StreamHandler(stream)
     handler.set_name(_HANDLER_NAME)
     handler.addFilter(RequestIdFilter())
+    handler.addFilter(RedactKeysFilter())
     handler.setFormatter(TextFormatter() if resolve_format(log_format, stream) == "text" else json_formatter())
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:

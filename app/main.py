@@ -27,7 +27,9 @@ from starlette.middleware.body_limit import RequestBodyLimitResponder
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import corpora, live, sketch
+from app.access import AccessGuard
 from app.config import Settings, get_settings
+from app.docs_pages import DocsPolicy
 from app.errors import error_response, install_error_handlers, too_large_detail
 from app.jobs import api as jobs_api
 from app.jobs.cs256 import CS256_JOB
@@ -39,7 +41,7 @@ from app.live_slots import LiveSlots
 from app.logs import AccessLogMiddleware, add_request_id_middleware, configure_logging, request_context
 from app.metrics import Metrics, MetricsMiddleware
 from app.openapi import document_limits
-from app.origins import allowed_origins
+from app.origins import Cors, allowed_origins
 from app.render_queue import RenderQueue
 from app.uploads import UploadGuard
 from gpu import pencil
@@ -215,7 +217,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Photos to pencil drawings (Lu, Xu & Jia 2012) on NVIDIA GPUs or the CPU.",
         description=(
             'Errors are JSON `{"error": code, "detail": sentence}` (and `field` for a parameter) with status '
-            "400, 401, 404, 405, 408, 409, 413, 415, 422, 431, 499, 500, 503 or 507 (see POST /sketch and the "
+            "400, 401, 404, 405, 408, 409, 413, 415, 422, 429, 431, 499, 500, 503 or 507 (see POST /sketch and the "
             "jobs' pages for the codes)."
         ),
         openapi_tags=OPENAPI_TAGS,
@@ -237,7 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         large_render_pixels=settings.large_render_pixels,
     )
     app.state.live_slots = LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
-    app.state.live_origins = allowed_origins(settings.live_origins)
+    app.state.live_origins = allowed_origins(settings.live_origins) | allowed_origins(settings.cors_origins)
     metrics.watch_live(app.state.live_slots)
     install_error_handlers(app)
     sketch.install(app)
@@ -249,11 +251,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     app.add_middleware(QuietStartupFailure)
+    app.add_middleware(DocsPolicy)  # /docs and /redoc fetch nothing from another host
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
+    app.add_middleware(AccessGuard, settings=settings, metrics=metrics)  # keys (401), rate limits (429)
     app.add_middleware(UploadGuard, settings=settings, metrics=metrics)  # 408s; early answers drained
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(AccessLogMiddleware, backend=backend.name)
+    if settings.cors_origins.strip():  # outside the guards: preflights answered, their errors readable
+        app.add_middleware(Cors, setting=settings.cors_origins)
     add_request_id_middleware(app)  # outermost: the 413s above and every log line get the id
     return app
 

@@ -90,9 +90,22 @@ OPENAPI = {
         "400": _error_response(
             (
                 "no `image` field, empty, corrupt or truncated file, image smaller than 16 px, malformed form, "
-                "two `image` fields or an option given twice in the form or the query string"
+                "two `image` fields or an option given twice in the form or the query string, or (OPTIONS) a CORS "
+                "preflight from a page not in PENCIL_CORS_ORIGINS"
             ),
-            ("missing_image", "empty_file", "corrupt_image", "image_too_small", "bad_request", "duplicate_field"),
+            (
+                "missing_image",
+                "empty_file",
+                "corrupt_image",
+                "image_too_small",
+                "bad_request",
+                "duplicate_field",
+                "cors_refused",
+            ),
+        ),
+        "401": _error_response(
+            "API keys are on (PENCIL_API_KEYS) and the request has no known key: send 'Authorization: Bearer <key>'",
+            ("unauthorized",),
         ),
         "408": _error_response(
             (
@@ -118,6 +131,10 @@ OPENAPI = {
                 "large for the chosen format (WebP: 16383 px a side, JPEG: 65500)"
             ),
             ("invalid_parameter", "too_large_for_format"),
+        ),
+        "429": _error_response(
+            "this client (its API key, else its address) is over PENCIL_RATE_LIMIT; see the Retry-After header",
+            ("rate_limited",),
         ),
         "500": _error_response("a bug: the server logged it and keeps serving", ("internal_error",)),
         "503": _error_response(

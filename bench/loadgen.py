@@ -95,13 +95,17 @@ def multipart(image: bytes, filename: str, fields: dict[str, str]) -> tuple[str,
     return f"multipart/form-data; boundary={boundary}", b"".join(parts)
 
 
-def build_request(url: str, image: bytes, filename: str, fields: dict[str, str]) -> bytes:
-    """The whole POST request, head and body, as sent on every exchange."""
+def build_request(
+    url: str, image: bytes, filename: str, fields: dict[str, str], headers: dict[str, str] | None = None
+) -> bytes:
+    """The whole POST request, head and body, as sent on every exchange; `headers` are
+    added to the head (e.g. an API key's Authorization)."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     content_type, body = multipart(image, filename, fields)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
-        f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n{extra}"
         f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nAccept: */*\r\n\r\n"
     )
     return head.encode() + body
@@ -419,14 +423,16 @@ def run(
     poisson: bool = True,
     timeout: float = 60.0,
     started: Callable[[], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> LoadResult:
     """Drive `url` with `processes` spawned client processes and `connections` connections in
     all, closed loop or, with `rate` (requests a second), open loop; times in s. `started` is
-    called in this process when the clock starts (the warm-up begins)."""
+    called in this process when the clock starts (the warm-up begins); `headers` go in every
+    request's head."""
     if connections < processes:
         raise ValueError(f"{connections} connections cannot be spread over {processes} processes")
     target = urlsplit(url)
-    request = build_request(url, image, filename, fields or {})
+    request = build_request(url, image, filename, fields or {}, headers)
     plans = [
         _Plan(
             host=target.hostname or "127.0.0.1",

@@ -622,6 +622,8 @@
         els.fileHint.textContent = `or drop it here · JPEG, PNG or WebP, up to ${formatBytes(maxBytes)}`;
       }
       els.backend.textContent = parts.join(" · ");
+      window.pencil.health = h; // live.js picks the Live view's defaults for the backend
+      document.dispatchEvent(new CustomEvent("pencil:health", { detail: h }));
       if (applyDefaults(h.defaults)) {
         syncOutputs();
         schedule(0);

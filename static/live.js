@@ -9,7 +9,15 @@
   const MAX_IN_FLIGHT = 2;            // frames sent and not yet answered; the server keeps only the newest anyway
   const MIN_SEND_INTERVAL_MS = 1000 / 30; // never faster than a 30 fps camera
   const FRAME_QUALITY = 0.8;          // JPEG quality of the frames sent
-  const RATE_WINDOW_MS = 2000;        // the frame rate counts the drawings of the last 2 s
+  // The frame rate counts the drawings of the last RATE_WINDOW_FRAMES intervals, over at least
+  // RATE_WINDOW_MS (steady at 30 fps) and at most RATE_WINDOW_MAX_MS (a CPU backend may take
+  // longer than 2 s a frame: a 2 s window read 0.0 fps while drawings came).
+  const RATE_WINDOW_MS = 2000;
+  const RATE_WINDOW_MAX_MS = 10000;
+  const RATE_WINDOW_FRAMES = 4;
+  // On the CPU backend a 1024 px `lu` drawing lags the camera by seconds: the Live view picks
+  // these in the fields left at their defaults, and gives them back on leaving it.
+  const CPU_LIVE_DEFAULTS = { texture: "fast", max_side: "640" };
   const STATS_EVERY_MS = 500;
   const OPTIONS_DEBOUNCE_MS = 150;
   const STALL_MS = 15000;             // no answer for this long with frames in flight: count them lost
@@ -32,6 +40,7 @@
     rtt: $("live-rtt"),
     frames: $("live-frames"),
     dropped: $("live-dropped"),
+    cpuHint: $("live-cpu-hint"),
   };
 
   // The running session, or null. Every callback of a session checks that it is still the
@@ -138,7 +147,75 @@
 
   pencil.form.addEventListener("input", optionsChanged);
   pencil.form.addEventListener("change", optionsChanged);
-  pencil.form.addEventListener("reset", () => setTimeout(optionsChanged, 0)); // the fields reset after the event
+  pencil.form.addEventListener("reset", () => {
+    picked.clear();
+    chosen.clear();
+    setTimeout(() => { // the fields reset after the event
+      pickLiveDefaults();
+      optionsChanged();
+    }, 0);
+  });
+
+  /* ---------- the Live view's defaults on the CPU backend ---------- */
+
+  const picked = new Map(); // field name -> the value this file put there, given back on leaving
+  const chosen = new Set(); // fields the user has changed (since the last Reset): never picked for
+
+  function fieldState(name) {
+    const field = pencil.form.elements[name];
+    if (!field) return null;
+    if (field.tagName === "SELECT") {
+      const options = Array.from(field.options);
+      const initial = options.find((o) => o.defaultSelected) || options[0];
+      return { value: field.value, initial: initial.value, set: (v) => { field.value = v; } };
+    }
+    const radios = Array.from(field);
+    return {
+      value: (radios.find((r) => r.checked) || { value: null }).value,
+      initial: (radios.find((r) => r.defaultChecked) || { value: null }).value,
+      set: (v) => { for (const r of radios) r.checked = r.value === v; },
+    };
+  }
+
+  function liveViewShown() {
+    return document.body.dataset.view === "live";
+  }
+
+  // In the Live view on the CPU backend: CPU_LIVE_DEFAULTS in the fields still at their
+  // defaults that the user never changed. No input event: the Sketch view's
+  // photo is not drawn again for it.
+  function pickLiveDefaults() {
+    const cpu = Boolean(pencil.health && pencil.health.backend === "cpu");
+    els.cpuHint.hidden = !cpu;
+    if (!cpu || !liveViewShown()) return;
+    for (const [name, value] of Object.entries(CPU_LIVE_DEFAULTS)) {
+      const field = fieldState(name);
+      if (!field || chosen.has(name) || field.value !== field.initial || field.value === value) continue;
+      field.set(value);
+      picked.set(name, value);
+    }
+  }
+
+  // Leaving the Live view: the fields this file set, and the user left so, get their defaults back.
+  function givePicksBack() {
+    for (const [name, value] of picked) {
+      const field = fieldState(name);
+      if (field && field.value === value) field.set(field.initial);
+    }
+    picked.clear();
+  }
+
+  // A field the user changes is theirs: it keeps its value on leaving, and is not picked again.
+  pencil.form.addEventListener("change", (e) => {
+    picked.delete(e.target.name);
+    chosen.add(e.target.name);
+  });
+  document.addEventListener("pencil:health", pickLiveDefaults);
+  document.addEventListener("pencil:view", (e) => {
+    if (e.detail.view === "live") pickLiveDefaults();
+    else givePicksBack();
+  });
+  pickLiveDefaults(); // the page may open on #live with /healthz already read
 
   /* ---------- starting and stopping ---------- */
 
@@ -171,9 +248,8 @@
       lastAnswer: 0,
       encoding: false,
       meta: null,         // the "frame" message whose image comes next
-      drawnAt: [],        // arrival times of the drawings of the last RATE_WINDOW_MS
+      drawnAt: [],        // arrival times of the drawings of the last RATE_WINDOW_MAX_MS, and one before
       drawn: 0,
-      firstDrawnAt: 0,
       latencyMs: NaN,
       rttMs: NaN,
       frameError: false,  // the error shown is about a frame: the next drawing clears it
@@ -382,7 +458,6 @@
     if (Number.isFinite(meta.latency_ms)) s.latencyMs = meta.latency_ms;
     answered(s, meta.frame);
     s.sentAt.delete(meta.frame);
-    if (!s.drawn) s.firstDrawnAt = now;
     s.drawn += 1;
     s.drawnAt.push(now);
     showDrawing(blob, meta);
@@ -435,21 +510,36 @@
 
   /* ---------- statistics ---------- */
 
-  // Every STATS_EVERY_MS: the frame rate over the last RATE_WINDOW_MS (it falls to 0 when the
-  // drawings stop), and frames presumed lost when nothing has come back for STALL_MS.
+  // Drawings a second at `now`, from their arrival times `times` (ascending; one older than
+  // RATE_WINDOW_MAX_MS kept): the intervals since the drawing RATE_WINDOW_FRAMES back, the time
+  // since the last one included (so the rate falls when drawings stop), over a window kept
+  // between RATE_WINDOW_MS and RATE_WINDOW_MAX_MS. NaN before two drawings.
+  function frameRate(times, now) {
+    if (times.length < 2) return times.length && now - times[0] > RATE_WINDOW_MAX_MS ? 0 : NaN;
+    const back = Math.max(0, times.length - 1 - RATE_WINDOW_FRAMES);
+    const from = Math.min(Math.max(times[back], now - RATE_WINDOW_MAX_MS), now - RATE_WINDOW_MS);
+    if (from <= times[0]) return (times.length - 1) / ((now - times[0]) / 1000); // the session's start
+    if (from === times[back]) return (times.length - 1 - back) / ((now - from) / 1000);
+    return times.filter((t) => t > from).length / ((now - from) / 1000);
+  }
+
+  // Every STATS_EVERY_MS: the frame rate (frameRate), and frames presumed lost when nothing has
+  // come back for STALL_MS.
   function tick(s) {
     if (s !== session) return;
     const now = performance.now();
-    while (s.drawnAt.length && s.drawnAt[0] < now - RATE_WINDOW_MS) s.drawnAt.shift();
+    while (s.drawnAt.length > 1 && s.drawnAt[1] < now - RATE_WINDOW_MAX_MS) s.drawnAt.shift();
     if (s.drawn) {
-      const span = Math.min(RATE_WINDOW_MS, now - s.firstDrawnAt) / 1000;
-      els.fps.textContent = span > 0.25 ? `${(s.drawnAt.length / span).toFixed(1)} fps` : "–";
+      const rate = frameRate(s.drawnAt, now);
+      els.fps.textContent = Number.isFinite(rate) ? `${rate.toFixed(1)} fps` : "–";
     }
     if (s.ready && s.sent > s.done && now - s.lastAnswer > STALL_MS) {
       answered(s, s.sent);
       pump(s);
     }
   }
+
+  pencil.frameRate = frameRate; // for the browser tests
 
   /* ---------- snapshot ---------- */
 

@@ -4,6 +4,7 @@ their bounds; get_settings caches one instance."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,55 @@ def test_pixel_budget_defaults_to_the_largest_photo_beside_a_small_one(monkeypat
     assert Settings().max_concurrent_pixels == 24_000_000
     monkeypatch.setenv("PENCIL_MAX_CONCURRENT_PIXELS", "30000000")
     assert Settings().max_concurrent_pixels == 30_000_000
+
+
+def test_api_keys_from_the_variable_and_the_file(monkeypatch, tmp_path):
+    alice, bob, carol = "a" * 20, "b" * 20, "c" * 20
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"# the CI's keys\nbob:{bob}\n\ncarol:{carol}  # since 2026\n")
+    monkeypatch.setenv("PENCIL_API_KEYS", f"alice:{alice}")
+    monkeypatch.setenv("PENCIL_API_KEYS_FILE", str(keys_file))
+    assert Settings().api_key_table == {"alice": alice, "bob": bob, "carol": carol}
+    assert alice not in repr(Settings())  # a secret, like the admin token
+
+
+def test_no_api_keys_by_default():
+    settings = Settings()
+    assert settings.api_key_table == {}
+    assert settings.cors_origins == "" and settings.metrics_token is None
+    assert settings.rate_limit == 0 and settings.live_sessions_per_client == 0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("PENCIL_API_KEYS", "alice:short", "16 to 256"),
+        ("PENCIL_API_KEYS", "alice", "entry 1"),
+        ("PENCIL_API_KEYS_FILE", "/nonexistent/keys", "cannot be read"),
+        ("PENCIL_CORS_ORIGINS", "app.example.com", "PENCIL_CORS_ORIGINS"),
+        ("PENCIL_RATE_LIMIT", "-1", "PENCIL_RATE_LIMIT"),
+    ],
+)
+def test_bad_access_settings_stop_the_start(monkeypatch, variable, value, words):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert words in str(refused.value) or variable.removeprefix("PENCIL_").lower() in str(refused.value)
+
+
+# Set by `pencil-gpu serve` for the processes it starts, not by operators.
+INTERNAL_SETTINGS = {"process_index", "live_slots_dir"}
+
+
+def test_every_setting_is_documented_with_its_default():
+    """README's settings tables, or docs/jobs.md and docs/live.md, which the README points to
+    for the batch jobs and /live: a row (or item) naming the variable, with its default."""
+    repo = Path(__file__).resolve().parents[2]
+    text = "\n".join(path.read_text() for path in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))])
+    undocumented = [
+        f"PENCIL_{name.upper()}"
+        for name in Settings.model_fields
+        if name not in INTERNAL_SETTINGS
+        and not re.search(rf"(\| `PENCIL_{name.upper()}` \||`PENCIL_{name.upper()}` \(default)", text)
+    ]
+    assert not undocumented, f"settings the docs do not list: {undocumented}"

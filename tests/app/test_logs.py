@@ -251,3 +251,17 @@ def test_a_store_made_before_request_ids_gains_the_column(tmp_path):
     assert store.get(job.id).request_id == "new-id"
     store.close()
     JobStore(tmp_path).close()  # opening it again adds nothing twice
+
+
+def test_an_api_key_in_a_logged_query_string_is_redacted(capture):
+    """uvicorn logs each WebSocket handshake's path with its query (where /live may carry a key)."""
+    captured = capture("text")
+    key = "k" * 24
+    logging.getLogger("uvicorn.error").info(
+        '%s - "WebSocket %s" [accepted]', "127.0.0.1:5555", f"/live?texture=fast&api_key={key}&mode=color"
+    )
+    logging.getLogger("uvicorn.error").info('%s - "WebSocket %s" 401', "127.0.0.1:5555", f"/live?api_key={key}")
+    text = captured.text()
+    assert "WebSocket /live?texture=fast&api_key=[redacted]&mode=color" in text
+    assert "/live?api_key=[redacted]" in text
+    assert key not in text

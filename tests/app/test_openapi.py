@@ -4,6 +4,7 @@ only (so they work with no internet)."""
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urlsplit
 
@@ -152,3 +153,88 @@ def test_the_limits_the_server_enforces_are_in_the_document(make_client):
     assert search["oneOf"] == [{"required": ["corpus_id"]}, {"required": ["text"]}, {"required": ["text_base64"]}]
     form = paths["/jobs/svd"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert form["additionalProperties"] is False and form["maxProperties"] == 2 == len(form["properties"])
+
+
+def _error_responses(spec: dict):
+    """(path, method, status, response) of every error response in our error shape."""
+    for path, method, operation in operations(spec):
+        for status, response in operation.get("responses", {}).items():
+            media = response.get("content", {}).get("application/json", {})
+            if int(status) >= 400 and {"error", "detail"} <= set(media.get("schema", {}).get("properties", {})):
+                yield path, method, int(status), response
+
+
+def test_each_error_response_has_one_example_per_code_of_its_own_status(spec):
+    from app.errors import ERROR_EXAMPLES
+
+    seen = 0
+    for path, method, status, response in _error_responses(spec):
+        examples = response["content"]["application/json"].get("examples")
+        assert examples, f"{method} {path} {status} has no example"
+        for code, example in examples.items():
+            assert example["value"]["error"] == code, (path, status, example)
+            assert ERROR_EXAMPLES[code][0] == status, (
+                f"{method} {path} {status} shows {code}, a {ERROR_EXAMPLES[code][0]}"
+            )
+            assert example["value"]["detail"] == ERROR_EXAMPLES[code][1]
+        seen += 1
+    assert seen > 50
+    assert "example" not in json.dumps(
+        spec["paths"]["/sketch"]["post"]["responses"]["401"]["content"]["application/json"]["schema"]
+    )
+
+
+def test_the_sketch_errors_show_each_of_their_codes(spec):
+    responses = spec["paths"]["/sketch"]["post"]["responses"]
+    for status, codes in {
+        "400": {
+            "missing_image",
+            "empty_file",
+            "corrupt_image",
+            "image_too_small",
+            "bad_request",
+            "duplicate_field",
+            "cors_refused",
+        },
+        "401": {"unauthorized"},
+        "413": {"too_large", "too_many_pixels"},
+        "429": {"rate_limited"},
+        "503": {"overloaded", "shutting_down", "gpu_out_of_memory"},
+    }.items():
+        examples = responses[status]["content"]["application/json"]["examples"]
+        assert set(examples) == codes, status
+    missing = responses["400"]["content"]["application/json"]["examples"]["missing_image"]["value"]["detail"]
+    assert "image" in missing and "JPEG" not in missing  # not another code's sample (issue 39)
+
+
+def test_the_examples_word_the_codes_as_the_server_does(client):
+    """The examples of codes a test can provoke here read like the server's own answers."""
+    from pencil_testkit import photo_bytes, sketch_files
+
+    from app.errors import ERROR_EXAMPLES
+
+    answered = {
+        "missing_image": client.post("/sketch", data={"mode": "gray", "tone": "auto"}, files={"x": ("a", b"1")}),
+        "unsupported_media_type": client.post("/sketch", content=b"x", headers={"Content-Type": "text/plain"}),
+        "unsupported_format": client.post("/sketch", files=sketch_files(b"GIF89a" + b"\0" * 64, "a.gif", "image/gif")),
+        "invalid_parameter": client.post(
+            "/sketch", files=sketch_files(photo_bytes(width=32)), data={"stroke_width": "9"}
+        ),
+    }
+    for code, response in answered.items():
+        assert response.json()["error"] == code, response.text
+        words = set(re.findall(r"[a-z']{4,}", ERROR_EXAMPLES[code][1].lower()))
+        said = set(re.findall(r"[a-z']{4,}", response.json()["detail"].lower()))
+        assert len(words & said) >= min(3, len(words)), (code, ERROR_EXAMPLES[code][1], response.json()["detail"])
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_pages_forbid_every_other_host(client, page):
+    """ReDoc's bundle fetches its logo from cdn.redoc.ly; the page's policy refuses it, and
+    anything else from another host (the browser test sees the request stopped)."""
+    policy = client.get(page).headers["content-security-policy"]
+    directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+    assert directives["default-src"] == "'self'"
+    for name in ("script-src", "style-src", "img-src", "font-src", "connect-src"):
+        assert not re.search(r"https?:|\*", directives[name]), (name, directives[name])
+    assert "content-security-policy" not in client.get("/healthz").headers  # the API's answers are left alone

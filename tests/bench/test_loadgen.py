@@ -77,3 +77,19 @@ def test_multipart_body_carries_the_image_and_fields():
     assert body.startswith(b"--" + boundary) and body.endswith(b"--" + boundary + b"--\r\n")
     assert b'name="texture"\r\n\r\nfast\r\n' in body
     assert b'filename="photo.png"\r\nContent-Type: image/png\r\n\r\nPIXELS\r\n' in body
+
+
+def test_extra_headers_go_in_every_request_head():
+    request = loadgen.build_request(
+        "http://127.0.0.1:8000/sketch?texture=fast",
+        b"photo",
+        "p.jpg",
+        {"format": "jpeg"},
+        {"Authorization": "Bearer k"},
+    )
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /sketch?texture=fast HTTP/1.1"
+    assert b"Authorization: Bearer k" in lines and b"Host: 127.0.0.1:8000" in lines
+    assert b"photo" in body and b"Authorization" not in body
+    assert b"Authorization" not in loadgen.build_request("http://h/sketch", b"photo", "p.jpg", {})

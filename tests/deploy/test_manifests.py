@@ -319,3 +319,37 @@ def test_every_setting_is_one_the_app_reads():
     for where, names in used.items():
         unknown = {n for n in names if n.startswith("PENCIL_")} - known
         assert not unknown, f"{where}: settings the app does not read: {sorted(unknown)}"
+
+
+# ------------------------------------------------------------------ CPU-only hosts ---
+
+CPU_OVERRIDE = ROOT / "docker-compose.cpu.yml"
+
+
+class Reset:
+    """Compose's `!reset` tag: the merged file drops the base file's value."""
+
+
+def _compose_loader() -> type:
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!reset", lambda loader, node: Reset())
+    return Loader
+
+
+def test_the_cpu_override_drops_the_gpu_reservation_and_picks_the_cpu():
+    """`docker compose -f docker-compose.yml -f docker-compose.cpu.yml up` on a host without
+    the NVIDIA toolkit: the `pencil` service without `deploy:` (its GPU reservation), on the CPU
+    backend; nothing else changed."""
+    override = yaml.load(CPU_OVERRIDE.read_text(), Loader=_compose_loader())
+    assert set(override) == {"services"} and set(override["services"]) == {"pencil"}
+    pencil = override["services"]["pencil"]
+    assert isinstance(pencil["deploy"], Reset)
+    assert compose()["services"]["pencil"]["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    assert pencil["environment"]["PENCIL_BACKEND"] == "cpu"
+    config = pytest.importorskip("app.config", reason="app.config (pydantic-settings) is needed for the settings")
+    known = {f"PENCIL_{name.upper()}" for name in config.Settings.model_fields}
+    assert set(pencil["environment"]) <= known
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose -f docker-compose.yml -f docker-compose.cpu.yml up" in readme
