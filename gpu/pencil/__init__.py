@@ -1,7 +1,8 @@
 """The pencil-drawing pipeline (Lu, Xu & Jia 2012): parameters, texture, backends.
 
 Front door: `render` (pixels in, pixels out), `draw_bytes` (an uploaded file in, an
-encoded drawing out, on the cheapest codec path: gpu/pencil/draw.py) and `warm_up`.
+encoded drawing out, on the cheapest codec path: gpu/pencil/draw.py), `frames_on` (a
+clip's frames on one GPU lease, for gpu/video) and `warm_up`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpu.pencil.params import PencilParams
+from gpu.pencil.params import LineKernelTooLarge, PencilParams
 
 if TYPE_CHECKING:  # draw.py imports the codecs, which import gpu.pencil.params: no cycle at run time
     from gpu.pencil.draw import Drawing
+    from gpu.pencil.frames import DeviceFrames
+    from gpu.pool import Lease
 
-__all__ = ["draw_bytes", "render", "warm_up"]
+__all__ = ["LineKernelTooLarge", "draw_bytes", "frames_on", "render", "warm_up"]
 
 log = logging.getLogger("pencil")
 
@@ -50,6 +53,15 @@ def render(image: np.ndarray, params: PencilParams, backend: str = "cpu", pool=N
     from gpu.pencil import reference
 
     return reference.render(image, params)
+
+
+def frames_on(lease: Lease, params: PencilParams, replay: bool = True) -> DeviceFrames:
+    """A clip's frames drawn on `lease`: upload (with the luma histogram) and draw (with an
+    optional tone LUT), through CUDA graphs where `replay` and the params allow; see
+    gpu/pencil/frames.py."""
+    from gpu.pencil.frames import DeviceFrames
+
+    return DeviceFrames(lease, params, replay)
 
 
 def draw_bytes(

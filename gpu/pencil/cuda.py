@@ -36,6 +36,7 @@ from gpu.pencil.params import (
     HATCH_BIAS,
     HATCH_BIAS_FLOOR,
     LU_LAMBDA,
+    LineKernelTooLarge,
     PencilParams,
 )
 from gpu.pencil.texture import pencil_texture
@@ -393,10 +394,6 @@ def _line_pass(pass_number: int, plan: LinePlan, source: cupy.ndarray, height: i
         np.float32(1.0 + reference.LABEL_MARGIN),
     )
     _k(name)(grid, (32, LINE_WARPS), args, shared_mem=plan.shared_bytes(tiled))
-
-
-class LineKernelTooLarge(RuntimeError):
-    """The line kernels (huge line length and width) do not fit the GPU line passes."""
 
 
 def classify(magnitude_padded: cupy.ndarray, plan: LinePlan, height: int, width: int, with_label: bool = True):

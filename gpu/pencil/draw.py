@@ -24,7 +24,7 @@ from PIL import Image
 from gpu.codec.decode import decode_pixels
 from gpu.codec.encode import encode_image
 from gpu.pencil import reference
-from gpu.pencil.params import PencilParams, fitted_size
+from gpu.pencil.params import LineKernelTooLarge, PencilParams, fitted_size
 
 log = logging.getLogger("pencil.draw")
 
@@ -126,7 +126,7 @@ def _draw_cuda(data: bytes, photo: Image.Image, params: PencilParams, fmt: str, 
 
     try:
         result, (height, width), decoded_on = pool.run(on_lease)
-    except cuda.LineKernelTooLarge as exc:
+    except LineKernelTooLarge as exc:
         log.warning("%s; rendering on the CPU", exc)
         return _draw_cpu(pixels if pixels is not None else host_pixels(data, photo, params), params, fmt, quality)
     if isinstance(result, bytes):

@@ -50,6 +50,11 @@ MIN_SIDE = 16  # px: smaller images carry too little structure to draw
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
+class LineKernelTooLarge(RuntimeError):
+    """The line kernels (huge line length and width) do not fit the GPU line passes: the
+    drawing is made on the CPU instead."""
+
+
 @dataclass(frozen=True)
 class Option:
     """One user-facing option: its name, type, default, bounds and a help sentence."""

@@ -334,10 +334,9 @@ def default_granularity(variant: str, algorithm: str, pattern_length: int, fused
     chunks grow with the pattern (4 m: at most 25 % extra reads); Boyer-Moore jumps to its
     first window without reading the overlap, so a small chunk keeps more threads busy
     (it grows with long patterns only so that a block's text outweighs the pattern and
-    tables it stages). The fused scan works by warps, whatever the chunk: its count kernel
-    took the same time from 112 to 240 bytes per thread on an H100, and 176 made the
-    fewest blocks for the prefix sums and the write pass without costing occupancy the
-    count kernel needed (BENCHMARKS.md). The naive variant uses the report's ~1000 bytes.
+    tables it stages). The fused scan works by warps, whatever the chunk: 176 makes the
+    fewest blocks for its prefix sums and write pass without costing its count kernel
+    occupancy (BENCHMARKS.md, "Search"). The naive variant uses the report's ~1000 bytes.
     """
     if variant == "naive":
         return max(1024, 2 * pattern_length)

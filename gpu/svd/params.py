@@ -38,8 +38,8 @@ GOLUB_REINSCH_CPU_MAX_SIDE = 512
 # 227 KiB on an H100 or H200
 GOLUB_REINSCH_GPU_MAX_SIDE = 14_527
 # `auto` on a GPU runs ours where bench/svd.py measured it faster than cuSOLVER
-# (BENCHMARKS.md, "SVD"): with vectors from min(m, n) = 512, values only for float32 from
-# 1024 columns (float64 values only: never).
+# (BENCHMARKS.md, "SVD `auto`"): with vectors from min(m, n) = 512, values only for float32
+# from 1024 columns (float64 values only: never).
 AUTO_GOLUB_REINSCH_MIN_SIDE = 512  # with vectors
 AUTO_VALUES_ONLY_MIN_SIDE = 1024  # float32, values only
 MATRIX_FILE = "matrix.npy"

@@ -2,14 +2,11 @@
 frame where it is drawn and counts its luma histogram (the steady tone's input), `draw`
 draws it with an optional explicit tone LUT.
 
-On a GPU lease (gpu.pencil.cuda), `stage` uploads the RGB frame on a stream of its own
-through the lease's pinned staging and counts the histogram on the device (the pipeline's
-own luma_histogram kernel: OpenCV's Y of YCrCb, the CPU's values), and `draw` runs
-render_device on the lease's streams and downloads the drawing; the two may run on two
-threads at once. The drawing is captured as a CUDA graph at the clip's first frame and
-replayed for the others (gpu.pencil.replay: one host call a frame instead of ~25, for
-texture "fast"; "lu" is drawn directly). On the CPU, `stage` counts the histogram with
-OpenCV and `draw` is gpu.pencil.reference.render.
+On a GPU lease both go through the pencil pipeline's frames (gpu.pencil.frames_on: the
+upload and the histogram on the device, the drawing through a CUDA graph replayed frame
+after frame); the two may run on two threads at once. On the CPU, `stage` counts the
+histogram with OpenCV and `draw` is gpu.pencil.reference.render. A frame whose line
+kernels do not fit the GPU is drawn on the CPU, and so is the rest of the clip.
 
 On a GPU the histogram is counted on the device because on the host it costs about a
 millisecond a frame and does not scale over threads (BENCHMARKS.md, "Figures behind
@@ -25,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu import pencil
 from gpu.pencil import reference
 from gpu.pencil.params import PencilParams
 from gpu.pool import Lease
@@ -56,77 +54,27 @@ class Drawer:
 
     def __init__(self, params: PencilParams, lease: Lease | None = None):
         self.params, self.lease = params, lease
-        self.on_cpu = lease is None  # also once the line kernels prove too large for the GPU passes
-        self.upload_stream: Any = None  # a cupy Stream on a GPU
-        self.replays: dict[tuple[tuple[int, ...], bool], Any] = {}  # (shape, explicit tone) -> ReplayedRender or None
-        if lease is not None:
-            import cupy
-
-            with cupy.cuda.Device(lease.device):
-                self.upload_stream = cupy.cuda.Stream(non_blocking=True)
+        self.on_cpu = lease is None
+        self.frames = None if lease is None else pencil.frames_on(lease, params, REPLAY)
 
     def stage(self, image: np.ndarray, histogram: bool) -> Staged:
         """The frame uploaded (on a GPU), with its luma histogram when `histogram`."""
-        if self.on_cpu:
+        if self.frames is None or self.on_cpu:
             return Staged(image, None, luma_histogram(image) if histogram else None)
-        import cupy
-
-        from gpu.pencil import cuda
-
-        lease = self.lease
-        assert lease is not None, "a drawer off the CPU has a lease"
-        with cupy.cuda.Device(lease.device), self.upload_stream as stream:
-            on_device = cuda.upload(lease, image, "in", stream)
-            counts = cuda.luma_and_histogram(on_device).histogram.get(stream=stream) if histogram else None
-            stream.synchronize()  # the pinned staging is free for the next frame, the upload done
-        return Staged(image, on_device, None if counts is None else counts.astype(np.int64))
+        on_device, counts = self.frames.upload(image, histogram)
+        return Staged(image, on_device, counts)
 
     def draw(self, staged: Staged) -> np.ndarray:
         """The drawing of a staged frame, with its tone_lut."""
         tone_lut = staged.tone_lut
-        if self.on_cpu or staged.on_device is None:
+        if self.frames is None or self.on_cpu or staged.on_device is None:
             return reference.render(staged.image, self.params, tone_lut)
-        from gpu.pencil import cuda
-
         try:
-            out = self._render(staged.on_device, tone_lut)
-        except cuda.LineKernelTooLarge as exc:
+            return self.frames.draw(staged.on_device, tone_lut)
+        except pencil.LineKernelTooLarge as exc:
             log.warning("%s; drawing this clip on the CPU", exc)
             self.on_cpu = True
             return reference.render(staged.image, self.params, tone_lut)
-        return cuda.download(self.lease, out)
-
-    def _render(self, image: Any, tone_lut: np.ndarray | None) -> Any:
-        """cuda.render_device of a device frame, through a CUDA graph captured at the first
-        frame of its shape (gpu.pencil.replay) where REPLAY and the params allow, else
-        directly; the drawing is ready in the order of the lease's stream."""
-        from gpu.pencil import cuda
-
-        key = (image.shape, tone_lut is not None)
-        if key not in self.replays:
-            self.replays[key] = self._capture(image.shape, tone_lut is not None)
-        replay = self.replays[key]
-        if replay is None:
-            return cuda.render_device(self.lease, image, self.params, tone_lut=tone_lut)
-        return replay(image, tone_lut)
-
-    def _capture(self, shape: tuple[int, ...], explicit_tone: bool) -> Any:
-        """A ReplayedRender for frames of `shape`, or None (not replayable, or the capture
-        failed: logged, and the clip is drawn directly)."""
-        import cupy
-
-        from gpu.pencil import cuda
-        from gpu.pencil.replay import ReplayedRender
-
-        if not REPLAY or not ReplayedRender.supports(self.params):
-            return None
-        try:
-            return ReplayedRender(self.lease, shape, self.params, explicit_tone)
-        except (cuda.LineKernelTooLarge, cupy.cuda.memory.OutOfMemoryError):
-            raise  # the CPU fallback, and the pool's free-and-retry
-        except Exception as exc:  # a driver or CuPy that cannot capture this drawing
-            log.warning("the drawing could not be captured as a CUDA graph (%s); drawing each frame directly", exc)
-            return None
 
     def __call__(self, image: np.ndarray, tone_lut: np.ndarray | None = None) -> np.ndarray:
         """One frame staged and drawn at once, with `tone_lut` (None: its own tone)."""

@@ -88,7 +88,7 @@ def test_a_drawer_replaying_its_graph_draws_what_it_draws_directly(pool, monkeyp
             if explicit_tone:
                 staged.tone_lut = steady.lut(staged.histogram)
             out.append(drawer.draw(staged))
-        assert (next(iter(drawer.replays.values())) is not None) == replay
+        assert (next(iter(drawer.frames.replays.values())) is not None) == replay
         return out
 
     replayed = pool.run(lambda lease: drawings(lease, True))
@@ -112,7 +112,7 @@ def test_a_drawer_replaying_its_graph_draws_what_it_draws_directly(pool, monkeyp
             if explicit_tone:
                 staged.tone_lut = SteadyTone("auto", 30.0).lut(staged.histogram)
             out.append(drawer.draw(staged))
-        assert list(drawer.replays.values()) == [None]
+        assert list(drawer.frames.replays.values()) == [None]
         return out
 
     with caplog.at_level("WARNING", logger="pencil.video"):
