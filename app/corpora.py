@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.errors import ERROR_SCHEMA, INVALID_PARAMETER, ApiError, error_responses
-from app.jobs.api import idempotency_key, require_admin
+from app.jobs.admin import idempotency_key, require_admin
 from gpu import search
 from jobs.corpora import MAX_NAME, Corpus, CorpusConflict, CorpusStore, CorpusTooLarge, EmptyCorpus, corpora_dir
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from pencil_testkit import admin_client, assert_api_error, wait_for_job
 
-from app.jobs.api import JobList, JobStatus
+from app.jobs.schemas import JobList, JobStatus
 from jobs.store import STATUSES
 
 TOKEN = "openapi-test-token"
