@@ -19,7 +19,7 @@ from gpu.search import reference as ref
 from jobs.runner import JobRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "search"))
-from search_cases import cases, english
+from search_cases import CASE_NAMES, cases, english
 
 TOKEN = "search-test-token"
 ALGORITHMS = ("auto", "rabin_karp", "kmp", "boyer_moore")
@@ -102,21 +102,7 @@ def check_result(
 # ------------------------------------------------------------------ CPU backend --
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "english",
-        "random_bytes",
-        "dna",
-        "runs",
-        "boundaries",
-        "long_pattern",
-        "longer_than_text",
-        "equal_to_text",
-        "utf8",
-        "nul_bytes",
-    ],
-)
+@pytest.mark.parametrize("name", CASE_NAMES)
 def test_search_jobs_find_what_brute_force_finds(make_client, rng, name):
     client = admin(make_client)
     text, patterns, granularity = cases(rng, size=20_000)[name]
