@@ -11,8 +11,6 @@ an optional `x`. What it takes and gives is gpu/cs256/params.py's CS256_SPEC.
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import Request
 
 from app.config import Settings
@@ -24,13 +22,11 @@ from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
-    received = await receive(request, CS256_SPEC)
     limit = settings.max_cs256_elements
-    if received.body is not None:
-        job = cs256.Cs256Job.from_request(received.body, limit)
-    else:
-        assert received.files is not None
-        job = await asyncio.to_thread(cs256.Cs256Job.from_upload, received.options, received.files, limit)
+    job = await (await receive(request, CS256_SPEC)).job(
+        lambda body: cs256.Cs256Job.from_request(body, limit),
+        lambda options, files: cs256.Cs256Job.from_upload(options, files, limit),
+    )
     return Submission.of(job)
 
 

@@ -15,19 +15,20 @@ before 0.2).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import Request
-from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 
 from app.errors import ApiError
 from app.forms import read_form
 from gpu.spec import JobSpec, from_json, json_schema
 
-Model = TypeVar("Model", bound=BaseModel)
+T = TypeVar("T")
 PARAMS_FIELD = "params"
 
 
@@ -124,6 +125,14 @@ class Received:
     body: Any = None
     options: Any = None
     files: dict[str, bytes] | None = None
+
+    async def job(self, from_body: Callable[[Any], T] | None, from_form: Callable[[Any, dict[str, bytes]], T]) -> T:
+        """The kind's job: `from_body(body)` (None for a kind without JSON requests), or
+        `from_form(options, files)` on a worker thread (it reads and checks the files)."""
+        if self.files is None:
+            assert from_body is not None, "receive reads a JSON body only for a kind that takes one"
+            return from_body(self.body)
+        return await asyncio.to_thread(from_form, self.options, self.files)
 
 
 async def receive(request: Request, spec: JobSpec) -> Received:

@@ -6,8 +6,6 @@ decomposition itself is gpu.svd's front door.
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import Request
 
 from app.config import Settings
@@ -19,13 +17,11 @@ from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
-    received = await receive(request, SVD_SPEC)
     limit = settings.max_matrix_elements
-    if received.body is not None:
-        job = svd.SvdJob.from_request(received.body, limit)
-    else:
-        assert received.files is not None
-        job = await asyncio.to_thread(svd.SvdJob.from_upload, received.options, received.files["matrix"], limit)
+    job = await (await receive(request, SVD_SPEC)).job(
+        lambda body: svd.SvdJob.from_request(body, limit),
+        lambda options, files: svd.SvdJob.from_upload(options, files, limit),
+    )
     job.check_backend(request.app.state.backend.name)
     return Submission.of(job)
 

@@ -11,7 +11,7 @@ has frames over PENCIL_MAX_PIXELS is a 4xx now, never a failed job later.
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 from fastapi import Request
 
@@ -24,11 +24,10 @@ from jobs.kinds import JobKind, Submission
 
 
 async def parse(request: Request, settings: Settings) -> Submission:
-    received = await receive(request, VIDEO_SPEC)
-    assert received.files is not None
-    params = video.VideoParams.from_options(received.options)
-    job = await asyncio.to_thread(video.VideoJob.uploaded, params, received.files["video"], settings.max_pixels)
-    return Submission.of(job)
+    def from_form(options: Any, files: dict[str, bytes]) -> video.VideoJob:
+        return video.VideoJob.uploaded(video.VideoParams.from_options(options), files["video"], settings.max_pixels)
+
+    return Submission.of(await (await receive(request, VIDEO_SPEC)).job(None, from_form))
 
 
 VIDEO = JobRoute(JobKind(VIDEO_SPEC.name, video.VideoJob, video.run), VIDEO_SPEC, parse)

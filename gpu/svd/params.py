@@ -282,8 +282,9 @@ class SvdJob:
         return cls(SvdParams(**options), spec=request.spec)
 
     @classmethod
-    def from_upload(cls, params: SvdParams, data: bytes, max_elements: int) -> SvdJob:
-        """The job of an uploaded .npy matrix (its header checked before the data is read)."""
+    def from_upload(cls, params: SvdParams, files: Mapping[str, bytes], max_elements: int) -> SvdJob:
+        """The job of an uploaded .npy matrix, files["matrix"] (its header checked before the
+        data is read)."""
 
         def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
             if len(shape) != 2:
@@ -292,7 +293,7 @@ class SvdJob:
             if dtype.kind != "f" or dtype.itemsize not in (4, 8):
                 raise ParamError("matrix", f"the matrix is {dtype}; send float32 or float64", "unsupported_dtype")
 
-        return cls(params, matrix=load_npy(data, "matrix", check))
+        return cls(params, matrix=load_npy(files["matrix"], "matrix", check))
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any], files: Mapping[str, Path]) -> SvdJob:
