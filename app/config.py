@@ -224,6 +224,16 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="Bearer token of the /jobs endpoints; unset, they answer 503"
     )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description=(
+            "key of the HMAC-SHA256 signature of job webhooks (Pencil-Signature); unset, a submission "
+            "with ?webhook= answers 422"
+        ),
+    )
+    max_event_streams: int = Field(
+        256, ge=1, le=100_000, description="GET /jobs/{id}/events streams open at once per server process"
+    )
     job_streams: int = Field(
         2, ge=1, le=64, description="jobs running at once, each on one GPU lease at batch priority"
     )

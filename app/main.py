@@ -51,6 +51,7 @@ from gpu.pool import DevicePool, parse_devices
 from jobs.runner import JobRunner
 from jobs.storage import StartupError, prepare_directory, probe_directory
 from jobs.store import DATABASE_ERRORS, JobStore
+from jobs.webhooks import WebhookSender
 
 log = logging.getLogger("pencil")
 
@@ -192,6 +193,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.job_retention_days * 86400,
                 job_memory,
                 request_context,
+                WebhookSender(store, settings.webhook_secret.get_secret_value()) if settings.webhook_secret else None,
             )
             runner.start()
         log.info(
@@ -238,6 +240,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         backend.name,
         large_render_pixels=settings.large_render_pixels,
     )
+    app.state.event_streams = asyncio.Semaphore(settings.max_event_streams)  # GET /jobs/{id}/events
     app.state.live_slots = LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
     app.state.live_origins = allowed_origins(settings.live_origins) | allowed_origins(settings.cors_origins)
     metrics.watch_live(app.state.live_slots)

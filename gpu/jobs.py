@@ -12,7 +12,11 @@ gpu/cs256): each is `run(job, lease=None, progress=None) -> JobResult`.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -20,6 +24,7 @@ import numpy as np
 from PIL import Image
 
 Progress = Callable[[float], None]
+TICK_S = 0.5  # how often steady_progress reports
 FileWriter = Callable[[BinaryIO], None]  # writes one result file's content to an open binary file
 
 
@@ -55,3 +60,31 @@ def npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
     return buffer.getvalue()
+
+
+@contextmanager
+def steady_progress(progress: Progress, start: float, end: float, expected_s: float) -> Iterator[None]:
+    """While the block runs one long call that reports nothing (LAPACK, say), move the
+    progress from `start` toward `end` as time passes: start + (end - start) (1 - e^(-t /
+    expected_s)), reported every TICK_S from a thread of its own. It never reaches `end`:
+    a call slower than expected creeps on rather than claiming to be done. A progress
+    callback that raises (a cancel) stops the ticking; the caller's next checkpoint after
+    the call raises it again."""
+    stopped = threading.Event()
+
+    def tick() -> None:
+        began = time.monotonic()
+        while not stopped.wait(TICK_S):
+            share = 1.0 - math.exp(-(time.monotonic() - began) / max(expected_s, 1e-3))
+            try:
+                progress(start + (end - start) * share)
+            except Exception:  # a cancel, or the store: the job's own checkpoints see it
+                return
+
+    ticker = threading.Thread(target=tick, name="steady-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        ticker.join()

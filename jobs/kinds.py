@@ -36,10 +36,13 @@ class Submission:
     def of(cls, job: StoredJob) -> Submission:
         return cls(job.to_json(), job.input_files())
 
-    def digest(self, kind: str) -> str:
-        """Identifies the request for Idempotency-Key: the kind, the parameters and the
-        content of every input (not the multipart framing, which differs per retry)."""
+    def digest(self, kind: str, webhook: str | None = None) -> str:
+        """Identifies the request for Idempotency-Key: the kind, the parameters, the
+        content of every input (not the multipart framing, which differs per retry) and
+        the webhook it asks for."""
         h = hashlib.sha256(kind.encode())
+        if webhook is not None:
+            h.update(b"webhook:" + webhook.encode())
         h.update(json.dumps(self.params, sort_keys=True).encode())
         for name in sorted(self.inputs):
             h.update(name.encode())

@@ -62,6 +62,22 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE TABLE health (id INTEGER PRIMARY KEY, checked DOUBLE PRECISION NOT NULL);
         """,
     ),
+    (
+        2,
+        "webhooks",
+        """
+        CREATE TABLE webhooks (
+            job_id TEXT PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+            url TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            due DOUBLE PRECISION NOT NULL,
+            delivered DOUBLE PRECISION,
+            gave_up DOUBLE PRECISION,
+            error TEXT
+        );
+        CREATE INDEX webhooks_due ON webhooks (due) WHERE delivered IS NULL AND gave_up IS NULL;
+        """,
+    ),
 )
 
 

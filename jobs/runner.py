@@ -44,6 +44,7 @@ from jobs.kinds import JobCanceled, JobKind
 from jobs.leader import RunnerLock
 from jobs.storage import StorageError, remove_tree_quietly, write_atomically
 from jobs.store import DATABASE_ERRORS, Claim, Job, JobStore
+from jobs.webhooks import WebhookSender
 
 log = logging.getLogger("pencil.jobs")
 
@@ -87,12 +88,14 @@ class JobRunner:
         retention_s: float,
         job_memory_fraction: float | None = None,
         log_context: LogContext = no_log_context,
+        webhooks: WebhookSender | None = None,
     ):
         """`job_memory_fraction`: the share of each card the pool may hold once this process
         runs the jobs (None: leave the pool's cap as it is). `log_context(request_id)`: the
         context a job runs in, so that its log lines carry the id of the request that
-        submitted it."""
-        self.log_context = log_context
+        submitted it. `webhooks`: the sender of finished jobs' webhooks, started with the
+        workers in the process that runs the jobs."""
+        self.log_context, self.webhooks = log_context, webhooks
         self.store, self.kinds, self.backend, self.pool, self.metrics = store, kinds, backend, pool, metrics
         self.retention_s = retention_s
         self.job_memory_fraction = job_memory_fraction
@@ -144,6 +147,8 @@ class JobRunner:
         self._heartbeat.start()
         for thread in self._threads:
             thread.start()
+        if self.webhooks is not None:
+            self.webhooks.start()
 
     def _load_kernels(self) -> None:
         """Every kind's CUDA kernels loaded on each device before a job asks for them: the
@@ -200,6 +205,8 @@ class JobRunner:
         self._stopping.set()
         with self._wake:
             self._wake.notify_all()
+        if self.webhooks is not None:
+            self.webhooks.stop()
         deadline = time.monotonic() + wait_s
         for thread in [*self._threads, *([self._standby] if self._standby else []), self._heartbeat]:
             if thread.is_alive() and thread.ident is not None:

@@ -47,6 +47,16 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created, id);
 CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY, checked REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS webhooks (
+    job_id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    due REAL NOT NULL,
+    delivered REAL,
+    gave_up REAL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS webhooks_due ON webhooks (due) WHERE delivered IS NULL AND gave_up IS NULL;
 """
 # Columns added since the first version (rows kept): name -> declaration.
 _ADDED_COLUMNS = {

@@ -53,6 +53,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -251,6 +252,15 @@ class JobStore:
             self._last_error = (time.monotonic(), str(exc).strip() or type(exc).__name__)
             raise
 
+    def session(self, write: bool = False) -> AbstractContextManager[Session]:
+        """A session of the store's database, for the job system's other tables (webhooks)."""
+        return self._session(write)
+
+    @property
+    def dialect(self) -> Database:
+        """The database's SQL differences (NOW, SKIP_LOCKED) and its error types."""
+        return self._db
+
     def recent_error(self, within_s: float) -> str | None:
         """The last database error of any use of the store (requests, runner, metrics) if it
         happened within the last `within_s` seconds, else None."""
@@ -356,13 +366,15 @@ class JobStore:
         idempotency_key: str | None = None,
         request_digest: str | None = None,
         request_id: str | None = None,
+        webhook: str | None = None,
     ) -> tuple[Job, bool]:
         """Store a queued job with its input files (its folder first, then the row, so a
         job in the table always has its inputs). Returns (job, created); with an
         Idempotency-Key seen before for the same request digest, the earlier job and
         False; for another digest, raises IdempotencyConflict. `request_id`: the submitting
-        request's X-Request-ID, which the runner logs the job with. StorageError when the
-        folder cannot be written (nothing is left of it)."""
+        request's X-Request-ID, which the runner logs the job with. `webhook`: a URL to
+        POST the finished job to (jobs/webhooks.py), stored in the same transaction.
+        StorageError when the folder cannot be written (nothing is left of it)."""
         if idempotency_key is not None:
             earlier = self._by_key(idempotency_key)
             if earlier is not None:
@@ -389,12 +401,14 @@ class JobStore:
         try:
             with self._session(write=True) as db:
                 db.run(_INSERT, _row(job))
+                if webhook is not None:
+                    db.run("INSERT INTO webhooks (job_id, url, due) VALUES (?, ?, ?)", (job.id, webhook, job.created))
         except self._db.integrity_errors:
             restored = self.get(job.id)  # another process starting up restored it from its folder
             if restored is not None:
                 return restored, True
             remove_tree_quietly(self.jobs_dir / job.id)  # the same key raced us in: answer as for a retry
-            return self.create(kind, params, inputs, idempotency_key, request_digest, request_id)
+            return self.create(kind, params, inputs, idempotency_key, request_digest, request_id, webhook)
         except BaseException:
             remove_tree_quietly(self.jobs_dir / job.id)
             raise
@@ -764,3 +778,27 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(item) for item in value]
     return value
+
+
+def job_body(job: Job) -> dict[str, Any]:
+    """A job as the API shows it (GET /jobs/{id}, the events and the webhooks send it):
+    times as ISO 8601 UTC, the URL of its result once it has succeeded."""
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "status": job.status,
+        "params": job.params,
+        "created": _iso(job.created),
+        "started": _iso(job.started),
+        "finished": _iso(job.finished),
+        "progress": job.progress,
+        "cancel_requested": job.cancel_requested,
+        "error": job.error,
+        "attempt": job.attempt,
+        "replica": job.replica,
+        "result_url": f"/jobs/{job.id}/result" if job.status == "succeeded" else None,
+    }
+
+
+def _iso(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds") if t is not None else None

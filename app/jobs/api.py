@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.errors import ApiError, error_responses
-from app.jobs import results
+from app.jobs import events, results
 from app.jobs.admin import idempotency_key, require_admin
 from app.jobs.route import JobRoute
 from app.jobs.schemas import (
@@ -36,6 +36,7 @@ from app.jobs.schemas import (
 )
 from app.logs import current_request_id
 from jobs.store import STATUSES, IdempotencyConflict
+from jobs.webhooks import check_url, delivery_state
 
 
 def install(app: FastAPI, routes: dict[str, JobRoute]) -> None:
@@ -52,6 +53,7 @@ def install(app: FastAPI, routes: dict[str, JobRoute]) -> None:
         )(submit_endpoint(route))
 
     results.install(router, routes)
+    events.install(router)
 
     @router.post("/{kind}", summary="Unknown job kinds answer 404", include_in_schema=False)
     async def unknown_kind(kind: str) -> None:
@@ -93,7 +95,9 @@ def install(app: FastAPI, routes: dict[str, JobRoute]) -> None:
         responses=job_responses({200: "the job (with Retry-After until it has finished)"}),
     )
     async def get_job(request: Request, job_id: str) -> JSONResponse:
-        return job_response(await found(request, job_id))
+        job = await found(request, job_id)
+        webhook = await asyncio.to_thread(delivery_state, request.app.state.jobs, job_id)
+        return job_response(job, extra={"webhook": webhook} if webhook is not None else None)
 
     @router.delete(
         "/{job_id}",
@@ -124,11 +128,19 @@ def submit_endpoint(route: JobRoute) -> Callable[[Request], Awaitable[JSONRespon
     async def submit(request: Request) -> JSONResponse:
         state = request.app.state
         key = idempotency_key(request)
+        webhook = webhook_url(request)
         submission = await route.parse(request, state.settings)
         try:
-            digest = submission.digest(route.name) if key else None
+            digest = submission.digest(route.name, webhook) if key else None
             job, created = await asyncio.to_thread(
-                state.jobs.create, route.name, submission.params, submission.inputs, key, digest, current_request_id()
+                state.jobs.create,
+                route.name,
+                submission.params,
+                submission.inputs,
+                key,
+                digest,
+                current_request_id(),
+                webhook,
             )
         except IdempotencyConflict as exc:
             raise ApiError(
@@ -141,3 +153,22 @@ def submit_endpoint(route: JobRoute) -> Callable[[Request], Awaitable[JSONRespon
         return job_response(job, 202 if created else 200, {"Location": f"/jobs/{job.id}"})
 
     return submit
+
+
+def webhook_url(request: Request) -> str | None:
+    """The submission's `webhook` query parameter (jobs/webhooks.py), checked: 422 when it
+    is no http(s) URL or the server has no PENCIL_WEBHOOK_SECRET to sign with."""
+    url = request.query_params.get("webhook")
+    if url is None:
+        return None
+    reason = check_url(url)
+    if reason is not None:
+        raise ApiError(422, "invalid_parameter", f"webhook: must be {reason}")
+    if request.app.state.settings.webhook_secret is None:
+        raise ApiError(
+            422,
+            "invalid_parameter",
+            "webhook: this server signs no webhooks (PENCIL_WEBHOOK_SECRET is not set); poll the job or "
+            "follow GET /jobs/{id}/events instead",
+        )
+    return url

@@ -5,7 +5,7 @@ schema of a result."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import Request
@@ -15,11 +15,17 @@ from pydantic import BaseModel, Field
 from app.errors import INVALID_PARAMETER, ApiError, error_responses
 from app.jobs.route import JobRoute
 from gpu.spec import json_schema
-from jobs.store import STATUSES, Job
+from jobs.store import STATUSES, Job, job_body
 
 
-def _iso(t: float | None) -> str | None:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds") if t is not None else None
+class WebhookState(BaseModel):
+    """The delivery of a job's webhook (jobs/webhooks.py)."""
+
+    url: str
+    attempts: int = Field(description="POSTs made so far")
+    delivered: bool = Field(description="the receiver answered 2xx")
+    gave_up: bool = Field(description="no 2xx after the last retry")
+    error: str | None = Field(description="what the last failed attempt met")
 
 
 class JobStatus(BaseModel):
@@ -42,6 +48,9 @@ class JobStatus(BaseModel):
     result_url: str | None = Field(
         description="GET it for the result once the job has succeeded", examples=["/jobs/0f3e2d1c/result"]
     )
+    webhook: WebhookState | None = Field(
+        None, description="GET /jobs/{id} only, for a job submitted with ?webhook=: its delivery"
+    )
 
 
 class JobList(BaseModel):
@@ -49,24 +58,6 @@ class JobList(BaseModel):
 
     jobs: list[JobStatus] = Field(description="newest first")
     next_page_token: str | None = Field(description="the page_token of the next page; null on the last page")
-
-
-def job_body(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "kind": job.kind,
-        "status": job.status,
-        "params": job.params,
-        "created": _iso(job.created),
-        "started": _iso(job.started),
-        "finished": _iso(job.finished),
-        "progress": job.progress,
-        "cancel_requested": job.cancel_requested,
-        "error": job.error,
-        "attempt": job.attempt,
-        "replica": job.replica,
-        "result_url": f"/jobs/{job.id}/result" if job.status == "succeeded" else None,
-    }
 
 
 ERRORS = error_responses(
@@ -130,12 +121,14 @@ def result_schema(routes: dict[str, JobRoute]) -> dict[str, Any]:
 RETRY_AFTER_S = "2"
 
 
-def job_response(job: Job, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The job's status body, with Retry-After until it has finished."""
+def job_response(
+    job: Job, status: int = 200, headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None
+) -> JSONResponse:
+    """The job's status body (and `extra` keys), with Retry-After until it has finished."""
     headers = dict(headers or {})
     if not job.is_finished:
         headers["Retry-After"] = RETRY_AFTER_S
-    return JSONResponse(job_body(job), status_code=status, headers=headers)
+    return JSONResponse({**job_body(job), **(extra or {})}, status_code=status, headers=headers)
 
 
 async def found(request: Request, job_id: str) -> Job:

@@ -9,14 +9,15 @@ ratios and the time of each phase.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 from gpu.errors import ParamError
-from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file
+from gpu.jobs import JobResult, Progress, backend_name, no_progress, npy_file, steady_progress
 from gpu.pool import Lease
 from gpu.svd.params import GPU_METHODS, METHODS, MatrixSpec, SvdJob, SvdParams, auto_gpu_method
 
-__all__ = ["METHODS", "MatrixSpec", "SvdJob", "SvdParams", "auto_gpu_method", "run"]
+__all__ = ["METHODS", "MatrixSpec", "SvdJob", "SvdParams", "auto_gpu_method", "cpu_seconds", "run"]
 
 VALUES_IN_JSON = 1024  # singular values listed in the JSON result; all of them are in s.npy
 
@@ -42,7 +43,8 @@ def run(job: SvdJob, lease: Lease | None = None, progress: Progress = no_progres
         times["load"] = (time.perf_counter() - start) * 1000
         progress(0.05)
         start = time.perf_counter()
-        u, s, vt = reference.svd(a, params, timings=times)
+        with steady_progress(progress, 0.05, 0.9, cpu_seconds(a.shape, params.compute_uv)):
+            u, s, vt = reference.svd(a, params, timings=times)
         times["svd"] = (time.perf_counter() - start) * 1000
         k = min(a.shape)
         accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :]) if params.compute_uv else None
@@ -94,3 +96,26 @@ def _run_on_gpu(job: SvdJob, params: SvdParams, lease: Lease, times: dict[str, f
             accuracy = reference.accuracy(a, u[:, :k], s, vt[:k, :], xp=cupy)
         host = tuple(None if x is None else x.get() for x in factors)
     return a.shape, a.dtype, host, accuracy
+
+
+def cpu_seconds(shape: tuple[int, int], compute_uv: bool) -> float:
+    """How long LAPACK should take for a matrix of `shape` on this machine: its flop count
+    (Golub & Van Loan's: 4 m n^2 + 8 n^3 with the thin vectors, 4 m n^2 - 4/3 n^3 for the
+    values, m >= n) over the rate of a small SVD timed once per process. An estimate for
+    the progress of a call that reports none, not a promise."""
+    return _flops(shape, compute_uv) / _lapack_flops_per_s()
+
+
+@functools.cache
+def _lapack_flops_per_s() -> float:
+    import numpy as np
+
+    probe = np.random.default_rng(0).standard_normal((384, 384))
+    began = time.perf_counter()
+    np.linalg.svd(probe, full_matrices=False)
+    return _flops((384, 384), True) / max(time.perf_counter() - began, 1e-6)
+
+
+def _flops(shape: tuple[int, int], compute_uv: bool) -> float:
+    m, n = max(shape), min(shape)
+    return 4.0 * m * n * n + (8.0 * n**3 if compute_uv else -4.0 / 3.0 * n**3)

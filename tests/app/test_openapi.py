@@ -93,7 +93,7 @@ def test_job_bodies_match_the_schemas(make_client):
     client = admin_client(make_client, TOKEN)
     submitted = client.post("/jobs/svd", json=SMALL_SVD)
     assert submitted.status_code == 202, submitted.text
-    fields = set(JobStatus.model_fields)
+    fields = set(JobStatus.model_fields) - {"webhook"}  # only for a job submitted with one
     assert set(submitted.json()) == fields
     JobStatus.model_validate(submitted.json())
     finished = wait_for_job(client, submitted.json()["id"])

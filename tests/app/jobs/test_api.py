@@ -25,12 +25,7 @@ from pencil_testkit import (
     wait_for_job,
 )
 
-import app.main
-from app.jobs.route import JobRoute
-from gpu.jobs import JobResult
-from gpu.spec import JobSpec, Result
 from gpu.svd.params import make_matrix
-from jobs.kinds import JobKind, Submission
 from jobs.runner import JobRunner
 
 TOKEN = "test-admin-token-0123"
@@ -445,38 +440,6 @@ def test_listing_is_newest_first_pages_and_filters(make_client, no_runner):
 # ------------------------------------------------------------------- cancel --
 
 
-@pytest.fixture
-def slow_kind(monkeypatch):
-    """A job kind "slow" (added to the app's kinds) that reports progress every 10 ms until
-    the returned Event is set (at most 30 s); its result is {"steps": n}."""
-    release = threading.Event()
-
-    async def parse(request, settings):
-        return Submission({"note": "slow"})
-
-    class SlowJob:
-        @classmethod
-        def from_json(cls, stored, files):
-            return cls()
-
-    def run(job, lease, progress):
-        steps = 3000
-        for i in range(steps):
-            progress(i / steps)
-            if release.wait(0.01):
-                return JobResult({"steps": i})
-        raise RuntimeError("the test never released the slow job")
-
-    class SlowResult(Result):
-        steps: int
-
-    spec = JobSpec("slow", "a test job", body=None, options=None, files=(), result=SlowResult, example={})
-    route = JobRoute(JobKind("slow", SlowJob, run), spec, parse)
-    monkeypatch.setattr(app.main, "JOB_ROUTES", {**app.main.JOB_ROUTES, "slow": route})
-    yield release
-    release.set()
-
-
 def test_cancel_of_queued_and_running_jobs(make_client, slow_kind):
     client = admin(make_client, job_streams=1)
     running = submit(client, "/jobs/slow")
@@ -614,3 +577,19 @@ def test_result_files_carry_their_media_type(make_client, tmp_path):
     response = client.get(f"/jobs/{job_id}/files/picture.png")
     assert response.status_code == 200 and response.headers["content-type"] == "image/png"
     assert response.headers["content-disposition"].startswith("inline")
+
+
+def test_the_svd_auto_text_names_the_thresholds_the_code_uses(make_client):
+    """The OpenAPI's words on `auto` come from the constants auto_gpu_method reads."""
+    from gpu.svd.params import AUTO_GOLUB_REINSCH_MIN_SIDE, AUTO_VALUES_ONLY_MIN_SIDE, auto_gpu_method
+
+    document = make_client().get("/openapi.json").json()
+    body = document["paths"]["/jobs/svd"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    text = body["properties"]["method"]["description"]
+    assert f"min(m, n) = {AUTO_GOLUB_REINSCH_MIN_SIDE}" in text and f"from {AUTO_VALUES_ONLY_MIN_SIDE}" in text
+    assert "4096" not in text
+    side = AUTO_GOLUB_REINSCH_MIN_SIDE
+    assert auto_gpu_method(side, side, "float32") == "golub_reinsch" != auto_gpu_method(side - 1, side, "float32")
+    values = AUTO_VALUES_ONLY_MIN_SIDE
+    assert auto_gpu_method(values, values, "float32", compute_uv=False) == "golub_reinsch"
+    assert auto_gpu_method(values - 1, values, "float32", compute_uv=False) == "cusolver"

@@ -4,6 +4,7 @@ decomposed, its files and summary checked against NumPy's LAPACK."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -110,3 +111,22 @@ def test_progress_that_raises_stops_the_job(rng):
 
     with pytest.raises(Stop):
         svd.run(svd.SvdJob(svd.SvdParams(), matrix=rng.standard_normal((5, 4))), progress=cancel)
+
+
+def test_a_long_lapack_call_reports_steady_progress(monkeypatch, rng):
+    """One LAPACK call reports nothing of itself: the front door moves the progress with the
+    time its flop count should take here (the CPU SVD example once sat at 0.05 for 55 s)."""
+    import gpu.jobs
+
+    monkeypatch.setattr(gpu.jobs, "TICK_S", 0.02)
+    a = rng.standard_normal((900, 700))
+    expected = svd.cpu_seconds(a.shape, True)
+    began = time.perf_counter()
+    np.linalg.svd(a, full_matrices=False)
+    assert 0.05 < expected / (time.perf_counter() - began) < 20  # the estimate is of the right size
+    seen: list[float] = []
+    job = svd.SvdJob(svd.SvdParams(method="lapack"), matrix=a)
+    svd.run(job, progress=seen.append)
+    between = [p for p in seen if 0.05 < p < 0.9]
+    assert seen[0] == 0.05 and seen[-1] == 0.9 and between == sorted(between)
+    assert len(between) >= min(5, int(expected / 0.02) - 1)
