@@ -424,14 +424,37 @@ def test_http_many_bad_inputs_in_a_row_then_a_good_one(client, rng):
 
 
 @pytest.mark.parametrize("name", ["astronaut", "camera", "coffee"])
-def test_plain_png_decodes_through_opencv_as_through_pillow(rng, name):
+def test_plain_png_decodes_through_libpng_as_through_pillow(rng, name, monkeypatch):
+    import imagecodecs
+
     from gpu.codec.decode import decode_pixels, load_pixels
 
     data = photo_bytes(name, "png", int(rng.integers(100, 400)), rng=rng)
     expected = load_pixels(open_image(data))
+    fast = []
+    decode = imagecodecs.png_decode
+    monkeypatch.setattr(imagecodecs, "png_decode", lambda data: fast.append(1) or decode(data))
     got = decode_pixels(data, open_image(data))
-    assert got.dtype == np.uint8 and got.flags.c_contiguous
+    assert fast == [1]  # the fast path, not Pillow's
+    assert got.dtype == np.uint8 and got.flags.c_contiguous and got.flags.writeable
     np.testing.assert_array_equal(got, expected)
+
+
+def test_a_png_libpng_refuses_is_left_to_pillow(rng):
+    from gpu.codec import decode
+
+    data = photo_bytes("coffee", "png", 200, rng=rng)
+    cut = data[: len(data) // 2]  # the header is whole, the pixels are not
+    with pytest.raises(ImageError) as caught:
+        decode.decode_pixels(cut, decode.open_image(cut, 10**8))
+    assert caught.value.code == "corrupt_image"
+
+
+def test_http_truncated_png(client, rng):
+    data = photo_bytes("coffee", "png", 200, rng=rng)
+    for cut in (len(data) // 2, len(data) // 3):
+        response = client.post("/sketch", files={"image": ("cut.png", data[:cut], "image/png")})
+        assert response.status_code == 400 and response.json()["error"] == "corrupt_image", response.text
 
 
 def test_png_with_imagemagick_exif_text_is_turned_upright():
