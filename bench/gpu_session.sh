@@ -12,6 +12,8 @@
 # scale (bench/scale.py: 1 then 2 replicas, a GPU each, behind nginx) uses the nginx carried in .ngx/
 # (bench/prepare_nginx.sh); SCALE_ARGS: more options of bench/scale.py. live: bench/live.py, LIVE_ARGS its options.
 # video (the GPU video tests and bench/video.py) needs PyAV: carry .whlv/ (bench/prepare_device.sh).
+# codecs-install: a first call carrying .whlc/ alone installs imagecodecs (the uploads' PNG decode)
+# in /tmp/sitec, where the later calls on the warm machine find it (.whl with it passes 64 MiB).
 set -uo pipefail
 out=${OUT:-/tmp/pencil-gpu}
 mkdir -p "$out"
@@ -28,6 +30,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 else
   export PYTHONPATH=$PWD
+fi
+if compgen -G ".whlc/*.whl" > /dev/null; then  # imagecodecs, carried alone (bench/prepare_device.sh)
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/sitec .whlc/*.whl || exit 1
+fi
+if [ -d /tmp/sitec ]; then  # installed by an earlier call on this machine
+  export PYTHONPATH=/tmp/sitec:$PYTHONPATH
+elif [ "${*:-}" != codecs-install ]; then
+  echo "imagecodecs is not installed here: run 'bash bench/gpu_session.sh codecs-install' carrying .whlc first" >&2
 fi
 if compgen -G ".whlv/*.whl" > /dev/null; then  # PyAV, for the video steps (bench/prepare_device.sh)
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/sitev .whlv/*.whl || exit 1
@@ -82,6 +92,7 @@ for step in $steps; do
     draw-tests) python3 -m pytest -q -m gpu tests/gpu/pencil/test_draw_cuda.py tests/app/test_sketch_cuda.py tests/gpu/pencil/test_cuda.py -p no:cacheprovider --maxfail=10 2>&1 | tee "$out/draw-tests.log" | tail -30 ;;
     phases) python3 bench/draw_phases.py 2>&1 | grep -v "nvjpeg2k\|nvtiff\|Note: If" | tee "$out/phases.log" ;;
     codecs) python3 -c "from nvidia import nvimgcodec; print('nvImageCodec', nvimgcodec.__version__)" 2>&1 | tail -3 | tee "$out/codecs.log" ;;
+    codecs-install) python3 -c "import imagecodecs; print('imagecodecs', imagecodecs.__version__)" 2>&1 | tee "$out/codecs-install.log" ;;
     e2e)
       # E2E_SETTINGS: space-separated 'name:KEY=V,KEY=V' (each restarts the server); E2E_ARGS: more options.
       settings=(); for s in ${E2E_SETTINGS:-}; do settings+=(--setting "$s"); done  # none: the shipped defaults

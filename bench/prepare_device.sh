@@ -3,14 +3,17 @@
 #   .whl/  wheels the device lacks, at the versions of locks/cuda13.txt and locks/test.txt
 #          (the web stack, nvImageCodec, pytest-xdist...), for the GPU tests and the benchmarks;
 #   .whlv/ PyAV's wheel (and py-spy's), for the video steps (carry it instead of .whl: both pass 64 MiB);
+#   .whlc/ imagecodecs' wheel, installed by a first call of its own (see below);
 #   .rg/   Debian's ripgrep and its libpcre2, for bench/search.py's host anchor.
-# Both are kept out of git (.git/info/exclude). Then one device call, carrying both:
+# All are kept out of git (.git/info/exclude). Then a first call installs imagecodecs:
+#   carry [".whlc"], command: bash bench/gpu_session.sh codecs-install
+# and each later call on the still-warm machine carries the rest:
 #   carry [".whl", ".rg"], command: bash bench/gpu_session.sh stencil-tests cs256-tests search-tests ...
 # Usage, from the project root: bash bench/prepare_device.sh
 set -euo pipefail
 [ -f pyproject.toml ] || { echo "run from the project root" >&2; exit 2; }
 mkdir -p .git/info
-for ignored in /.whl/ /.whlv/ /.rg/; do
+for ignored in /.whl/ /.whlv/ /.whlc/ /.rg/; do
   grep -qx "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 # The wheels come at the versions of the locks (locks/cuda13.txt and locks/test.txt, for
@@ -32,7 +35,11 @@ rm -f "$wanted"
 # PyAV (36 MB) beside nvImageCodec (25 MB) would pass what one device call carries (64 MiB):
 # it goes to .whlv/, carried alone for the video steps (the server loads it only for a clip).
 # py-spy rides with it too, for bench/video.py --gil-profile.
-rm -rf .whlv && mkdir -p .whlv && mv .whl/av-*.whl .whlv/ && cp .whl/py_spy-*.whl .whlv/
+rm -rf .whlv && mkdir -p .whlv && mv .whl/av-*.whl .whlv/ && mv .whl/py_spy-*.whl .whlv/
+# imagecodecs (28 MB, the PNG decode of uploads) would push .whl past 64 MiB too: it goes to
+# .whlc/, carried by a first call of its own (`bash bench/gpu_session.sh codecs-install`), which
+# installs it in /tmp/sitec; later calls on the same warm machine find it there.
+rm -rf .whlc && mkdir -p .whlc && mv .whl/imagecodecs-*.whl .whlc/
 work=$(mktemp -d)
 (cd "$work" && apt-get download ripgrep libpcre2-8-0 >/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
@@ -42,4 +49,4 @@ cp -P "$work"/root/usr/lib/x86_64-linux-gnu/libpcre2-8.so* .rg/
 rm -rf "$work"
 version=$(LD_LIBRARY_PATH=$PWD/.rg .rg/rg --version)
 echo "${version%%$'\n'*} in .rg/"
-du -sh .whl .whlv .rg 2>/dev/null || true
+du -sh .whl .whlv .whlc .rg 2>/dev/null || true
