@@ -574,9 +574,8 @@ def boundary_widths(request: Mapping[str, Any]) -> tuple[int, int]:
         return 0, 0
     if width is None:
         width = sponge or min(DEFAULT_BOUNDARY_WIDTH, max(1, _layer_room(request)))
-    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 1:
-        raise ParamError("boundary_width", f"expected a width of at least 1 cell for boundary {kind}; got {width!r}")
-    return (int(width), 0) if kind == "sponge" else (0, int(width))
+    width = check_int("boundary_width", width, 1)  # a named layer has at least one cell
+    return (width, 0) if kind == "sponge" else (0, width)
 
 
 def _layer_room(request: Mapping[str, Any]) -> int:

@@ -300,8 +300,8 @@ def test_a_named_layer_gets_at_most_what_the_grid_holds():
     [
         ({"boundary": "pml"}, "boundary: must be one of none, sponge, cpml"),
         ({"boundary": "none", "boundary_width": 3}, "boundary_width: boundary none has no layer"),
-        ({"boundary": "cpml", "boundary_width": 0}, "boundary_width: expected a width of at least 1"),
-        ({"boundary": "sponge", "boundary_width": 2.5}, "boundary_width: expected a width"),
+        ({"boundary": "cpml", "boundary_width": 0}, "boundary_width: must be >= 1"),
+        ({"boundary": "sponge", "boundary_width": 2.5}, "boundary_width: expected an integer"),
     ],
 )
 def test_bad_boundaries_are_refused(request_fields, match):
