@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
@@ -74,12 +75,16 @@ class AccessGuard:
     """The ASGI middleware of the module's docstring. Place it inside UploadGuard (so an
     early answer's body is drained) and MetricsMiddleware (so it is counted)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics, shared_dir: Path) -> None:
+        """`shared_dir`: where the host's server processes keep their shared state (the
+        rate buckets, beside the /live slots)."""
         self.app, self.metrics = app, metrics
         self.keys = ApiKeys(settings.api_key_table)
         token = settings.metrics_token
         self.metrics_token = token.get_secret_value().encode() if token is not None else None
-        self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_burst) if settings.rate_limit > 0 else None
+        self.limiter = (
+            RateLimiter(settings.rate_limit, settings.rate_limit_burst, shared_dir) if settings.rate_limit > 0 else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         le=1_000_000.0,
         description=(
             "requests a second each client may make to /sketch and /live on average (by API key name with keys, "
-            "else by address), per server process; past it 429 rate_limited with Retry-After. 0: no limit"
+            "else by address), on the whole host; past it 429 rate_limited with Retry-After. 0: no limit"
         ),
     )
     rate_limit_burst: int = Field(

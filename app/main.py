@@ -241,7 +241,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         large_render_pixels=settings.large_render_pixels,
     )
     app.state.event_streams = asyncio.Semaphore(settings.max_event_streams)  # GET /jobs/{id}/events
-    app.state.live_slots = LiveSlots(settings.live_slots_dir or _own_live_slots_dir(), settings.max_live_sessions)
+    shared_dir = settings.live_slots_dir or _own_live_slots_dir()  # the host's processes' shared state
+    app.state.live_slots = LiveSlots(shared_dir, settings.max_live_sessions)
     app.state.live_origins = allowed_origins(settings.live_origins) | allowed_origins(settings.cors_origins)
     metrics.watch_live(app.state.live_slots)
     install_error_handlers(app)
@@ -257,7 +258,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DocsPolicy)  # /docs and /redoc fetch nothing from another host
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(DeclaredLengthGuard, settings=settings, metrics=metrics)
-    app.add_middleware(AccessGuard, settings=settings, metrics=metrics)  # keys (401), rate limits (429)
+    # keys (401), rate limits (429)
+    app.add_middleware(AccessGuard, settings=settings, metrics=metrics, shared_dir=shared_dir)
     app.add_middleware(UploadGuard, settings=settings, metrics=metrics)  # 408s; early answers drained
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(AccessLogMiddleware, backend=backend.name)
