@@ -1,10 +1,15 @@
 """A soak of the whole server (CPU backend, two processes, jobs on) within CI's time:
-small sketches beside huge images, stalled uploads, batch jobs, a job-runner process
-killed (-9) and the whole server killed and started again on the same data directory.
+small sketches beside huge images, stalled uploads, batch jobs, clients that abuse the
+connection (a 1 MiB header line, half a request head then silence, /live opened by a
+foreign page), a job-runner process killed (-9), the whole server killed and started
+again on the same data directory, and its job database deleted while it runs.
 
 Asserted: no answer is a 5xx; every job a 202 accepted finishes succeeded after the
 restarts; every server process's memory stays within what the settings allow; a small
-photo keeps being served while huge ones render.
+photo keeps being served while huge ones render; an oversized head gets 431 at once and a
+silent one is closed within PENCIL_HEADER_TIMEOUT_S, while /healthz answers within a
+second; a foreign Origin never gets a /live session; a deleted database turns /readyz 503
+within 20 s.
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ SETTINGS = {
     "max_concurrent_pixels": str(MAX_CONCURRENT_PIXELS),
     "large_render_pixels": "2000000",
     "upload_timeout_s": "2",
+    "header_timeout_s": "3",
     "log_format": "text",
 }
+HEADER_TIMEOUT_S = 3.0
 
 
 class Load:
@@ -51,6 +58,10 @@ class Load:
         self.huge_served = 0
         self.accepted_jobs: list[str] = []
         self.small_latency_ms: list[float] = []
+        self.probe_ms: list[float] = []  # /healthz while the abusive clients run
+        self.oversized: Counter[str] = Counter()  # what a 1 MiB header line got
+        self.silent_closed_s: list[float] = []  # how long a half head was kept open
+        self.foreign_live: Counter[str] = Counter()
         self.lock = threading.Lock()
         small = photo_bytes("coffee", "jpeg", 320)
         huge = encode(np.full((HUGE_SIDE, HUGE_SIDE, 3), 180, np.uint8), "png")
@@ -61,6 +72,10 @@ class Load:
             threading.Thread(target=self._sketches, args=(huge, False), daemon=True),  # two: more than the budget
             threading.Thread(target=self._stalled_uploads, daemon=True),
             threading.Thread(target=self._jobs, daemon=True),
+            threading.Thread(target=self._oversized_heads, daemon=True),
+            threading.Thread(target=self._silent_heads, daemon=True),
+            threading.Thread(target=self._foreign_live, daemon=True),
+            threading.Thread(target=self._probes, daemon=True),
         ]
 
     def __enter__(self) -> Load:
@@ -113,7 +128,85 @@ class Load:
                 status = int(answer.split()[1]) if answer.startswith(b"HTTP/1.1 ") else None
             except OSError:
                 status = None
+                time.sleep(0.2)  # no tight loop while a killed process is being replaced
             self._record(status)
+
+    def _address(self) -> tuple[str, int]:
+        host, port = self.base.removeprefix("http://").split(":")
+        return host, int(port)
+
+    def _oversized_heads(self) -> None:
+        """A request whose one header line is 1 MiB: 431 at once, never a wait for all of it."""
+        line = b"X-Filler: " + b"a" * (1 << 20) + b"\r\n"
+        while not self.stop.is_set():
+            try:
+                with socket.create_connection(self._address(), timeout=10) as sock:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: soak\r\n")
+                    try:
+                        sock.sendall(line)
+                    except OSError:
+                        pass  # refused mid-way: the answer is already there to read
+                    answer = sock.recv(64)
+                outcome = answer.split()[1].decode() if answer.startswith(b"HTTP/1.1 ") else "closed"
+            except OSError as exc:
+                outcome = type(exc).__name__
+            with self.lock:
+                self.oversized[outcome] += 1
+            time.sleep(0.5)  # also after a refused connection: never a tight loop
+
+    def _silent_heads(self) -> None:
+        """Half a request head, then nothing: the server closes the connection."""
+        while not self.stop.is_set():
+            began = time.monotonic()
+            try:
+                sock = socket.create_connection(self._address(), timeout=HEADER_TIMEOUT_S * 5)
+            except OSError:  # no process listens there now (one was killed): try again
+                time.sleep(0.2)
+                continue
+            with sock:
+                try:
+                    sock.sendall(b"POST /sketch HTTP/1.1\r\nHost: soak\r\nContent-")
+                    while sock.recv(4096):
+                        pass  # a 408 or nothing, then the close
+                    kept = time.monotonic() - began
+                except TimeoutError:
+                    kept = float("inf")  # still open after five header timeouts
+                except OSError:
+                    kept = time.monotonic() - began  # reset: closed all the same
+            with self.lock:
+                self.silent_closed_s.append(kept)
+
+    def _foreign_live(self) -> None:
+        """/live from another site's page: the handshake is refused."""
+        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        url = self.base.replace("http://", "ws://") + "/live"
+        while not self.stop.is_set():
+            try:
+                with connect(url, origin="https://evil.example", open_timeout=10) as ws:
+                    ws.close()
+                outcome = "accepted"
+            except InvalidStatus as exc:
+                outcome = str(exc.response.status_code)
+            except (OSError, WebSocketException) as exc:  # a process killed mid-handshake
+                outcome = type(exc).__name__
+            with self.lock:
+                self.foreign_live[outcome] += 1
+            time.sleep(0.5)
+
+    def _probes(self) -> None:
+        with httpx.Client(base_url=self.base, timeout=10) as client:
+            while not self.stop.is_set():
+                began = time.perf_counter()
+                try:
+                    ok = client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    ok = False
+                if ok:
+                    with self.lock:
+                        self.probe_ms.append((time.perf_counter() - began) * 1000)
+                time.sleep(0.2)
 
     def _jobs(self) -> None:
         with httpx.Client(base_url=self.base, timeout=30, headers=AUTH) as client:
@@ -223,6 +316,12 @@ def test_soak_mixed_load_kills_and_restarts(tmp_path):
         jobs = first.accepted_jobs + second.accepted_jobs
         assert len(jobs) > 5
         wait_until_all_succeeded(base, jobs)
+        database = tmp_path / "data" / "jobs.sqlite3"
+        database.unlink()  # deleted under the running server: its writes would be lost
+        deleted = time.monotonic()
+        while httpx.get(f"{base}/readyz", timeout=5).status_code != 503:
+            assert time.monotonic() - deleted < 20, "/readyz still 200 20 s after the database was deleted"
+            time.sleep(0.5)
 
     statuses = first.statuses + second.statuses
     small = sorted(first.small_latency_ms + second.small_latency_ms)
@@ -232,6 +331,16 @@ def test_soak_mixed_load_kills_and_restarts(tmp_path):
         f"{first.huge_served + second.huge_served} huge drawings, peak RSS {max(peak.values()) / 2**20:.0f} MiB"
     )
     assert not [status for status in statuses if status >= 500], statuses
+    oversized = first.oversized + second.oversized
+    # refused or reset: the connection met the job-runner process killed (-9) before the supervisor restarted it
+    assert set(oversized) <= {"431", "closed", "ConnectionResetError", "ConnectionRefusedError", "BrokenPipeError"}
+    assert oversized["431"] > 10, oversized
+    silent = first.silent_closed_s + second.silent_closed_s
+    assert silent and max(silent) < HEADER_TIMEOUT_S + 3, silent  # closed by the header timeout, not left open
+    foreign = first.foreign_live + second.foreign_live
+    assert foreign["403"] and "accepted" not in foreign, foreign
+    probes = sorted(first.probe_ms + second.probe_ms)
+    assert len(probes) > 20 and probes[-1] < 1000, probes[-5:]  # /healthz never waited a second
     assert statuses[200] > 20 and statuses[408] > 0, statuses  # small sketches served, stalled uploads cut off
     assert first.huge_served + second.huge_served >= 2
     assert small[len(small) // 2] < 5000, small[-10:]  # the median small photo did not wait on huge ones
