@@ -265,6 +265,14 @@ class Settings(BaseSettings):
             "PENCIL_ADMIN_TOKEN turns the jobs on)"
         ),
     )
+    min_free_bytes: int = Field(
+        64 * MIB,
+        ge=0,
+        description=(
+            "free space the data directory must have for /readyz to answer 200 (with jobs on): below it, 503 "
+            "saying how much is free, before submissions start failing with 507 (0: no check)"
+        ),
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",

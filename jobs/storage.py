@@ -140,6 +140,12 @@ def probe_directory(directory: Path) -> str | None:
     return None
 
 
+def free_bytes(directory: Path) -> int:
+    """The bytes the server's user may still write on the file system of `directory`."""
+    status = os.statvfs(directory)
+    return status.f_bavail * status.f_frsize
+
+
 def prepare_directory(directory: Path, setting: str = "PENCIL_DATA_DIR") -> None:
     """Create `directory` if it is missing and check that files can be created in it;
     StartupError saying what to do otherwise."""
