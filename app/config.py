@@ -85,6 +85,25 @@ class Settings(BaseSettings):
             "the request's first byte), in `pencil-gpu serve`; past it the connection is closed"
         ),
     )
+    keep_alive_s: float = Field(
+        5.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "longest time a connection is kept open between two requests, in `pencil-gpu serve`; then it is "
+            "closed (a proxy pooling connections to the server must close its idle ones sooner)"
+        ),
+    )
+    max_connections: int = Field(
+        1000,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "connections one server process of `pencil-gpu serve` holds at once; past it the connection idle "
+            "longest is closed, or, when every one has a request in flight, the new request gets 503 overloaded "
+            "(probes: /healthz, /readyz, /metrics are answered)"
+        ),
+    )
     upload_min_bytes_per_s: float = Field(
         1024.0,
         ge=0.0,
