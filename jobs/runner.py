@@ -134,6 +134,10 @@ class JobRunner:
     def _lead(self) -> None:
         if self.pool is not None and self.job_memory_fraction is not None:
             self.pool.set_memory_fraction(self.job_memory_fraction)
+        try:  # folders and rows back in line (a row lost with a WAL tail, a folder lost)
+            self.store.reconcile(self.retention_s)
+        except STORE_ERRORS as exc:  # the jobs still run; the next start tries again
+            log.error("could not reconcile the job folders with the job store: %s", exc)
         if not self.store.shared:
             requeued = self.store.recover()
             if requeued:

@@ -106,6 +106,21 @@ def test_low_free_space_on_the_data_directory_is_not_ready_with_the_figures(make
     assert client.get("/readyz").json() == {"ready": True}
 
 
+def test_a_job_whose_row_was_lost_is_back_after_a_restart(make_client):
+    """The issue's case through the app: a row lost (a corrupted WAL tail and a crash) while its
+    folder says succeeded answered 404; the next start gives it its row back."""
+    client = admin(make_client)
+    job_id = client.post("/jobs/svd", json={"spec": {"m": 8, "n": 6}}).json()["id"]
+    assert wait_for_job(client, job_id)["status"] == "succeeded"
+    with client.app.state.jobs._db.session(write=True) as db:
+        db.run("DELETE FROM jobs WHERE id = ?", (job_id,))
+    assert_api_error(client.get(f"/jobs/{job_id}"), 404, "job_not_found")
+    client.__exit__(None, None, None)
+    client = admin(make_client)
+    assert client.get(f"/jobs/{job_id}").json()["status"] == "succeeded"
+    assert client.get(f"/jobs/{job_id}/files/s.npy").status_code == 200
+
+
 def test_uploads_past_the_file_size_limit_are_507_and_leave_nothing(tmp_path):
     """A real file-size limit (EFBIG, as a full disk gives ENOSPC): a corpus streamed to the
     data directory and an SVD upload spooled by the multipart parser."""
