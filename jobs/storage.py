@@ -146,6 +146,44 @@ def free_bytes(directory: Path) -> int:
     return status.f_bavail * status.f_frsize
 
 
+RESERVE_BYTES = 1024 * 1024  # room kept for recording what happened when the disk fills
+
+
+class SpaceReserve:
+    """A file of RESERVE_BYTES kept in the data directory and given up when the disk is full,
+    so that what must still be written then (a job's end in its SQLite row and its job.json)
+    finds room; made again once there is room (4 times its size free)."""
+
+    def __init__(self, path: Path, size: int = RESERVE_BYTES):
+        self.path, self.size = path, size
+
+    def keep(self) -> None:
+        """Make the reserve if it is missing and there is room; quiet on failure (it is a
+        precaution: the next call tries again)."""
+        try:
+            if self.path.exists() or free_bytes(self.path.parent) < 4 * self.size:
+                return
+            write_atomically(self.path, os.urandom(self.size))  # random: no file system compresses it away
+        except OSError as exc:
+            log.debug("could not make the space reserve %s: %s", self.path, exc)
+
+    def release(self) -> bool:
+        """Give the reserve's space back to the file system; whether there was one."""
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return True
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` says the disk, a quota or a file-size limit is full: an OSError of
+    OUT_OF_SPACE, or SQLite's SQLITE_FULL ("database or disk is full")."""
+    if isinstance(exc, OSError):
+        return exc.errno in OUT_OF_SPACE
+    return getattr(exc, "sqlite_errorcode", None) == 13  # SQLITE_FULL
+
+
 def prepare_directory(directory: Path, setting: str = "PENCIL_DATA_DIR") -> None:
     """Create `directory` if it is missing and check that files can be created in it;
     StartupError saying what to do otherwise."""

@@ -57,10 +57,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from jobs.sqlite import FILE_NAME, SqliteDatabase
 from jobs.storage import (
+    SpaceReserve,
     StartupError,
     StorageError,
     create_owned,
@@ -68,6 +69,7 @@ from jobs.storage import (
     exclusive_lock,
     fsync_directory,
     has_owner,
+    out_of_space,
     prepare_directory,
     remove_tree_quietly,
     storage_errors,
@@ -77,10 +79,12 @@ from jobs.storage import (
 )
 
 log = logging.getLogger("pencil.jobs")
+Result = TypeVar("Result")
 
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 FINISHED = ("succeeded", "failed", "canceled")
 RECORD = "job.json"
+RESERVE = "space-reserve"  # jobs/storage.py SpaceReserve: room to record a job's end on a full disk
 OPEN_LOCK = "job-store.lock"  # one server process at a time checks, repairs and rebuilds an SQLite database
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 RESULT_FOLDER = re.compile(r"result(-[0-9]+)?")
@@ -213,6 +217,8 @@ class JobStore:
         self._last_error: tuple[float, str] | None = None  # (time.monotonic(), message) of the last database error
         prepare_directory(self.data_dir)
         prepare_directory(self.jobs_dir)
+        self._reserve = SpaceReserve(self.data_dir / RESERVE)  # see _finish
+        self._reserve.keep()
         self._db: Database = _open_postgres(database_url) if database_url else self._open_sqlite()
 
     @property
@@ -547,7 +553,7 @@ class JobStore:
             if job is None or not folder.is_dir():
                 return
             try:
-                write_atomically(folder / RECORD, _record(job))
+                self._with_reserve(f"update {folder / RECORD}", lambda: write_atomically(folder / RECORD, _record(job)))
             except OSError as exc:
                 log.warning("could not update %s (%s); the database keeps the job's state", folder / RECORD, exc)
 
@@ -611,17 +617,41 @@ class JobStore:
     ) -> bool:
         """The end state of the claim `job`; False (nothing written) when its lease was lost.
         Once it is stored, the result folders of other attempts (all of them unless it
-        succeeded) are removed."""
-        with self._session(write=True) as db:
-            changed = db.run(
-                "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress), "
-                "lease_until = NULL WHERE id = ? AND attempt = ? AND status = 'running'",
-                (status, time.time(), result, error, progress, job.id, job.attempt),
-            )
+        succeeded) are removed. A full disk (SQLite's row, job.json) gives up the space reserve
+        (RESERVE) and tries again: a job whose result hit ENOSPC fails now, saying so, rather
+        than showing running until its lease ends and then running again."""
+
+        def update() -> int:
+            with self._session(write=True) as db:
+                return db.run(
+                    "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, "
+                    "progress = COALESCE(?, progress), lease_until = NULL WHERE id = ? AND attempt = ? "
+                    "AND status = 'running'",
+                    (status, time.time(), result, error, progress, job.id, job.attempt),
+                )
+
+        changed = self._with_reserve(f"record the end of job {job.id}", update)
         if changed:
             self._write_record(job.id)
             self._remove_results(job.id, keep=job if status == "succeeded" else None)
         return bool(changed)
+
+    def _with_reserve(self, action: str, write: Callable[[], Result]) -> Result:
+        """`write()`; when it fails for want of space and the space reserve could be given up,
+        `write()` once more."""
+        failures: tuple[type[Exception], ...] = (OSError, *self._db.errors)
+        try:
+            return write()
+        except failures as exc:
+            if not (out_of_space(exc) and self._reserve.release()):
+                raise
+            log.warning("the disk of %s is full (%s): gave up the space reserve to %s", self.data_dir, exc, action)
+            return write()
+
+    def keep_reserve(self) -> None:
+        """Make the space reserve again where it was given up and there is room (the runner's
+        heartbeat calls it)."""
+        self._reserve.keep()
 
     def cancel(self, job_id: str) -> Job | None:
         """Cancel: a queued job at once, a running one at its next checkpoint (the flag is
