@@ -85,6 +85,25 @@ class Settings(BaseSettings):
             "the request's first byte), in `pencil-gpu serve`; past it the connection is closed"
         ),
     )
+    keep_alive_s: float = Field(
+        5.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "longest time a connection is kept open between two requests, in `pencil-gpu serve`; then it is "
+            "closed (a proxy pooling connections to the server must close its idle ones sooner)"
+        ),
+    )
+    max_connections: int = Field(
+        1000,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "connections one server process of `pencil-gpu serve` holds at once; past it the connection idle "
+            "longest is closed, or, when every one has a request in flight, the new request gets 503 overloaded "
+            "(probes: /healthz, /readyz, /metrics are answered)"
+        ),
+    )
     upload_min_bytes_per_s: float = Field(
         1024.0,
         ge=0.0,
@@ -273,6 +292,14 @@ class Settings(BaseSettings):
         description=(
             "directory for the service's persistent data: jobs and corpora (created at start-up when "
             "PENCIL_ADMIN_TOKEN turns the jobs on)"
+        ),
+    )
+    min_free_bytes: int = Field(
+        64 * MIB,
+        ge=0,
+        description=(
+            "free space the data directory must have for /readyz to answer 200 (with jobs on): below it, 503 "
+            "saying how much is free, before submissions start failing with 507 (0: no check)"
         ),
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("info", description="log verbosity")

@@ -49,7 +49,7 @@ from gpu.backend import Backend, BackendUnavailable, select_backend
 from gpu.pencil.params import PENCIL_OPTIONS
 from gpu.pool import DevicePool, parse_devices
 from jobs.runner import JobRunner
-from jobs.storage import StartupError, prepare_directory, probe_directory
+from jobs.storage import StartupError, free_bytes, prepare_directory, probe_directory
 from jobs.store import DATABASE_ERRORS, JobStore
 from jobs.webhooks import WebhookSender
 
@@ -322,8 +322,9 @@ def home_devices(settings: Settings, visible: int) -> tuple[list[int] | None, in
 
 def _storage_problems(state: State) -> list[str]:
     """Why the data directory or the job database cannot be used now (none when they can):
-    a small file created and removed, one small write transaction and a read of the job
-    table (JobStore.probe), and any database error met within DATABASE_ERROR_NOT_READY_S."""
+    a small file created and removed, free space under PENCIL_MIN_FREE_BYTES, one small write
+    transaction and a read of the job table (JobStore.probe), and any database error met within
+    DATABASE_ERROR_NOT_READY_S."""
     data_dir = state.settings.data_dir
     if not data_dir.is_dir():
         return [f"data directory {data_dir} is missing"]
@@ -331,6 +332,18 @@ def _storage_problems(state: State) -> list[str]:
     problem = probe_directory(data_dir)
     if problem is not None:
         problems.append(f"data directory {data_dir} cannot be written: {problem}")
+    minimum = state.settings.min_free_bytes
+    if minimum:
+        try:
+            free = free_bytes(data_dir)
+        except OSError as exc:
+            problems.append(f"data directory {data_dir}: its free space cannot be read: {exc.strerror or exc}")
+        else:
+            if free < minimum:
+                problems.append(
+                    f"data directory {data_dir} has {free:,} bytes free, under PENCIL_MIN_FREE_BYTES ({minimum:,}): "
+                    "submissions would fail with 507"
+                )
     store = getattr(state, "jobs", None)
     if store is not None:
         try:

@@ -67,6 +67,7 @@ def available_cores() -> int:
 
 def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
     """uvicorn's options for the app, whether one process or several run it."""
+    max_connections = open_files_for(settings.max_connections)
     return {
         "app": "app.main:create_app",
         "factory": True,
@@ -78,8 +79,43 @@ def uvicorn_options(settings: Settings, log_level: str) -> dict[str, Any]:
         # /live sends JPEG and WebP, which deflate cannot shrink: compressing them took most of a
         # busy process's time, on its event loop (docs/live.md), so it is never negotiated.
         "ws_per_message_deflate": False,
-        "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s),  # app/request_head.py
+        # app/request_head.py: the head's size and time, and the connection cap
+        "http": bounded_protocol(settings.max_header_bytes, settings.header_timeout_s, max_connections),
+        "timeout_keep_alive": settings.keep_alive_s,  # an idle kept-alive connection is closed after this
     }
+
+
+FILES_BESIDE_CONNECTIONS = 256  # descriptors a process needs besides its connections (files, database, GPU)
+
+
+def open_files_for(connections: int) -> int:
+    """The connection cap this process can keep: its soft limit of open files is raised towards
+    the hard limit to hold `connections` sockets and FILES_BESIDE_CONNECTIONS more (a container's
+    soft limit is often 1024); when the hard limit is lower, the cap is lowered to fit, with a
+    warning (past the limit uvicorn could accept no connection at all, probes included)."""
+    try:
+        import resource
+    except ImportError:  # not on Linux or macOS: leave it to the system
+        return connections
+    needed = connections + FILES_BESIDE_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        fitted = max(16, soft - FILES_BESIDE_CONNECTIONS)
+        log.warning(
+            "PENCIL_MAX_CONNECTIONS=%d does not fit this process's limit of %d open files: at most %d connections",
+            connections,
+            soft,
+            fitted,
+        )
+        return fitted
+    return connections
 
 
 def resolve_processes(settings: Settings, backend: str, gpus: int = 1) -> int:

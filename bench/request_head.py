@@ -1,10 +1,11 @@
-"""The cost of bounding the request head (app/request_head.py) against uvicorn's plain
-httptools protocol, per request: the same keep-alive GET fed to each protocol on an event
-loop, with a fake transport and a trivial ASGI app, so that only the protocols differ.
+"""The cost of bounding the request head and of the connection cap (app/request_head.py)
+against uvicorn's plain httptools protocol, per request: the same keep-alive GET fed to each
+protocol on an event loop, with a fake transport and a trivial ASGI app, so that only the
+protocols differ.
 
     python bench/request_head.py [--requests 20000] [--rounds 7]
 
-Prints the median microseconds a request takes in each, and the difference.
+Prints the median microseconds a request takes in each, and the differences.
 """
 
 from __future__ import annotations
@@ -64,7 +65,11 @@ async def microseconds_per_request(protocol_class, requests: int) -> float:
 
 
 async def measure(requests: int, rounds: int) -> dict[str, list[float]]:
-    variants = {"uvicorn httptools": HttpToolsProtocol, "bounded head (ours)": bounded_protocol(65536, 30.0)}
+    variants = {
+        "uvicorn httptools": HttpToolsProtocol,
+        "bounded head": bounded_protocol(65536, 30.0),
+        "bounded head + cap": bounded_protocol(65536, 30.0, 1000),
+    }
     for protocol_class in variants.values():  # warm-up
         await microseconds_per_request(protocol_class, requests // 10)
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -83,8 +88,9 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, median in medians.items():
         print(f"{name:<22} {median:7.2f} us/request  (rounds: {', '.join(f'{v:.2f}' for v in times[name])})")
-    plain, ours = medians.values()
-    print(f"difference: {ours - plain:+.2f} us/request ({ours / plain:.3f}x)")
+    plain = next(iter(medians.values()))
+    for name, median in list(medians.items())[1:]:
+        print(f"{name}: {median - plain:+.2f} us/request against plain ({median / plain:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ A text is received in the chunks the server gets and written in blocks of at mos
 FLUSH_BYTES on a worker thread (hashing and counting newlines on the way): the server
 never holds more than one block of it. It goes to a hidden partial file, is flushed to
 disk, then renamed; the metadata file is written (atomically) last, so a corpus that is
-listed is complete, and a restart keeps every listed corpus (and removes partial ones).
+listed is complete, and a restart keeps every listed corpus. A cut upload's partial file is
+removed when the upload ends; one whose server process died (nothing ran to remove it) is
+removed by the next start's cleanup, at once: its writer held a lock on it, which the kernel
+freed with the process (an upload in progress in another process keeps its lock, and its file).
 The directory is synced after each rename, so a stored corpus survives a power cut.
 
 Idempotency-Key: a key stored before with the same name and text gives back that corpus
@@ -38,10 +41,14 @@ from typing import Any, BinaryIO
 
 from jobs.storage import (
     StorageError,
+    create_owned,
+    creating_owned,
     exclusive_lock,
     fsync_directory,
+    has_owner,
     remove_quietly,
     storage_errors,
+    sweeping_owned,
     write_atomically,
 )
 
@@ -50,6 +57,7 @@ log = logging.getLogger("pencil.corpora")
 FLUSH_BYTES = 8 * 1024 * 1024  # body bytes held before they are written out
 MAX_NAME = 200
 CORPUS_ID = re.compile(r"^[0-9a-f]{32}$")
+UPLOAD_PARTIAL = re.compile(r"^\.[0-9a-f]{32}\.partial$")  # an upload being received (owned by its writer)
 
 
 @dataclass(frozen=True)
@@ -113,18 +121,20 @@ class CorpusStore:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        """Remove what an interrupted upload or delete left: partial files, texts without
-        metadata (written last), metadata without a text. Only what has not changed for
-        STALE_AFTER_S: another server process may be writing the newer ones right now."""
+        """Remove what an interrupted upload or delete left: an upload's partial file whose
+        writer is gone (it held the file's lock: a process killed mid-upload), at once; other
+        partial files, texts without metadata (written last) and metadata without a text once
+        unchanged for STALE_AFTER_S (another server process may be writing the newer ones)."""
         try:
-            paths = list(self.root.iterdir()) if self.root.is_dir() else []
+            if not self.root.is_dir():
+                return
+            with sweeping_owned(self.root):
+                for path in list(self.root.iterdir()):
+                    if not has_owner(path) if UPLOAD_PARTIAL.match(path.name) else _stale(path):
+                        log.info("removing %s, left by an interrupted upload or delete", path.name)
+                        remove_quietly(path)
         except OSError as exc:  # the requests that need the corpora will say so
             log.warning("could not look for debris in %s: %s", self.root, exc)
-            return
-        for path in paths:
-            if _stale(path):
-                log.info("removing %s, left by an interrupted upload or delete", path.name)
-                remove_quietly(path)
 
     def text_path(self, corpus_id: str) -> Path:
         return _text_file(self.root, corpus_id)
@@ -163,9 +173,11 @@ class CorpusStore:
         left behind on any error."""
         corpus_id = uuid.uuid4().hex
         partial = self.root / f".{corpus_id}.partial"
+        handle: BinaryIO | None = None
         try:
             with storage_errors("store the corpus"):
-                size, sha256, newlines = await self._receive(partial, chunks, limit)
+                handle = await asyncio.to_thread(self._create_partial, partial)
+                size, sha256, newlines = await self._receive(handle, chunks, limit)
                 corpus = Corpus(
                     corpus_id,
                     name,
@@ -178,13 +190,21 @@ class CorpusStore:
                 )
                 return await asyncio.to_thread(self._keep, partial, corpus)
         finally:
-            remove_quietly(partial)  # renamed away when kept
+            remove_quietly(partial)  # renamed away when kept; a cut upload's, here and now
+            if handle is not None:
+                handle.close()  # the owner's lock goes last: a sweep never takes a live partial
 
-    async def _receive(self, partial: Path, chunks: AsyncIterator[bytes], limit: int) -> tuple[int, str, int]:
-        """Write the body to `partial` in blocks of at most FLUSH_BYTES, hashing and counting
-        newlines on the way, and flush it to disk. Returns (bytes, sha256, newlines)."""
-        await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
-        handle = await asyncio.to_thread(_create, partial)
+    def _create_partial(self, partial: Path) -> BinaryIO:
+        """The upload's partial file, owned (jobs/storage.py: create_owned) until it is closed:
+        a restart's cleanup removes it once its writer is gone, and only then."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with creating_owned(self.root):
+            return os.fdopen(create_owned(partial), "wb", buffering=0)  # unbuffered: blocks go straight to it
+
+    async def _receive(self, handle: BinaryIO, chunks: AsyncIterator[bytes], limit: int) -> tuple[int, str, int]:
+        """Write the body to `handle` in blocks of at most FLUSH_BYTES, hashing and counting
+        newlines on the way, and flush it to disk (the caller closes it). Returns (bytes,
+        sha256, newlines)."""
         digest = hashlib.sha256()
         size = newlines = 0
 
@@ -195,23 +215,20 @@ class CorpusStore:
             digest.update(block)
             return block.count(b"\n")
 
-        try:
-            block = bytearray()
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise CorpusTooLarge()
-                block += chunk
-                if len(block) >= FLUSH_BYTES:
-                    full, block = block, bytearray()
-                    newlines += await asyncio.to_thread(write, bytes(full))
-            if block:
-                newlines += await asyncio.to_thread(write, bytes(block))
-            if size == 0:
-                raise EmptyCorpus()
-            await asyncio.to_thread(os.fsync, handle.fileno())
-        finally:
-            handle.close()
+        block = bytearray()
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise CorpusTooLarge()
+            block += chunk
+            if len(block) >= FLUSH_BYTES:
+                full, block = block, bytearray()
+                newlines += await asyncio.to_thread(write, bytes(full))
+        if block:
+            newlines += await asyncio.to_thread(write, bytes(block))
+        if size == 0:
+            raise EmptyCorpus()
+        await asyncio.to_thread(os.fsync, handle.fileno())
         return size, digest.hexdigest(), newlines
 
     def _keep(self, partial: Path, corpus: Corpus) -> tuple[Corpus, bool]:
@@ -271,11 +288,6 @@ def _stale(path: Path) -> bool:
     if path.suffix in (".bin", ".json") and CORPUS_ID.match(path.stem):
         return not path.with_suffix(".json" if path.suffix == ".bin" else ".bin").exists()
     return False
-
-
-def _create(path: Path) -> BinaryIO:
-    """A new file at `path` (it must not exist), unbuffered: blocks go straight to the file."""
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=0)
 
 
 def corpora_dir(data_dir: Path) -> Path:

@@ -5,7 +5,9 @@ priority, for /sketch. Without a GPU, jobs run on the CPU backend.
 
 A job that raises fails with the message; one that is canceled stops at its next
 checkpoint (the progress callback its front door calls). A job whose result files cannot
-be written fails with "could not store the result: <reason>" and leaves no result files.
+be written fails with "could not store the result: <reason>" and leaves no result files,
+on a full disk too (the store gives up its space reserve to record it; the heartbeat makes
+the reserve again once there is room).
 A worker outlives errors of the store itself (logged; it tries again at its next poll).
 
 Leases: a claim holds its job for PENCIL_JOB_LEASE_S; a heartbeat thread renews the
@@ -137,6 +139,10 @@ class JobRunner:
     def _lead(self) -> None:
         if self.pool is not None and self.job_memory_fraction is not None:
             self.pool.set_memory_fraction(self.job_memory_fraction)
+        try:  # folders and rows back in line (a row lost with a WAL tail, a folder lost)
+            self.store.reconcile(self.retention_s)
+        except STORE_ERRORS as exc:  # the jobs still run; the next start tries again
+            log.error("could not reconcile the job folders with the job store: %s", exc)
         if not self.store.shared:
             requeued = self.store.recover()
             if requeued:
@@ -197,6 +203,7 @@ class JobRunner:
             )
         if requeued:
             self.notify()
+        self.store.keep_reserve()  # given up when the disk filled: made again once there is room
 
     def stop(self, wait_s: float = 2.0) -> bool:
         """Stop taking jobs; running ones finish on their daemon threads or, if the

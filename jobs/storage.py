@@ -24,7 +24,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -140,6 +140,50 @@ def probe_directory(directory: Path) -> str | None:
     return None
 
 
+def free_bytes(directory: Path) -> int:
+    """The bytes the server's user may still write on the file system of `directory`."""
+    status = os.statvfs(directory)
+    return status.f_bavail * status.f_frsize
+
+
+RESERVE_BYTES = 1024 * 1024  # room kept for recording what happened when the disk fills
+
+
+class SpaceReserve:
+    """A file of RESERVE_BYTES kept in the data directory and given up when the disk is full,
+    so that what must still be written then (a job's end in its SQLite row and its job.json)
+    finds room; made again once there is room (4 times its size free)."""
+
+    def __init__(self, path: Path, size: int = RESERVE_BYTES):
+        self.path, self.size = path, size
+
+    def keep(self) -> None:
+        """Make the reserve if it is missing and there is room; quiet on failure (it is a
+        precaution: the next call tries again)."""
+        try:
+            if self.path.exists() or free_bytes(self.path.parent) < 4 * self.size:
+                return
+            write_atomically(self.path, os.urandom(self.size))  # random: no file system compresses it away
+        except OSError as exc:
+            log.debug("could not make the space reserve %s: %s", self.path, exc)
+
+    def release(self) -> bool:
+        """Give the reserve's space back to the file system; whether there was one."""
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return True
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` says the disk, a quota or a file-size limit is full: an OSError of
+    OUT_OF_SPACE, or SQLite's SQLITE_FULL ("database or disk is full")."""
+    if isinstance(exc, OSError):
+        return exc.errno in OUT_OF_SPACE
+    return getattr(exc, "sqlite_errorcode", None) == 13  # SQLITE_FULL
+
+
 def prepare_directory(directory: Path, setting: str = "PENCIL_DATA_DIR") -> None:
     """Create `directory` if it is missing and check that files can be created in it;
     StartupError saying what to do otherwise."""
@@ -156,12 +200,67 @@ def prepare_directory(directory: Path, setting: str = "PENCIL_DATA_DIR") -> None
 
 
 @contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
     """Hold an exclusive lock (flock) on the file `path`, created if missing, inside the
-    block: it serialises the server processes (and threads) that share the data directory."""
+    block: it serialises the server processes (and threads) that share the data directory.
+    `mode=fcntl.LOCK_SH`: a shared lock instead."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, mode)
         yield
     finally:
         os.close(fd)  # drops the lock
+
+
+# Files being written (an upload's partial file, a submission's staging folder) have an owner:
+# the writer holds an flock on the file (for a folder, on a file in it) until it has renamed or
+# removed it, and the kernel drops that lock when the writer dies, however it dies. A sweep can
+# then tell a dead writer's leftovers from another process's upload in progress, at once rather
+# than after an hour. Owned files are created under a shared lock on a lock file of their
+# directory (beside it: `<directory>.lock`) and swept under an exclusive one, so a sweep never
+# meets a file created but not yet locked. flock works between processes and hosts on local
+# file systems and NFS (Linux emulates it with POSIX locks there); the files are opened for
+# writing, as those need.
+
+
+def writers_lock(directory: Path) -> Path:
+    """The lock file of the owned files of `directory`: beside it, so not among them."""
+    return directory.with_name(f"{directory.name}.lock")
+
+
+def creating_owned(directory: Path) -> AbstractContextManager[None]:
+    """The block in which owned files of `directory` are created (create_owned)."""
+    return exclusive_lock(writers_lock(directory), fcntl.LOCK_SH)
+
+
+def sweeping_owned(directory: Path) -> AbstractContextManager[None]:
+    """The block in which the owned files of `directory` are checked (has_owner) and removed."""
+    return exclusive_lock(writers_lock(directory))
+
+
+def create_owned(path: Path) -> int:
+    """Create the file `path` (it must not exist) and hold its owner's lock: the open
+    descriptor returned, until it is closed. Call inside creating_owned(path's directory)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def has_owner(path: Path) -> bool:
+    """Whether a live writer holds the lock of the owned file `path` (False for a missing file).
+    Call inside sweeping_owned(its directory)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -27,9 +27,12 @@ the folders are enough to rebuild a lost SQLite table: opening an SQLite store w
 table has no jobs while job folders exist restores them (a job that was running comes
 back queued), with a WARNING line saying how many; folders without a readable job.json
 are logged and left to the retention sweep, which removes folders that have no row once
-they are older than the retention period. What cannot be fixed at start-up (an unwritable
-data directory, a database that cannot be opened, reached or written) is a StartupError
-whose message says what to do.
+they are older than the retention period. The process that runs the jobs also reconciles
+folders and rows at its start, both ways (`reconcile`): single rows lost, and rows whose
+folder is gone. A submission owns its folder (a lock on its job.json) until its row is in,
+so a folder being submitted is never mistaken for one whose row was lost. What cannot be
+fixed at start-up (an unwritable data directory, a database that cannot be opened, reached
+or written) is a StartupError whose message says what to do.
 
 Runtime database errors are raised as they are (`DATABASE_ERRORS`); the API answers
 them 503 database_unavailable (app/errors.py). File-system errors are StorageErrors.
@@ -55,26 +58,34 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from jobs.sqlite import FILE_NAME, SqliteDatabase
 from jobs.storage import (
+    SpaceReserve,
     StartupError,
     StorageError,
+    create_owned,
+    creating_owned,
     exclusive_lock,
     fsync_directory,
+    has_owner,
+    out_of_space,
     prepare_directory,
     remove_tree_quietly,
     storage_errors,
+    sweeping_owned,
     write_atomically,
     write_file,
 )
 
 log = logging.getLogger("pencil.jobs")
+Result = TypeVar("Result")
 
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 FINISHED = ("succeeded", "failed", "canceled")
 RECORD = "job.json"
+RESERVE = "space-reserve"  # jobs/storage.py SpaceReserve: room to record a job's end on a full disk
 OPEN_LOCK = "job-store.lock"  # one server process at a time checks, repairs and rebuilds an SQLite database
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 RESULT_FOLDER = re.compile(r"result(-[0-9]+)?")
@@ -84,8 +95,6 @@ DEFAULT_LEASE_S = 30.0
 # (deploy/kubernetes: 3 s), so an outage reads as 503 rather than as a probe that timed out.
 PROBE_WAIT_S = 0.5
 CANCELED_WHILE_RUNNING = "canceled while running"  # the error of a running job that stopped after a cancel
-
-STALE_PARTIAL_S = 3600.0  # a staging directory untouched this long belongs to no live submission
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,8 @@ class JobStore:
         self._last_error: tuple[float, str] | None = None  # (time.monotonic(), message) of the last database error
         prepare_directory(self.data_dir)
         prepare_directory(self.jobs_dir)
+        self._reserve = SpaceReserve(self.data_dir / RESERVE)  # see _finish
+        self._reserve.keep()
         self._db: Database = _open_postgres(database_url) if database_url else self._open_sqlite()
 
     @property
@@ -279,26 +290,121 @@ class JobStore:
         folders = self._job_folders()
         if not folders:
             return
-        records = {folder: _read_record(folder) for folder in folders}
-        jobs = [_restored(job) for job in records.values() if job is not None]
-        with self._session(write=True) as db:
-            db.run_many(_INSERT + " ON CONFLICT DO NOTHING", [_row(job) for job in jobs])
+        restored = self._restore(folders)
         log.warning(
             "the job database %s had no jobs: restored %d job(s) from the job.json files in %s",
             self._db,
-            len(jobs),
+            len(restored),
             self.jobs_dir,
         )
-        unreadable = sorted(folder.name for folder, job in records.items() if job is None)
+
+    def reconcile(self, retention_s: float) -> None:
+        """At the start of the process that runs the jobs (one per replica), bring the job
+        folders and the rows back in line, both ways, each change logged:
+
+        - a folder whose job.json describes a job the table lacks (a row lost with a corrupted
+          WAL tail, say) gets its row back, as `_restore_if_empty` does for a whole table: a
+          job that was running comes back queued. Not a folder a live submission owns (its row
+          is being inserted), nor a job that finished before the retention period (purged:
+          its folder is next).
+        - a queued or running job whose folder is gone cannot run (its inputs are lost): it
+          fails, saying so. A finished job without its folder keeps its row, the record, and
+          is logged: its result files are gone. When no job folder is left at all while the
+          table holds jobs, nothing is changed and an ERROR says so: that looks like a data
+          directory that is not the one of this database (a shared one not mounted), not like
+          lost jobs.
+        - the staging folders of submissions whose process died are removed (`_purge_partials`).
+
+        Safe when several replicas of a shared store start at once: rows are inserted with ON
+        CONFLICT DO NOTHING, a job fails only while it is still queued or running, and the
+        rows are read before the folders are listed (a job's folder exists before its row)."""
+        with self._session() as db:
+            rows = {row["id"]: row["status"] for row in db.all("SELECT id, status FROM jobs")}
+        folders = {folder.name: folder for folder in self._job_folders()}
+        restored = self._restore([folder for job_id, folder in folders.items() if job_id not in rows], retention_s)
+        if restored:
+            log.warning(
+                "%d job folder(s) in %s had no row in the job database %s: restored from their job.json (%s)",
+                len(restored),
+                self.jobs_dir,
+                self._db,
+                _some(restored),
+            )
+        without = [job_id for job_id in rows if job_id not in folders and not (self.jobs_dir / job_id).exists()]
+        if without and not folders:
+            log.error(
+                "the job database %s holds %d job(s) but %s has no job folder at all: is PENCIL_DATA_DIR the "
+                "directory of this database (a shared one mounted)? Nothing was changed",
+                self._db,
+                len(rows),
+                self.jobs_dir,
+            )
+        elif without:
+            self._fail_without_folder([job_id for job_id in without if rows[job_id] not in FINISHED])
+            finished = [job_id for job_id in without if rows[job_id] in FINISHED]
+            if finished:
+                log.warning(
+                    "%d finished job(s) have no folder in %s: their result files are gone, their records stay (%s)",
+                    len(finished),
+                    self.jobs_dir,
+                    _some(finished),
+                )
+        partials = self._purge_partials()
+        if partials:
+            log.warning("removed %d staging folder(s) of submissions cut off by a stopped process", partials)
+
+    def _fail_without_folder(self, job_ids: list[str]) -> None:
+        """Fail the queued or running jobs `job_ids`, whose folders are gone."""
+        failed = []
+        for job_id in job_ids:
+            error = f"the job's folder {self.jobs_dir / job_id} (its input files and record) is missing"
+            with self._session(write=True) as db:
+                if db.run(
+                    "UPDATE jobs SET status = 'failed', finished = ?, error = ?, lease_until = NULL "
+                    "WHERE id = ? AND status IN ('queued', 'running')",
+                    (time.time(), error, job_id),
+                ):
+                    failed.append(job_id)
+        if failed:
+            log.warning(
+                "%d queued or running job(s) have no folder in %s, so their inputs are lost: failed (%s)",
+                len(failed),
+                self.jobs_dir,
+                _some(failed),
+            )
+
+    def _restore(self, folders: list[Path], retention_s: float | None = None) -> list[str]:
+        """Insert the jobs the job.json files of `folders` describe, unless a submission in
+        progress owns the folder or (with `retention_s`) the job finished before the retention
+        period; running jobs come back queued. Folders without a readable job.json are
+        logged. Returns the ids inserted."""
+        cutoff = time.time() - retention_s if retention_s is not None else None
+        jobs, unreadable = [], []
+        with sweeping_owned(self.jobs_dir):  # no submission creates its owner meanwhile
+            owned = {folder for folder in folders if has_owner(folder / RECORD)}
+        for folder in folders:
+            if folder in owned or not folder.is_dir():  # being submitted, or removed meanwhile
+                continue
+            job = _read_record(folder)
+            if job is None:
+                unreadable.append(folder.name)
+            elif cutoff is None or job.finished is None or job.finished >= cutoff:
+                jobs.append(_restored(job))
+        inserted: list[str] = []
+        if jobs:
+            with self._session(write=True) as db:
+                for job in jobs:
+                    if db.run(_INSERT + " ON CONFLICT DO NOTHING", _row(job)):
+                        inserted.append(job.id)
         if unreadable:
             log.warning(
-                "%d job folder(s) in %s have no readable job.json (%s%s), so their jobs are lost; they are removed "
+                "%d job folder(s) in %s have no readable job.json (%s), so their jobs are lost; they are removed "
                 "once older than PENCIL_JOB_RETENTION_DAYS",
                 len(unreadable),
                 self.jobs_dir,
-                ", ".join(unreadable[:3]),
-                ", ..." if len(unreadable) > 3 else "",
+                _some(sorted(unreadable)),
             )
+        return inserted
 
     def _job_folders(self) -> list[Path]:
         if not self.jobs_dir.is_dir():
@@ -397,7 +503,7 @@ class JobStore:
             request_digest=request_digest,
             request_id=request_id,
         )
-        self._store_folder(job, inputs or {})
+        owner = self._store_folder(job, inputs or {})
         try:
             with self._session(write=True) as db:
                 db.run(_INSERT, _row(job))
@@ -412,18 +518,30 @@ class JobStore:
         except BaseException:
             remove_tree_quietly(self.jobs_dir / job.id)
             raise
+        finally:
+            os.close(owner)  # the folder has its row, or is gone: reconcile may look at it now
         return job, True  # as inserted: reading the row back gives the same Job
 
-    def _store_folder(self, job: Job, inputs: Mapping[str, bytes]) -> None:
+    def _store_folder(self, job: Job, inputs: Mapping[str, bytes]) -> int:
         """The job's folder with its inputs and job.json, written and flushed under a hidden
-        staging name, then renamed into place; on a failure nothing is left of it."""
+        staging name, then renamed into place; on a failure nothing is left of it. Returns
+        the open job.json, whose lock marks the folder as owned by this submission until the
+        caller closes it (jobs/storage.py create_owned): start-up sweeps and `reconcile` leave
+        an owned folder alone, and remove or restore one whose submitter died."""
         staging = self.jobs_dir / f".{job.id}.partial"
         folder = self.jobs_dir / job.id
+        owner = None
         try:
-            (staging / "input").mkdir(parents=True)
+            with creating_owned(self.jobs_dir):
+                staging.mkdir()
+                owner = create_owned(staging / RECORD)
+            (staging / "input").mkdir()
             for name, data in inputs.items():
                 write_file(staging / "input" / name, data)
-            write_file(staging / RECORD, _record(job))
+            record = memoryview(_record(job))
+            while record:
+                record = record[os.write(owner, record) :]
+            os.fsync(owner)
             fsync_directory(staging / "input")
             fsync_directory(staging)
             os.rename(staging, folder)
@@ -431,7 +549,10 @@ class JobStore:
         except OSError as exc:
             remove_tree_quietly(staging)
             remove_tree_quietly(folder)
+            if owner is not None:
+                os.close(owner)
             raise StorageError("store the job's input files", exc) from exc
+        return owner
 
     def _write_record(self, job_id: str) -> None:
         """Rewrite the job's job.json from its row. A failure is logged, not raised: the row
@@ -446,7 +567,7 @@ class JobStore:
             if job is None or not folder.is_dir():
                 return
             try:
-                write_atomically(folder / RECORD, _record(job))
+                self._with_reserve(f"update {folder / RECORD}", lambda: write_atomically(folder / RECORD, _record(job)))
             except OSError as exc:
                 log.warning("could not update %s (%s); the database keeps the job's state", folder / RECORD, exc)
 
@@ -510,17 +631,41 @@ class JobStore:
     ) -> bool:
         """The end state of the claim `job`; False (nothing written) when its lease was lost.
         Once it is stored, the result folders of other attempts (all of them unless it
-        succeeded) are removed."""
-        with self._session(write=True) as db:
-            changed = db.run(
-                "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, progress = COALESCE(?, progress), "
-                "lease_until = NULL WHERE id = ? AND attempt = ? AND status = 'running'",
-                (status, time.time(), result, error, progress, job.id, job.attempt),
-            )
+        succeeded) are removed. A full disk (SQLite's row, job.json) gives up the space reserve
+        (RESERVE) and tries again: a job whose result hit ENOSPC fails now, saying so, rather
+        than showing running until its lease ends and then running again."""
+
+        def update() -> int:
+            with self._session(write=True) as db:
+                return db.run(
+                    "UPDATE jobs SET status = ?, finished = ?, result = ?, error = ?, "
+                    "progress = COALESCE(?, progress), lease_until = NULL WHERE id = ? AND attempt = ? "
+                    "AND status = 'running'",
+                    (status, time.time(), result, error, progress, job.id, job.attempt),
+                )
+
+        changed = self._with_reserve(f"record the end of job {job.id}", update)
         if changed:
             self._write_record(job.id)
             self._remove_results(job.id, keep=job if status == "succeeded" else None)
         return bool(changed)
+
+    def _with_reserve(self, action: str, write: Callable[[], Result]) -> Result:
+        """`write()`; when it fails for want of space and the space reserve could be given up,
+        `write()` once more."""
+        failures: tuple[type[Exception], ...] = (OSError, *self._db.errors)
+        try:
+            return write()
+        except failures as exc:
+            if not (out_of_space(exc) and self._reserve.release()):
+                raise
+            log.warning("the disk of %s is full (%s): gave up the space reserve to %s", self.data_dir, exc, action)
+            return write()
+
+    def keep_reserve(self) -> None:
+        """Make the space reserve again where it was given up and there is room (the runner's
+        heartbeat calls it)."""
+        self._reserve.keep()
 
     def cancel(self, job_id: str) -> Job | None:
         """Cancel: a queued job at once, a running one at its next checkpoint (the flag is
@@ -575,8 +720,8 @@ class JobStore:
 
     def purge(self, older_than_s: float) -> int:
         """Delete finished jobs (rows and files) that finished more than `older_than_s` ago,
-        job folders without a row unchanged for as long, and submissions' staging folders
-        left for STALE_PARTIAL_S."""
+        job folders without a row unchanged for as long, and the staging folders of
+        submissions whose server process died."""
         cutoff = time.time() - older_than_s
         with self._session(write=True) as db:
             deleted = db.all("DELETE FROM jobs WHERE finished IS NOT NULL AND finished < ? RETURNING id", (cutoff,))
@@ -602,16 +747,17 @@ class JobStore:
         if removed:
             log.warning("removed %d job folder(s) of %s that had no job record", removed, self.jobs_dir)
 
-    def _purge_partials(self) -> None:
-        """Submissions cut off before their row (a newer staging folder may be a submission
-        another server process is writing)."""
-        for partial in self.jobs_dir.glob(".*.partial"):
-            try:
-                stale = time.time() - partial.stat().st_mtime > STALE_PARTIAL_S
-            except FileNotFoundError:
-                continue
-            if stale:
-                remove_tree_quietly(partial)
+    def _purge_partials(self) -> int:
+        """Remove the staging folders of submissions whose server process died before their
+        row (their job.json is not owned any more; another process's submission in progress
+        keeps its own). Returns how many."""
+        removed = 0
+        with sweeping_owned(self.jobs_dir):
+            for partial in self.jobs_dir.glob(".*.partial"):
+                if partial.is_dir() and not has_owner(partial / RECORD):
+                    remove_tree_quietly(partial)
+                    removed += 1
+        return removed
 
     # -------------------------------------------------------------- reading --
 
@@ -695,6 +841,11 @@ def _open_postgres(url: str) -> Database:
             f"the job database {shown_url(url)} cannot be used ({str(exc).strip()}): check "
             "PENCIL_DATABASE_URL, that the server is up and that its user may create tables, then restart"
         ) from exc
+
+
+def _some(names: Sequence[str], shown: int = 3) -> str:
+    """The first `shown` of `names`, for a log line."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def _result_folder(attempt: int) -> str:

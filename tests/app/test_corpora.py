@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import sys
 import time
 
+import httpx
 import numpy as np
 import pytest
-from pencil_testkit import admin_client, assert_api_error
+from pencil_testkit import admin_client, assert_api_error, free_port, server_env, server_process
 
 import jobs.corpora
 from jobs.runner import JobRunner
+from jobs.storage import create_owned, creating_owned
 
 TOKEN = "corpora-test-token"
 
@@ -203,13 +207,57 @@ def test_corpora_survive_a_restart_and_debris_is_removed(make_client, tmp_path):
     two_hours_ago = time.time() - 7200
     for path in folder.iterdir():
         os.utime(path, (two_hours_ago, two_hours_ago))
-    # Written a moment ago: another server process may be streaming it right now.
-    (folder / ".abcdefabcdefabcdefabcdefabcdefab.partial").write_bytes(b"an upload in progress")
-    client = admin(make_client)
-    assert client.get("/corpora").json()["corpora"] == [kept]
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt", ".abcdefabcdefabcdefabcdefabcdefab.partial"]
-    )
+    # A moment ago, by a process killed since (its lock went with it): removed at once.
+    (folder / ".cccccccccccccccccccccccccccccccc.partial").write_bytes(b"")
+    # Another server process's upload in progress: it holds the file's lock.
+    with creating_owned(folder):
+        owner = create_owned(folder / ".abcdefabcdefabcdefabcdefabcdefab.partial")
+    try:
+        client = admin(make_client)
+        assert client.get("/corpora").json()["corpora"] == [kept]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            [f"{kept['id']}.bin", f"{kept['id']}.json", "notes.txt", ".abcdefabcdefabcdefabcdefabcdefab.partial"]
+        )
+    finally:
+        os.close(owner)
+
+
+def test_a_cut_upload_leaves_nothing_and_a_killed_uploads_partial_goes_at_a_quick_restart(tmp_path):
+    """Against `pencil-gpu serve`: a client that stops mid-upload leaves no partial file; a
+    server killed (SIGKILL) mid-upload leaves one, which the next start removes at once."""
+    port = free_port()
+    env = server_env(tmp_path, port=str(port), admin_token=TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    folder = tmp_path / "data" / "corpora"
+    head = (
+        f"POST /corpora HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 10000000\r\n\r\n"
+    ).encode()
+
+    def partials() -> list[str]:
+        return [p.name for p in folder.glob(".*.partial")] if folder.is_dir() else []
+
+    def cut_upload(kill=None) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(head + b"some text\n" * 100)
+            deadline = time.monotonic() + 10
+            while not partials() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert partials(), "the upload's partial file never appeared"
+            if kill is not None:
+                kill()
+
+    with server_process([sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base):
+        cut_upload()
+        deadline = time.monotonic() + 10
+        while partials() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert partials() == []
+    with server_process([sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base) as server:
+        cut_upload(kill=lambda: (server.kill(), server.wait()))
+        assert len(partials()) == 1  # nothing ran to remove it
+    with server_process([sys.executable, "-m", "app.cli", "serve"], tmp_path, env, base):
+        assert partials() == []  # the restart removed it at once
+        assert httpx.get(f"{base}/corpora", headers={"Authorization": f"Bearer {TOKEN}"}).json()["corpora"] == []
 
 
 def test_a_corpus_in_use_by_a_queued_search_cannot_be_deleted(make_client, monkeypatch):

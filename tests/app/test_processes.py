@@ -175,3 +175,16 @@ def test_processes_dying_at_start_end_the_server_instead_of_looping(tmp_path):
     assert result.returncode == 1, result.stderr[-2000:]
     assert "giving up" in result.stderr
     assert time.monotonic() - started < 90
+
+
+def test_the_open_file_limit_is_raised_for_the_connection_cap_or_the_cap_lowered(monkeypatch, caplog):
+    import resource
+
+    from app.serve import FILES_BESIDE_CONNECTIONS, open_files_for
+
+    limits = {"soft": 1024, "hard": 4096}
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limits["soft"], limits["hard"]))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, value: limits.update(soft=value[0]))
+    assert open_files_for(1000) == 1000 and limits["soft"] == 1000 + FILES_BESIDE_CONNECTIONS  # raised
+    assert open_files_for(10_000) == 4096 - FILES_BESIDE_CONNECTIONS and limits["soft"] == 4096  # the hard limit
+    assert "PENCIL_MAX_CONNECTIONS=10000 does not fit this process's limit of 4096 open files" in caplog.text

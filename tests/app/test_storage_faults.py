@@ -81,6 +81,46 @@ def test_a_job_database_deleted_or_replaced_while_running_is_not_ready(make_clie
     )
 
 
+def test_low_free_space_on_the_data_directory_is_not_ready_with_the_figures(make_client, monkeypatch):
+    """Real free space against a threshold above it (then one below it): 503 saying how much is
+    free, before submissions start failing with 507."""
+    import app.main
+    from jobs.storage import free_bytes
+
+    client = admin(make_client, min_free_bytes=2**62)
+    data_dir = client.app.state.settings.data_dir
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and int(ready.headers["retry-after"]) > 0
+    [problem] = ready.json()["problems"]
+    assert problem.startswith(f"data directory {data_dir} has ") and "under PENCIL_MIN_FREE_BYTES (" in problem
+    assert int(problem.split(" has ")[1].split(" bytes")[0].replace(",", "")) > 0
+    client.app.state.settings.min_free_bytes = free_bytes(data_dir) // 2
+    assert client.get("/readyz").json() == {"ready": True}
+    monkeypatch.setattr(app.main, "free_bytes", lambda directory: 176_128)  # the issue's 176 KB
+    client.app.state.settings.min_free_bytes = 64 * 2**20
+    assert client.get("/readyz").json()["problems"] == [
+        f"data directory {data_dir} has 176,128 bytes free, under PENCIL_MIN_FREE_BYTES (67,108,864): "
+        "submissions would fail with 507"
+    ]
+    client.app.state.settings.min_free_bytes = 0  # no check
+    assert client.get("/readyz").json() == {"ready": True}
+
+
+def test_a_job_whose_row_was_lost_is_back_after_a_restart(make_client):
+    """The issue's case through the app: a row lost (a corrupted WAL tail and a crash) while its
+    folder says succeeded answered 404; the next start gives it its row back."""
+    client = admin(make_client)
+    job_id = client.post("/jobs/svd", json={"spec": {"m": 8, "n": 6}}).json()["id"]
+    assert wait_for_job(client, job_id)["status"] == "succeeded"
+    with client.app.state.jobs._db.session(write=True) as db:
+        db.run("DELETE FROM jobs WHERE id = ?", (job_id,))
+    assert_api_error(client.get(f"/jobs/{job_id}"), 404, "job_not_found")
+    client.__exit__(None, None, None)
+    client = admin(make_client)
+    assert client.get(f"/jobs/{job_id}").json()["status"] == "succeeded"
+    assert client.get(f"/jobs/{job_id}/files/s.npy").status_code == 200
+
+
 def test_uploads_past_the_file_size_limit_are_507_and_leave_nothing(tmp_path):
     """A real file-size limit (EFBIG, as a full disk gives ENOSPC): a corpus streamed to the
     data directory and an SVD upload spooled by the multipart parser."""

@@ -12,6 +12,11 @@ that cannot be written, a file-size limit, a corrupted database. Imported as
   file-size limit (RLIMIT_FSIZE) is set to `limit_bytes` when it calls `limit()`: writes
   past it fail with EFBIG as they do on a full disk with ENOSPC (SIGXFSZ is ignored by
   Python). The code prints one JSON line last; its value is returned.
+- `run_on_small_disk(code, size_bytes, workdir)`: `code` run in a Python subprocess whose
+  `DISK` is a file system of `size_bytes` of its own (a tmpfs mounted in a private mount
+  namespace: `unshare`, as root or in a user namespace), and whose `fill()` fills it: a
+  full disk for real, ENOSPC for every file on it. The test is skipped where the machine
+  allows no such namespace (a container without the privilege).
 - `corrupt(path, offset, size, rng)`: random bytes written over part of a file.
 """
 
@@ -145,6 +150,61 @@ def run_limited(code: str, limit_bytes: int, workdir: Path, timeout_s: float = 1
         text=True,
         timeout=timeout_s,
     )
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_DISK_PRELUDE = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+DISK = Path({disk!r})
+
+def fill():
+    fd = os.open(DISK / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        while True:
+            os.write(fd, bytes(4096))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+"""
+
+
+def _unshare() -> list[str] | None:
+    """The unshare command that gives a process a mount namespace of its own, or None."""
+    for command in (["unshare", "--user", "--map-root-user", "--mount"], ["unshare", "--mount"]):
+        try:
+            done = subprocess.run([*command, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0:
+            return command
+    return None
+
+
+def run_on_small_disk(code: str, size_bytes: int, workdir: Path, timeout_s: float = 120) -> object:
+    """Run `code` (dedented) in a subprocess in `workdir` with DISK, a file system of
+    `size_bytes`, and fill(); returns the JSON value of its last output line. Skips the test
+    where no private mount namespace can be had."""
+    import pytest
+
+    unshare = _unshare()
+    if unshare is None:
+        pytest.skip("no private mount namespace here (unshare) for a small file system")
+    disk = workdir / "disk"
+    disk.mkdir()
+    prelude = _DISK_PRELUDE.format(tests=str(Path(__file__).resolve().parent), disk=str(disk))
+    env = {**server_env(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
+    script = workdir / "on_small_disk.py"
+    script.write_text(prelude + textwrap.dedent(code))
+    mount = f"mount -t tmpfs -o size={size_bytes} tmpfs {disk} && exec {sys.executable} {script}"
+    done = subprocess.run(
+        [*unshare, "sh", "-c", mount], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+    if done.returncode != 0 and "mount" in done.stderr and "permission denied" in done.stderr.lower():
+        pytest.skip(f"no tmpfs in a private mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 

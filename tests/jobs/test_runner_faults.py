@@ -17,7 +17,7 @@ from gpu.jobs import JobResult, npy_file
 from jobs.kinds import JobKind
 from jobs.runner import JobRunner
 from jobs.store import JobStore
-from tests.jobs.storage_faults import read_only_database, run_limited
+from tests.jobs.storage_faults import read_only_database, run_limited, run_on_small_disk
 
 
 class Stored:
@@ -74,6 +74,88 @@ def test_a_result_past_the_file_size_limit_fails_the_job_and_leaves_no_file(tmp_
     assert result["status"] == "failed" and result["record"] == "failed"
     assert result["error"] == "could not store the result: File too large"
     assert result["files"] == [f"{result['id']}/job.json"]
+
+
+def test_a_result_that_fills_the_disk_fails_its_job_at_once_with_its_end_recorded(tmp_path):
+    """A real full disk (a small tmpfs): the result hits ENOSPC, and so would the SQLite row
+    of the job's failure and its job.json; the space reserve is given up for them, so the job
+    fails now with the reason instead of showing running until its lease ends and running
+    again. Once there is room, the heartbeat makes the reserve again."""
+    result = run_on_small_disk(
+        """
+        import logging
+        import numpy as np
+        from jobs.kinds import JobKind
+        from jobs.runner import JobRunner
+        from jobs.store import JobStore
+        from app.metrics import Metrics
+        from gpu.jobs import JobResult, npy_file
+
+        logging.basicConfig(level=logging.WARNING)
+
+        class Stored:
+            @classmethod
+            def from_json(cls, stored, files):
+                return cls()
+
+        def run(job, lease, progress):
+            return JobResult({"n": 1}, {"u.npy": npy_file(np.ones((1000, 1000)))})
+
+        store = JobStore(DISK / "data")
+        reserve = (DISK / "data" / "space-reserve").exists()
+        job, _ = store.create("test", {})
+        claimed = store.claim_next()
+        fill()  # another writer took every byte left
+        runner = JobRunner(store, {"test": JobKind("test", Stored, run)}, 1, "cpu", None, Metrics(), 3600.0)
+        runner.run(claimed)
+        done = store.get(job.id)
+        record = json.loads((store.jobs_dir / job.id / "job.json").read_text())
+        after = (DISK / "data" / "space-reserve").exists()
+        os.unlink(DISK / "filler")
+        runner.heartbeat()
+        print(json.dumps({
+            "reserve": [reserve, after, (DISK / "data" / "space-reserve").exists()],
+            "status": done.status,
+            "error": done.error,
+            "record": record["status"],
+            "files": sorted(str(p.relative_to(store.jobs_dir)) for p in store.jobs_dir.rglob("*") if p.is_file()),
+            "id": job.id,
+        }))
+        """,
+        8 * 1024 * 1024,
+        tmp_path,
+    )
+    assert result["reserve"] == [True, False, True]  # kept, given up, made again
+    assert result["status"] == "failed" and result["record"] == "failed"
+    assert result["error"] == "could not store the result: No space left on device"
+    assert result["files"] == [f"{result['id']}/job.json"]
+
+
+def test_a_full_disk_at_a_jobs_end_gives_up_the_reserve_and_records_it(tmp_path, monkeypatch, caplog):
+    """Where no small disk can be mounted, the same path with SQLite's SQLITE_FULL injected:
+    the first write of the end fails for want of space, the reserve goes, the second lands."""
+    store = JobStore(tmp_path / "data")
+    reserve = tmp_path / "data" / "space-reserve"
+    assert reserve.stat().st_size == 1024 * 1024
+    job, _ = store.create("test", {})
+    claimed = store.claim_next()
+    real_session, full = store._db.session, [True]
+
+    def session(write=False, wait_s=None):
+        if write and full[0]:
+            full[0] = False
+            error = sqlite3.OperationalError("database or disk is full")
+            error.sqlite_errorcode = sqlite3.SQLITE_FULL
+            raise error
+        return real_session(write, wait_s)
+
+    monkeypatch.setattr(store._db, "session", session)
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        assert store.fail(claimed, "could not store the result: No space left on device")
+    assert store.get(job.id).status == "failed" and not reserve.exists()
+    assert "is full (database or disk is full): gave up the space reserve to record the end of job" in caplog.text
+    store.keep_reserve()
+    assert reserve.stat().st_size == 1024 * 1024
 
 
 def test_a_full_disk_while_writing_a_result_fails_the_job_clearly_without_a_traceback(tmp_path, caplog):

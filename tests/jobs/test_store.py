@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.storage import StartupError, StorageError
+from jobs.storage import StartupError, StorageError, create_owned
 from jobs.store import PROBE_WAIT_S, Claim, IdempotencyConflict, JobStore
 from tests.jobs.storage_faults import corrupt, read_only_database, run_limited, unwritable
 
@@ -120,10 +120,10 @@ def test_recover_requeues_running_jobs_and_honours_cancels(tmp_path):
     store.claim_next()
     store.claim_next()
     store.cancel(canceled_meanwhile.id)
-    (store.jobs_dir / ".cut-off.partial" / "input").mkdir(parents=True)  # a submission cut off mid-write
-    two_hours_ago = time.time() - 7200
-    os.utime(store.jobs_dir / ".cut-off.partial", (two_hours_ago, two_hours_ago))
+    (store.jobs_dir / ".cut-off.partial" / "input").mkdir(parents=True)  # its process died mid-write
+    (store.jobs_dir / ".cut-off.partial" / "job.json").write_text("{}")  # a moment ago: its lock died too
     (store.jobs_dir / ".in-progress.partial").mkdir()  # another process's submission, being written now
+    owner = create_owned(store.jobs_dir / ".in-progress.partial" / "job.json")
     store.close()
 
     reopened = JobStore(tmp_path / "data")
@@ -133,6 +133,7 @@ def test_recover_requeues_running_jobs_and_honours_cancels(tmp_path):
     assert reopened.get(waiting.id).status == "queued"
     reopened.purge(older_than_s=86400)
     assert [p.name for p in reopened.jobs_dir.glob(".*.partial")] == [".in-progress.partial"]
+    os.close(owner)
     assert [reopened.claim_next().id, reopened.claim_next().id] == [left_running.id, waiting.id]
     reopened.close()
 
@@ -468,3 +469,128 @@ def test_a_run_cut_off_mid_write_leaves_no_result_folder_whatever_the_next_attem
             assert store.mark_canceled(second)
         folders = sorted(p.name for p in (store.jobs_dir / job.id).iterdir() if p.name.startswith("result"))
         assert folders == (["result-2"] if end == "succeed" else []), end
+
+
+# ------------------------------------------------------------- reconcile --
+
+RETENTION_S = 7 * 86400.0
+
+
+def delete_row(store: JobStore, job_id: str) -> None:
+    """A row lost as with a corrupted WAL tail: its folder stays."""
+    with store._db.session(write=True) as db:
+        db.run("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+
+def test_reconcile_gives_a_folder_its_lost_row_back(store, caplog):
+    """The issue's case: 24 job folders, 23 rows; the 24th, whose job.json says succeeded,
+    answered 404. A running job's lost row comes back queued; a folder a submission in
+    progress owns, and a job finished before the retention period, are left alone."""
+    jobs = [store.create("svd", {"i": i})[0] for i in range(24)]
+    succeeded = store.claim_next()
+    assert store.succeed(succeeded, {"s": [1.0]})
+    running = store.claim_next()
+    delete_row(store, succeeded.id)
+    delete_row(store, running.id)
+    old, _ = store.create("svd", {"old": True})
+    store.cancel(old.id)
+    record = json.loads((store.jobs_dir / old.id / "job.json").read_text())
+    record["finished"] = time.time() - RETENTION_S - 60  # purged meanwhile by another replica
+    (store.jobs_dir / old.id / "job.json").write_text(json.dumps(record))
+    delete_row(store, old.id)
+    in_progress = store.jobs_dir / ("f" * 32)
+    in_progress.mkdir()
+    owner = create_owned(in_progress / "job.json")  # renamed into place, its row not yet inserted
+    os.write(owner, json.dumps({**record, "id": "f" * 32, "finished": None, "status": "queued"}).encode())
+    assert store.get(succeeded.id) is None and len(store.page(limit=100)[0]) == 22
+
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        store.reconcile(RETENTION_S)
+    remove_tree(in_progress)  # that submission failed: its folder goes, then its lock
+    os.close(owner)
+    back = store.get(succeeded.id)
+    assert back.status == "succeeded" and back.result == {"s": [1.0]} and back.attempt == 1
+    requeued = store.get(running.id)
+    assert requeued.status == "queued" and requeued.started is None
+    assert store.get(old.id) is None and store.get("f" * 32) is None
+    assert len(store.page(limit=100)[0]) == 24 == len(jobs)
+    assert "2 job folder(s) in" in caplog.text and "had no row in the job database" in caplog.text
+    store.reconcile(RETENTION_S)  # again (another replica starting): nothing more
+    assert len(store.page(limit=100)[0]) == 24
+
+
+def test_reconcile_fails_a_waiting_job_whose_folder_is_gone_and_keeps_finished_records(store, caplog):
+    queued, _ = store.create("svd", {"a": 1})
+    running, _ = store.create("svd", {"a": 2})
+    done, _ = store.create("svd", {"a": 3})
+    kept, _ = store.create("svd", {"a": 4})
+    assert store.claim_next().id == queued.id
+    store.cancel(queued.id)  # a cancel asked for: still running until its checkpoint
+    claimed = store.claim_next()
+    finished = store.claim_next()
+    assert store.succeed(finished, {"ok": True})
+    for job in (queued, running, done):
+        remove_tree(store.jobs_dir / job.id)
+    with caplog.at_level(logging.WARNING, logger="pencil.jobs"):
+        store.reconcile(RETENTION_S)
+    for job in (queued, running):
+        lost = store.get(job.id)
+        assert lost.status == "failed" and lost.finished is not None
+        assert lost.error == f"the job's folder {store.jobs_dir / job.id} (its input files and record) is missing"
+    assert store.get(done.id).status == "succeeded" and store.get(kept.id).status == "queued"
+    assert "2 queued or running job(s) have no folder" in caplog.text
+    assert f"1 finished job(s) have no folder in {store.jobs_dir}: their result files are gone" in caplog.text
+    assert not store.succeed(claimed, {"late": True})  # its runner's end is refused: it removes its result
+
+
+def test_reconcile_changes_nothing_when_no_job_folder_is_left(store, caplog):
+    """No folder at all while the table has jobs: a data directory that is not this database's
+    (a shared one not mounted), not lost jobs."""
+    jobs = [store.create("svd", {"i": i})[0] for i in range(3)]
+    for job in jobs:
+        remove_tree(store.jobs_dir / job.id)
+    with caplog.at_level(logging.ERROR, logger="pencil.jobs"):
+        store.reconcile(RETENTION_S)
+    assert [store.get(job.id).status for job in jobs] == ["queued"] * 3
+    assert "holds 3 job(s) but" in caplog.text and "Nothing was changed" in caplog.text
+
+
+def test_replicas_reconciling_at_once_restore_each_row_once(postgres_url, tmp_path):
+    """Replicas of a shared store starting together: each lost row comes back once, each job
+    without a folder fails once, and no error."""
+    first = JobStore(tmp_path / "data", postgres_url, replica="a")
+    lost = [first.create("svd", {"i": i})[0] for i in range(20)]
+    gone = [first.create("svd", {"g": i})[0] for i in range(5)]
+    for job in lost:
+        delete_row(first, job.id)
+    for job in gone:
+        remove_tree(first.jobs_dir / job.id)
+    replicas = [first, *(JobStore(tmp_path / "data", postgres_url, replica=name) for name in "bcd")]
+    errors: list[BaseException] = []
+
+    def start(store: JobStore) -> None:
+        try:
+            store.reconcile(RETENTION_S)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(store,)) for store in replicas]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    jobs, _ = first.page(limit=100)
+    assert sorted(job.id for job in jobs) == sorted(job.id for job in lost + gone)
+    assert {job.id: job.status for job in jobs} == {
+        **{job.id: "queued" for job in lost},
+        **{job.id: "failed" for job in gone},
+    }
+    for store in replicas:
+        store.close()
+
+
+def remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
