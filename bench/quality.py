@@ -7,8 +7,12 @@
 Photos: scikit-image's real photographs (dark and low-key ones included: the Hubble deep
 field, the rocket at dusk, the retina scan with its black surround) and our own low-key
 ones, real photos darkened by a physical exposure change (-3 EV in linear light: `expose`).
-Each is resized to a longer side of --side px (area filter when shrinking, cubic when
-enlarging) before rendering.
+Two sets (`Photo.held_out`, `--held-out`): the tuning photos, on which constants are
+chosen, and the evaluation photos, held out from tuning since issue 38 (a portrait and it
+at -3 EV, grass and it at -3 EV, a bright cell on a large flat dark ground, gravel from
+above, a brick wall turned onto the diagonals, handwriting on a slanted page). Each is
+resized to a longer side of --side px (area filter when shrinking, cubic when enlarging)
+before rendering.
 
 Per photo and mode (MODES: a name -> PencilParams; adding a mode is one line):
 - rank: Spearman's rank correlation between the photo's luma and the drawing, both
@@ -17,15 +21,29 @@ Per photo and mode (MODES: a name -> PencilParams; adding a mode is one line):
 - bright delta: the drawing's mean over the photo's brightest blocks (top 10 % of the
   photo's block means) minus the same for the `light` mode of the same texture: how far
   the paper moved from today's look (negative: darker);
+- fidelity (stroke fidelity): Pearson's correlation over every pixel between the drawing's
+  darkness (255 - its luma) and the photo's gradient |dx| + |dy| after a 3x3 median (the
+  stroke branch's own stages 1-2): are the dark marks on the photo's edges (`stroke_fidelity`);
+- SSIM: mean structural similarity of the drawing's luma with the photo's (7x7 windows);
+- seams: the share of pixels where the hatching texture H the pipeline draws with has a
+  local contrast (std over 9x9) under 60 % of the plain tile's median: where hatchings of
+  two directions are blended their strokes wash out into light bands (`seam_share`; the
+  flat tile's own share, about 0.107, is the floor);
 - ms: median render time of --repeats after one warm-up (host wall time, transfers
   included, through `gpu.pencil.render` on --backend).
+
+Issue 38's targets, per photo set (`drawing_targets`): the default drawing's rank mean >=
+0.94 and worst >= 0.85, its stroke fidelity mean >= 0.40, each -3 EV photo drawn >= 40 grey
+levels darker than its normal exposure; tone=light's worst rank >= 0.80; and the presets in
+order on every photo: light > medium > dark and light > auto > dark in mean grey.
 
 Targets (issue): with tone=auto, rank >= 0.85 on every photo; a photo with mean grey under
 60 gives a drawing with mean grey under 150; a photo of ordinary exposure (mean grey 60..195)
 keeps its brightest blocks within 30 grey levels of `light`. One line each says met / not met.
 
 Images: docs/images/quality-contact-sheet.png (one row per photo: original and the modes
-marked for the sheet, each cell labelled with its numbers) and docs/images/before-after.png
+marked for the sheet, each cell labelled with its numbers, and under it a row of 2x crops
+around `Photo.zoom`, pixels repeated, to see the grain and the seams) and docs/images/before-after.png
 (one dark photo: original | light | auto).
 """
 
@@ -46,6 +64,7 @@ import numpy as np
 import skimage.data
 from PIL import Image, ImageDraw, ImageFont
 from scipy.stats import spearmanr
+from skimage.metrics import structural_similarity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,14 +94,16 @@ class Mode:
 
 
 MODES: tuple[Mode, ...] = (
-    Mode("light/lu", PencilParams(tone="light", texture="lu")),  # today's default
-    Mode("auto/lu", PencilParams(tone="auto", texture="lu")),
-    Mode("light/fast", PencilParams(tone="light", texture="fast"), sheet=False),
-    Mode("auto/fast", PencilParams(tone="auto", texture="fast"), sheet=False),
+    Mode("auto/lu", PencilParams(tone="auto", texture="lu", hatching="flat")),
     Mode("auto+follow/lu", PencilParams(tone="auto", texture="lu", hatching="follow")),
-    Mode("light+follow/lu", PencilParams(tone="light", texture="lu", hatching="follow"), sheet=False),
-    Mode("light+follow/fast", PencilParams(tone="light", texture="fast", hatching="follow"), sheet=False),
+    Mode("light/lu", PencilParams(tone="light", texture="lu")),
+    Mode("medium/lu", PencilParams(tone="medium", texture="lu"), sheet=False),
+    Mode("dark/lu", PencilParams(tone="dark", texture="lu")),
+    Mode("auto/fast", PencilParams(tone="auto", texture="fast"), sheet=False),
+    Mode("light/fast", PencilParams(tone="light", texture="fast"), sheet=False),
 )
+PRESET_ORDER = ("light/lu", "medium/lu", "dark/lu")  # must draw lighter to darker, in this order
+AUTO = "auto/lu"  # the presets are compared with this one: light lighter, dark darker
 
 
 # ------------------------------------------------------------------------ photos --
@@ -111,13 +132,27 @@ class Photo:
     name: str
     note: str
     load: Callable[[], np.ndarray]
+    held_out: bool = False  # evaluation set: never looked at while choosing constants (issue 38)
+    zoom: tuple[float, float] = (0.5, 0.5)  # centre (x, y), as fractions, of the 2x crop on the sheet
+
+
+def rotated_crop(image: np.ndarray, degrees: float) -> np.ndarray:
+    """The largest axis-aligned centre crop of `image` turned by `degrees` (cubic): a photo
+    with its structure on the diagonals, and no blank corners."""
+    height, width = image.shape[:2]
+    turn = cv2.getRotationMatrix2D((width / 2, height / 2), degrees, 1.0)
+    turned = cv2.warpAffine(image, turn, (width, height), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REFLECT)
+    angle = np.deg2rad(abs(degrees) % 90)
+    side = min(height, width) / (np.cos(angle) + np.sin(angle))
+    top, left = round((height - side) / 2), round((width - side) / 2)
+    return np.ascontiguousarray(turned[top : top + round(side), left : left + round(side)])
 
 
 PHOTOS: tuple[Photo, ...] = (
+    # The tuning set: the photos of issue 19, the ones every constant was chosen on.
     Photo("camera", "scikit-image: cameraman, gray", skimage.data.camera),
-    Photo("astronaut", "scikit-image: Eileen Collins, NASA", skimage.data.astronaut),
     Photo("coffee", "scikit-image: coffee cup", skimage.data.coffee),
-    Photo("chelsea", "scikit-image: Chelsea the cat", skimage.data.chelsea),
+    Photo("chelsea", "scikit-image: Chelsea the cat", skimage.data.chelsea, zoom=(0.45, 0.4)),
     Photo("coins", "scikit-image: Greek coins, gray", skimage.data.coins),
     Photo("motorcycle", "scikit-image: stereo_motorcycle, left view", lambda: skimage.data.stereo_motorcycle()[0]),
     Photo("moon", "scikit-image: lunar surface, gray", skimage.data.moon),
@@ -126,8 +161,21 @@ PHOTOS: tuple[Photo, ...] = (
     Photo("retina", "scikit-image: retina fundus, black surround", skimage.data.retina),
     Photo("rocket", "scikit-image: SpaceX rocket at dusk (low-key)", skimage.data.rocket),
     Photo("hubble", "scikit-image: Hubble deep field (night sky)", skimage.data.hubble_deep_field),
-    Photo("astronaut-3EV", "ours: astronaut at -3 EV in linear light", lambda: expose(skimage.data.astronaut(), -3.0)),
     Photo("coffee-3EV", "ours: coffee at -3 EV in linear light", lambda: expose(skimage.data.coffee(), -3.0)),
+    # The evaluation set (held out in issue 38): the kinds of photo the issue's six were.
+    Photo("astronaut", "held out: portrait (Eileen Collins, NASA)", skimage.data.astronaut, True, (0.45, 0.25)),
+    Photo("astronaut-3EV", "held out: the portrait at -3 EV", lambda: expose(skimage.data.astronaut(), -3.0), True),
+    Photo("grass", "held out: a field of grass (landscape texture)", skimage.data.grass, True),
+    Photo("grass-3EV", "held out: the grass at -3 EV", lambda: expose(skimage.data.grass(), -3.0), True),
+    Photo("cell", "held out: a bright cell on a large flat dark ground", skimage.data.cell, True, (0.68, 0.67)),
+    Photo("gravel", "held out: gravel seen from above (aerial texture)", skimage.data.gravel, True),
+    Photo(
+        "brick-diagonal",
+        "held out: a brick wall in perspective turned 30 degrees (diagonal structure, like stairs)",
+        lambda: rotated_crop(skimage.data.brick(), 30.0),
+        True,
+    ),
+    Photo("text", "held out: handwriting on a slanted page (diagonal strokes)", skimage.data.text, True),
 )
 
 
@@ -176,6 +224,61 @@ def brightest(photo_blocks: np.ndarray, fraction: float = BRIGHT_FRACTION) -> np
     return photo_blocks >= np.quantile(photo_blocks, 1.0 - fraction)
 
 
+def gradient_of(gray: np.ndarray) -> np.ndarray:
+    """The photo's gradient as the pipeline's stroke branch sees it (stages 1-2): |dx| + |dy|
+    (forward differences, 0 past the last column / row) of the 3x3 median of the luma, float64."""
+    smooth = cv2.medianBlur(gray, 3).astype(np.float64)
+    magnitude = np.zeros_like(smooth)
+    magnitude[:, :-1] += np.abs(np.diff(smooth, axis=1))
+    magnitude[:-1, :] += np.abs(np.diff(smooth, axis=0))
+    return magnitude
+
+
+def stroke_fidelity(gray: np.ndarray, drawing_gray: np.ndarray) -> float:
+    """Pearson's correlation, over every pixel, between the drawing's darkness (255 minus its
+    luma) and the photo's gradient after a 3x3 median (gradient_of): are the dark marks where
+    the photo has edges? 1: darkness exactly proportional to the edges; 0: unrelated (a
+    drawing that is all tone, or strokes at random). NaN when either is constant."""
+    darkness = 255.0 - drawing_gray.astype(np.float64)
+    edges = gradient_of(gray)
+    if darkness.std() == 0 or edges.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(darkness.ravel(), edges.ravel())[0, 1])
+
+
+def ssim(gray: np.ndarray, drawing_gray: np.ndarray) -> float:
+    """The mean structural similarity (Wang et al. 2004; scikit-image's, 7x7 windows, data
+    range 255) between the photo's luma and the drawing's."""
+    return float(structural_similarity(gray, drawing_gray, data_range=255))
+
+
+SEAM_WINDOW = 9  # px: the local contrast of the hatching is its std over this window
+SEAM_CONTRAST = 0.6  # a seam: local contrast under this share of the tile's median local contrast
+
+
+def local_contrast(texture: np.ndarray, window: int = SEAM_WINDOW) -> np.ndarray:
+    """The standard deviation of `texture` over window x window squares (edges replicated)."""
+    mean = cv2.blur(texture.astype(np.float64), (window, window), borderType=cv2.BORDER_REPLICATE)
+    square = cv2.blur(texture.astype(np.float64) ** 2, (window, window), borderType=cv2.BORDER_REPLICATE)
+    return np.sqrt(np.maximum(square - mean * mean, 0.0))
+
+
+def seam_share(gray: np.ndarray, params: PencilParams) -> float:
+    """Seams of the hatching's direction field: the share of pixels where the hatching
+    texture the pipeline draws this photo with (H before the tone, from
+    reference.texture_for or, for hatching="follow", reference.oriented_texture) has a
+    local contrast (local_contrast) under SEAM_CONTRAST of the plain tile's median local
+    contrast. Where two hatchings of different directions are blended, their strokes wash
+    out into a lighter, flat band: a seam. The plain tile's own share is the floor."""
+    from gpu.pencil import reference
+
+    height, width = gray.shape
+    plain = reference.texture_for(height, width)
+    typical = float(np.median(local_contrast(plain)))
+    texture = plain if params.hatching == "flat" else reference.oriented_texture(gray, params)
+    return float(np.mean(local_contrast(texture) < SEAM_CONTRAST * typical))
+
+
 @dataclass
 class Result:
     """The numbers of one photo drawn in one mode."""
@@ -185,6 +288,9 @@ class Result:
     bright: float  # the drawing's mean over the photo's brightest blocks
     ms: float
     bright_delta: float | None = None  # bright minus the light mode's of the same texture
+    fidelity: float = float("nan")  # stroke_fidelity
+    ssim: float = float("nan")  # ssim with the photo's luma
+    seams: float = float("nan")  # seam_share of the hatching
 
 
 @dataclass
@@ -195,6 +301,7 @@ class PhotoResult:
     source_size: tuple[int, int]
     mean: float  # the photo's mean grey (luma)
     modes: dict[str, Result] = field(default_factory=dict)
+    held_out: bool = False
 
 
 def baseline_of(mode: Mode, modes: tuple[Mode, ...] = MODES) -> Mode | None:
@@ -206,7 +313,7 @@ def baseline_of(mode: Mode, modes: tuple[Mode, ...] = MODES) -> Mode | None:
 
 
 def measure(
-    photo: Photo, side: int, modes: tuple[Mode, ...], backend: str, repeats: int
+    photo: Photo, side: int, modes: tuple[Mode, ...], backend: str, repeats: int, with_seams: bool = True
 ) -> tuple[PhotoResult, np.ndarray, dict[str, np.ndarray]]:
     """Draw `photo` in every mode: its numbers, the resized photo and the drawings by mode name."""
     source = photo.load()
@@ -221,6 +328,7 @@ def measure(
         (image.shape[1], image.shape[0]),
         (source.shape[1], source.shape[0]),
         float(gray.mean()),
+        held_out=photo.held_out,
     )
     drawings = {}
     for mode in modes:
@@ -231,12 +339,16 @@ def measure(
 
         ms = median_ms(work, repeats)  # one warm-up, then `repeats` timed renders
         drawing = out["drawing"]
-        drawing_blocks = block_means(luma(drawing), block)
+        drawing_gray = luma(drawing)
+        drawing_blocks = block_means(drawing_gray, block)
         result.modes[mode.name] = Result(
             rank_correlation(photo_blocks, drawing_blocks),
             float(drawing.mean()),
             float(drawing_blocks[mask].mean()),
             ms,
+            fidelity=stroke_fidelity(gray, drawing_gray),
+            ssim=ssim(gray, drawing_gray),
+            seams=seam_share(gray, mode.params) if with_seams else float("nan"),
         )
         drawings[mode.name] = drawing
     for mode in modes:
@@ -296,18 +408,121 @@ def targets(results: list[PhotoResult], modes: tuple[Mode, ...]) -> list[tuple[s
     return lines
 
 
+RANK_MEAN_TARGET, RANK_WORST_TARGET = 0.94, 0.85  # issue 38, the default drawing
+FIDELITY_TARGET = 0.40  # mean stroke fidelity of the default drawing
+LIGHT_RANK_TARGET = 0.80  # tone=light, worst photo
+EXPOSURE_GAP = 40.0  # grey levels a -3 EV photo is drawn darker than its normal exposure
+
+
+def default_mode(modes: tuple[Mode, ...]) -> Mode | None:
+    """The mode that draws with every option at its default."""
+    return next((m for m in modes if m.params == PencilParams()), None)
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def drawing_targets(results: list[PhotoResult], modes: tuple[Mode, ...]) -> list[tuple[str, bool, list[str]]]:
+    """(line, met, offenders) for each target of issue 38, on the photos in `results`."""
+    lines: list[tuple[str, bool, list[str]]] = []
+    default = default_mode(modes)
+    if default is not None:
+        name = default.name
+        ranks = [r.modes[name].rank for r in results]
+        worst = min(ranks, default=float("nan"))
+        low = [f"{r.name} {r.modes[name].rank:.3f}" for r in results if not r.modes[name].rank >= RANK_WORST_TARGET]
+        lines.append(
+            (
+                f"{name} (default): rank mean {_mean(ranks):.3f} >= {RANK_MEAN_TARGET}, worst {worst:.3f} >= "
+                f"{RANK_WORST_TARGET}",
+                _mean(ranks) >= RANK_MEAN_TARGET and not low,
+                low,
+            )
+        )
+        fidelity = _mean([r.modes[name].fidelity for r in results])
+        lines.append(
+            (
+                f"{name} (default): stroke fidelity mean {fidelity:.3f} >= {FIDELITY_TARGET}",
+                fidelity >= FIDELITY_TARGET,
+                [],
+            )
+        )
+        by_name = {r.name: r for r in results}
+        gaps = []
+        for r in results:
+            if r.name.endswith("-3EV") and r.name[: -len("-3EV")] in by_name:
+                normal = by_name[r.name[: -len("-3EV")]]
+                gaps.append((r.name, normal.modes[name].mean - r.modes[name].mean))
+        if gaps:
+            short = [f"{n} {g:.0f}" for n, g in gaps if not g >= EXPOSURE_GAP]
+            text = ", ".join(f"{n} {g:.0f}" for n, g in gaps)
+            lines.append(
+                (f"{name} (default): -3 EV drawn >= {EXPOSURE_GAP:.0f} grey darker ({text})", not short, short)
+            )
+    modes_by_name = {m.name: m for m in modes}
+    if "light/lu" in modes_by_name:
+        ranks = [r.modes["light/lu"].rank for r in results]
+        low = [
+            f"{r.name} {r.modes['light/lu'].rank:.3f}"
+            for r in results
+            if not r.modes["light/lu"].rank >= LIGHT_RANK_TARGET
+        ]
+        lines.append(
+            (f"light/lu: rank worst {min(ranks, default=float('nan')):.3f} >= {LIGHT_RANK_TARGET}", not low, low)
+        )
+    if all(n in modes_by_name for n in (*PRESET_ORDER, AUTO)):
+        out_of_order = []
+        for r in results:
+            light, medium, dark = (r.modes[n].mean for n in PRESET_ORDER)
+            auto = r.modes[AUTO].mean
+            if not (light > medium > dark and light > auto > dark):
+                out_of_order.append(f"{r.name} {light:.0f}/{medium:.0f}/{auto:.0f}/{dark:.0f}")
+        lines.append(
+            (
+                "presets light > medium > dark and light > auto > dark in mean grey (light/medium/auto/dark)",
+                not out_of_order,
+                out_of_order,
+            )
+        )
+    return lines
+
+
+def summary(results: list[PhotoResult], modes: tuple[Mode, ...]) -> str:
+    """Mean and worst of every measure, per mode, over `results` (worst: the lowest rank,
+    fidelity and SSIM, the highest seam share)."""
+    rows = [
+        "| mode | rank mean | rank worst | fidelity mean | fidelity worst | SSIM mean | SSIM worst | seams mean "
+        "| seams worst | out mean |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in modes:
+        numbers = [r.modes[mode.name] for r in results]
+        rank = [n.rank for n in numbers]
+        fidelity = [n.fidelity for n in numbers]
+        similarity = [n.ssim for n in numbers]
+        seams = [n.seams for n in numbers]
+        rows.append(
+            f"| {mode.name} | {_mean(rank):.3f} | {min(rank):.3f} | {_mean(fidelity):.3f} | {min(fidelity):.3f} "
+            f"| {_mean(similarity):.3f} | {min(similarity):.3f} | {_mean(seams):.4f} | {max(seams):.4f} "
+            f"| {_mean([n.mean for n in numbers]):.1f} |"
+        )
+    return "\n".join(rows)
+
+
 def table(results: list[PhotoResult], modes: tuple[Mode, ...]) -> str:
     """The markdown table: one row per photo and mode."""
     rows = [
-        "| photo | size | mode | rank corr | in mean | out mean | bright delta | ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| photo | size | mode | rank corr | fidelity | SSIM | seams | in mean | out mean | bright delta | ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for mode in modes:
             n = r.modes[mode.name]
             delta = "" if n.bright_delta is None else f"{n.bright_delta:+.1f}"
             rows.append(
-                f"| {r.name} | {r.size[0]}x{r.size[1]} | {mode.name} | {n.rank:.3f} | {r.mean:.1f} | {n.mean:.1f} "
+                f"| {r.name} | {r.size[0]}x{r.size[1]} | {mode.name} | {n.rank:.3f} | {n.fidelity:.3f} | {n.ssim:.3f} "
+                f"| {n.seams:.4f} | {r.mean:.1f} | {n.mean:.1f} "
                 f"| {delta} | {n.ms:.0f} |"
             )
     return "\n".join(rows)
@@ -364,8 +579,45 @@ def row_cells(
     cells = [cell(image, height, [result.name, f"photo  mean grey {result.mean:.0f}"], text)]
     for mode in modes:
         n = result.modes[mode.name]
-        label = mode.name + ("  (today's default)" if mode.params == PencilParams() else "")
+        label = mode.name + ("  (default)" if mode.params == PencilParams() else "")
         cells.append(cell(drawings[mode.name], height, [label, f"rank {n.rank:.2f}  mean grey {n.mean:.0f}"], text))
+    return cells
+
+
+def zoom_crop(image: np.ndarray, centre: tuple[float, float], side: int) -> np.ndarray:
+    """A side x side crop of `image` around `centre` (fractions of width and height, moved
+    inside the image), enlarged 2x by pixel repetition: every pencil grain visible."""
+    height, width = image.shape[:2]
+    half = side // 4
+    cx = min(max(round(centre[0] * width), half), width - half)
+    cy = min(max(round(centre[1] * height), half), height - half)
+    crop = image[max(cy - half, 0) : cy + half, max(cx - half, 0) : cx + half]
+    return cv2.resize(crop, (2 * crop.shape[1], 2 * crop.shape[0]), interpolation=cv2.INTER_NEAREST)
+
+
+def zoom_cells(
+    result: PhotoResult,
+    image: np.ndarray,
+    drawings: dict[str, np.ndarray],
+    modes: list[Mode],
+    height: int,
+    text: int,
+    centre: tuple[float, float],
+) -> list[np.ndarray]:
+    """The 2x crops of one photo under its row: the photo's, then each mode's."""
+    side = 2 * height  # a crop of height px of the drawing, shown at 2 height px
+    cells = [cell(zoom_crop(image, centre, side), side, ["2x zoom", ""], text)]
+    for mode in modes:
+        n = result.modes[mode.name]
+        seams = "" if np.isnan(n.seams) else f"  seams {n.seams:.3f}"
+        cells.append(
+            cell(
+                zoom_crop(drawings[mode.name], centre, side),
+                side,
+                [f"{mode.name} 2x", f"fid {n.fidelity:.2f}  SSIM {n.ssim:.2f}{seams}"],
+                text,
+            )
+        )
     return cells
 
 
@@ -446,6 +698,9 @@ def main() -> None:
     parser.add_argument("--before-after-photo", default="rocket")
     parser.add_argument("--before-after-width", type=int, default=900, help="total width of before-after.png, px")
     parser.add_argument("--no-images", action="store_true", help="numbers only: write neither PNG")
+    parser.add_argument("--no-zoom", action="store_true", help="no 2x crops on the contact sheet")
+    parser.add_argument("--no-seams", action="store_true", help="skip the seam measure (it turns the texture again)")
+    parser.add_argument("--held-out", choices=("all", "tuning", "evaluation"), default="all", help="which photo set")
     parser.add_argument(
         "--device-cost",
         default=None,
@@ -463,6 +718,8 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown photos {sorted(unknown)}; known: {', '.join(p.name for p in PHOTOS)}")
         photos = tuple(p for p in PHOTOS if p.name in wanted)
+    if args.held_out != "all":
+        photos = tuple(p for p in photos if p.held_out == (args.held_out == "evaluation"))
 
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
     if args.backend == "cuda":
@@ -478,11 +735,13 @@ def main() -> None:
     results, rows = [], []
     before_after = None
     for photo in photos:
-        result, image, drawings = measure(photo, args.side, MODES, args.backend, args.repeats)
+        result, image, drawings = measure(photo, args.side, MODES, args.backend, args.repeats, not args.no_seams)
         results.append(result)
         print(f"{photo.name}: {photo.note}; {result.source_size[0]}x{result.source_size[1]}", file=sys.stderr)
         if not args.no_images:
             rows.append(hstack(row_cells(result, image, drawings, sheet_modes, args.cell, 12)))
+            if not args.no_zoom:
+                rows.append(hstack(zoom_cells(result, image, drawings, sheet_modes, args.cell // 2, 12, photo.zoom)))
             if photo.name == args.before_after_photo:
                 before_after = (result, image, drawings)
 
@@ -495,6 +754,21 @@ def main() -> None:
     checks = targets(results, MODES)
     for line, met, offenders in checks:
         print(f"- {line}: {'met' if met else 'NOT met: ' + ', '.join(offenders)}")
+    print()
+    for label, subset in (
+        ("tuning photos", [r for r in results if not r.held_out]),
+        ("evaluation photos (held out)", [r for r in results if r.held_out]),
+        ("all photos", results),
+    ):
+        if not subset:
+            continue
+        print(f"{label} ({len(subset)}):\n")
+        print(summary(subset, MODES))
+        print()
+        for line, met, offenders in drawing_targets(subset, MODES):
+            checks.append((f"{label}: {line}", met, offenders))
+            print(f"- {line}: {'met' if met else 'NOT met: ' + ', '.join(offenders)}")
+        print()
 
     if not args.no_images:
         size = save_png(vstack(rows), args.sheet, 1_500_000)
@@ -531,6 +805,7 @@ def main() -> None:
                 {
                     "name": r.name,
                     "note": r.note,
+                    "held_out": r.held_out,
                     "size": r.size,
                     "source_size": r.source_size,
                     "mean": r.mean,

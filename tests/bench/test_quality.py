@@ -68,7 +68,9 @@ def test_each_auto_mode_is_compared_with_light_of_its_texture():
 
 
 def test_targets_name_the_offending_photos():
-    modes = tuple(m for m in quality.MODES if m.name in ("light/lu", "auto/lu"))
+    modes = tuple(
+        sorted((m for m in quality.MODES if m.name in ("light/lu", "auto/lu")), key=lambda m: m.name != "light/lu")
+    )
 
     def photo(name, mean, light, auto):
         result = quality.PhotoResult(name, "", (8, 8), (8, 8), mean)
@@ -103,3 +105,44 @@ def test_split_palette_keeps_greys_and_colours_apart(rng):
     assert np.abs(rendered[grey] - image[grey].astype(int)).max() <= 1  # 128 levels: at most 1 off
     assert np.all(index[~grey] >= 128)
     assert np.abs(rendered[~grey] - (200, 40, 30)).max() <= 8
+
+
+def test_stroke_fidelity_sees_dark_marks_on_the_edges():
+    photo = np.zeros((64, 64), np.uint8)
+    photo[:, 32:] = 200  # one vertical edge
+    on_edge = np.full_like(photo, 250)
+    on_edge[:, 30:33] = 40  # a dark line on it
+    elsewhere = np.full_like(photo, 250)
+    elsewhere[:, 5:8] = 40
+    assert quality.stroke_fidelity(photo, on_edge) > 0.5  # a 3 px line on a 1 px edge: 1 / sqrt(3)
+    assert quality.stroke_fidelity(photo, elsewhere) < 0.1
+    assert math.isnan(quality.stroke_fidelity(photo, np.full_like(photo, 255)))
+
+
+def test_zoom_crop_doubles_a_crop_inside_the_image():
+    image = np.arange(100 * 80, dtype=np.int32).reshape(100, 80).astype(np.uint8)
+    crop = quality.zoom_crop(image, (1.0, 0.0), 40)  # asked at the top-right corner: moved inside
+    assert crop.shape == (40, 40)
+    np.testing.assert_array_equal(crop[::2, ::2], image[0:20, 60:80])
+
+
+def test_drawing_targets_check_the_presets_order_and_exposure():
+    modes = tuple(m for m in quality.MODES if m.params.texture == "lu")
+
+    def photo(name, means):
+        result = quality.PhotoResult(name, "", (8, 8), (8, 8), 100.0)
+        for mode, mean in zip(modes, means, strict=True):
+            result.modes[mode.name] = quality.Result(0.95, mean, 200.0, 1.0, fidelity=0.5, ssim=0.3)
+        return result
+
+    names = [m.name for m in modes]
+    assert names == ["auto/lu", "auto+follow/lu", "light/lu", "medium/lu", "dark/lu"]
+    results = [photo("a", (170, 170, 210, 190, 150)), photo("a-3EV", (120, 120, 200, 190, 199))]
+    checks = [(met, offenders) for _, met, offenders in quality.drawing_targets(results, modes)]
+    assert checks == [
+        (True, []),  # rank
+        (True, []),  # fidelity
+        (True, []),  # -3 EV: 50 darker
+        (True, []),  # light's rank
+        (False, ["a-3EV 200/190/120/199"]),  # dark lighter than auto
+    ]
