@@ -36,10 +36,12 @@ from gpu.pencil.params import (
     HATCH_BIAS,
     HATCH_BIAS_FLOOR,
     LU_LAMBDA,
+    STROKE_BUDGET,
+    STROKE_POWER,
     LineKernelTooLarge,
     PencilParams,
 )
-from gpu.pencil.texture import pencil_texture
+from gpu.pencil.texture import H_MAX, H_MIN, pencil_texture
 
 log = logging.getLogger("pencil.cuda")
 
@@ -251,6 +253,8 @@ class DeviceAssets:
                 "merge",
                 "structure_rows",
                 "hatch_texture",
+                "stroke_rows",
+                "stroke_columns",
             ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
@@ -458,6 +462,10 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
             np.float32(HATCH_BIAS),
             np.float32(HATCH_BIAS_FLOOR),
             *reference.hatch_own_direction(),
+            np.float32(1.0 / params.hatch_scale(height, width)),
+            np.float32(reference.TILE_MEAN),
+            np.float32(H_MIN),
+            np.float32(H_MAX),
             texture if texture is not None else np.uint64(0),
             log_texture if log_texture is not None else np.uint64(0),
         ),
@@ -465,13 +473,18 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
     return TexturePlanes(texture, log_texture)
 
 
-def fit_tone(planes: Planes, device_assets: DeviceAssets) -> tuple[cupy.ndarray, cupy.ndarray]:
-    """Stage 7 for tone="auto", as reference.fit_tone: the float64 (256,) target CDF of the
-    mixture fitted to the photo's histogram, and (4,) float64 (dark layer index, weights)."""
+def fit_tone(
+    planes: Planes, device_assets: DeviceAssets, shift: tuple[int, float] = (0, 0.0)
+) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Stage 7, as reference.fit_tone: the float64 (256,) target CDF of the mixture fitted to
+    the photo's histogram, moved by a preset's `shift` (PencilParams.tone_shift), and (4,)
+    float64 (dark layer index, weights)."""
     brighten, layers, gram = device_assets.auto_tone_tables()
     cdf = kernels.empty(256, cupy.float64)
     fit = kernels.empty(4, cupy.float64)
-    _k("fit_tone")((1,), (256,), (planes.histogram, brighten, layers, gram, np.int32(layers.shape[0]), cdf, fit))
+    toward, share = shift
+    args = (planes.histogram, brighten, layers, gram, np.int32(layers.shape[0]), np.int32(toward), np.float64(share))
+    _k("fit_tone")((1,), (256,), (*args, cdf, fit))
     return cdf, fit
 
 
@@ -558,19 +571,50 @@ def solve_beta(
     return beta, scalars
 
 
+def stroke_darkness_mean(strokes_plane, extrema, floor_range: float, stroke_gamma: float, size: int) -> cupy.ndarray:
+    """Stage 5b, as reference.stroke_darkness_mean: the size x size box mean of 1 - S, float32
+    (H, W), S the normalised strokes. Two launches: row sums, then column sums."""
+    height, width = strokes_plane.shape
+    rows = kernels.empty((height, width), cupy.float32)
+    exponent = np.float32(STROKE_POWER * stroke_gamma)
+    _k("stroke_rows")(
+        (kernels.div_up(kernels.div_up(width, 32), 32), kernels.div_up(height, 8)),
+        (32, 8),
+        (
+            strokes_plane,
+            extrema,
+            np.float32(floor_range),
+            exponent,
+            np.int32(height),
+            np.int32(width),
+            np.int32(size),
+            rows,
+        ),
+    )
+    mean = kernels.empty((height, width), cupy.float32)
+    _k("stroke_columns")(
+        (kernels.div_up(width, 32), kernels.div_up(kernels.div_up(height, 8), 8)),
+        (32, 8),
+        (rows, np.int32(height), np.int32(width), np.int32(size), mean),
+    )
+    return mean
+
+
 def merge(
     strokes_plane,
     extrema,
     floor_range: float,
     stroke_gamma: float,
+    mean_darkness,
     j,
     beta,
     texture: DeviceAssets | TexturePlanes,
     image: cupy.ndarray,
     color: bool,
 ) -> cupy.ndarray:
-    """Stages 9-10 fused: normalised S, texture T, R = S * T as uint8, (H, W) or, with
-    color, (H, W, 3) RGB with the photo's chroma."""
+    """Stages 9-10 fused: normalised S, the balance (reference.balance, with the strokes'
+    mean darkness from stroke_darkness_mean), texture T, R = S * T as uint8, (H, W) or,
+    with color, (H, W, 3) RGB with the photo's chroma."""
     height, width = strokes_plane.shape
     channels_in = 1 if image.ndim == 2 else 3
     out = kernels.empty((height, width, 3) if color else (height, width), cupy.uint8)
@@ -581,7 +625,9 @@ def merge(
             strokes_plane,
             extrema,
             np.float32(floor_range),
-            np.float32(stroke_gamma),
+            np.float32(STROKE_POWER * stroke_gamma),
+            mean_darkness,
+            np.float32(STROKE_BUDGET),
             j,
             beta if beta is not None else np.uint64(0),
             texture.texture if texture.texture is not None else np.uint64(0),
@@ -716,6 +762,9 @@ def render_device(
         stroke_plane, extrema = strokes(packed, wide, height, width)
         mark("stroke map")
         del packed
+        floor = stroke_floor(length, params.stroke_width)
+        mean_darkness = stroke_darkness_mean(stroke_plane, extrema, floor, params.stroke_gamma, length)
+        mark("stroke mean darkness")
 
         # Tone branch (stages 6-9) on the side stream, queued second: the CG loop paces the host.
         side.wait_event(luma_ready)
@@ -723,10 +772,8 @@ def render_device(
             cdf, lut = None, None
             if tone_lut is not None:
                 lut = upload_tone_lut(lease, tone_lut)
-            elif params.tone_weights is None:
-                cdf, _ = fit_tone(planes, device_assets)
             else:
-                cdf = device_assets.target_cdf(params.tone_weights)
+                cdf, _ = fit_tone(planes, device_assets, params.tone_shift)
             j, log_j, _ = tone(
                 planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu", lut
             )
@@ -743,9 +790,8 @@ def render_device(
             tone_ready = side.record()
 
         main.wait_event(tone_ready)
-        floor = stroke_floor(length, params.stroke_width)
         color = params.mode == "color"
-        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, j, beta, texture, d_image, color)
+        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, mean_darkness, j, beta, texture, d_image, color)
         mark("merge")
         return out
 

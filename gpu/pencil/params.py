@@ -23,23 +23,43 @@ SIGMA_B = 9.0  # bright layer: Laplacian decay from white
 U_A, U_B = 105.0, 225.0  # mid layer: uniform range
 MU_D, SIGMA_D = 90.0, 11.0  # dark layer: Gaussian
 TONE_WEIGHTS: dict[str, tuple[float, float, float]] = {
-    # bright : mid : dark
+    # bright : mid : dark (Lu's presets; the presets below start from the photo's own fit)
     "light": (76.0, 22.0, 2.0),
     "medium": (52.0, 37.0, 11.0),
     "dark": (42.0, 29.0, 29.0),
 }
+# The presets as moves of tone="auto"'s fit (issue 38): (layer, share): the share of the
+# fitted mixture's weight moved onto that layer (0 bright, 2 the fit's dark layer). Every
+# layer's CDF lies between the bright layer's and the dark one's, so moving weight to the
+# bright layer lowers the target CDF everywhere: every grey level of the photo is drawn at
+# least as light as auto draws it (and to the dark layer, at least as dark), while the
+# photo's own order of light and dark, which the fit follows, is kept. Lu's fixed presets
+# (TONE_WEIGHTS) squeezed a photo with large dark areas into a near-flat band by white.
+TONE_SHIFTS: dict[str, tuple[int, float]] = {"light": (0, 0.3), "medium": (0, 0.15), "dark": (2, 0.3)}
 
 # --- Texture rendering ----------------------------------------------------------------
 HATCH_TURNS = 8  # hatching="follow": the texture turned by k * pi / 8, two neighbours blended
 # Where the photo has no direction (flat, or as strong every way), the hatching keeps the
 # tile's own: a bias toward it of this share of the tensor's isotropic part, plus a floor.
 HATCH_BIAS, HATCH_BIAS_FLOOR = 0.3, 1e-4
+# The turned texture's scale follows the drawing's size: the tile at its own scale on a
+# drawing whose shorter side is this many px, enlarged or shrunk in proportion otherwise.
+HATCH_SCALE_SIDE = 1080
 LU_LAMBDA = 0.2  # smoothness weight of beta in Lu's energy
 # Lu's reference asks PCG for a relative residual of 1e-6 in double precision, at most 60
 # iterations. In float32 that is below rounding noise; 1e-3 leaves a 1080p drawing within
 # 1.5 grey levels (mean 0.01) of the fully converged one, in about half the iterations.
 CG_TOLERANCE = 1e-3
 CG_MAX_ITERATIONS = 60
+
+# --- Strokes that keep the tone (issue 38) ------------------------------------------------
+# The strokes darken with S ** (STROKE_POWER * stroke_gamma): darker, crisper outlines than
+# Lu's S, since the balance below keeps them from darkening the tone.
+STROKE_POWER = 2.0
+# Over a square of the line length, the strokes may darken the drawing on average by at
+# most the tone's own darkness (1 - J) plus this; denser strokes are drawn lighter. The tone
+# under them is then lightened by what they darken, so that a region's mean stays its tone.
+STROKE_BUDGET = 0.1
 
 DIRECTIONS = 8  # line directions at i * pi / 8
 MIN_SIDE = 16  # px: smaller images carry too little structure to draw
@@ -158,7 +178,9 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         "auto",
         (
             "the tone's target distribution, Lu et al.'s layers bright:mid:dark: auto fits their weights to the "
-            "photo's own histogram (a dark photo stays dark); presets light 76:22:2, medium 52:37:11, dark 42:29:29"
+            "photo's own histogram (a dark photo stays dark); light, medium and dark start from that fit and move "
+            "50 % and 20 % of its weight to the bright layer, or 30 % to the dark one: lighter to darker than auto, "
+            "in the photo's own order of light and dark"
         ),
         choices=("auto", "light", "medium", "dark"),
     ),
@@ -189,7 +211,7 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         "stroke_gamma",
         float,
         1.0,
-        "darkness of the strokes: S ** stroke_gamma (above 1 darker)",
+        "darkness of the strokes: S ** (2 stroke_gamma) (above 1 darker)",
         minimum=0.1,
         maximum=5.0,
     ),
@@ -250,8 +272,15 @@ class PencilParams:
 
     @property
     def tone_weights(self) -> tuple[float, float, float] | None:
-        """The preset's layer weights; None for tone="auto" (fitted to each photo)."""
+        """Lu's fixed layer weights of the preset's name (TONE_WEIGHTS); None for tone="auto".
+        The drawing no longer uses them: see tone_shift."""
         return TONE_WEIGHTS.get(self.tone)
+
+    @property
+    def tone_shift(self) -> tuple[int, float]:
+        """(layer, share) the preset moves of tone="auto"'s fitted weights (TONE_SHIFTS);
+        (0, 0.0) for auto itself."""
+        return TONE_SHIFTS.get(self.tone, (0, 0.0))
 
     def line_length(self, height: int, width: int) -> int:
         """Odd length in px of the stroke lines for an image of this size (at least 3)."""
@@ -264,6 +293,11 @@ class PencilParams:
         hatching="follow": the scale of the forms the hatching follows (1/40 of the
         shorter side)."""
         return max(3, int(round(min(height, width) / 80)) * 2 + 1)
+
+    def hatch_scale(self, height: int, width: int) -> float:
+        """hatching="follow": px of the drawing per px of the texture tile: the shorter side
+        over HATCH_SCALE_SIDE."""
+        return min(height, width) / HATCH_SCALE_SIDE
 
     def tone_blur_size(self, height: int, width: int) -> int:
         """Side in px of the box filter smoothing the tone map: Lu's 10 px at ~600 px,

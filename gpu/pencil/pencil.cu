@@ -449,7 +449,8 @@ extern "C" __global__ void matching_lut(const u32* __restrict__ hist, const doub
 // value v at brighten[v] (reference.auto_brightening); the CDF F of those is compared with each candidate layer set
 // (layers: n_sets x 3 x 256 CDFs, gram: n_sets x 3 x 3, both from the reference's tables),
 // and the weights on the simplex minimising sum_v (F(v) - sum_i w_i G_i(v))^2 are found by
-// solving every support's KKT system. Writes the chosen mixture's CDF to target_cdf and
+// solving every support's KKT system; a preset then moves `share` of the weight onto layer
+// `toward` (0 for auto). Writes the chosen mixture's CDF to target_cdf and
 // (set index, w0, w1, w2) to fit. One block of 256 threads; float64 throughout.
 #define FIT_MAX_SETS 64
 __device__ bool solve_small(double a[4][5], int n) {  // Gaussian elimination, partial pivoting
@@ -478,8 +479,8 @@ __device__ bool solve_small(double a[4][5], int n) {  // Gaussian elimination, p
 
 extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __restrict__ brighten,
                                     const double* __restrict__ layers,
-                                    const double* __restrict__ gram, int n_sets, double* __restrict__ target_cdf,
-                                    double* __restrict__ fit) {
+                                    const double* __restrict__ gram, int n_sets, int toward, double share,
+                                    double* __restrict__ target_cdf, double* __restrict__ fit) {
     __shared__ unsigned long long counts[256];
     __shared__ double source[256];
     __shared__ double rhs[FIT_MAX_SETS * 3];
@@ -541,7 +542,8 @@ extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __r
             }
         }
         chosen[0] = best_set;
-        for (int i = 0; i < 3; ++i) chosen[i + 1] = best[i];
+        // a preset's move of `share` of the weight onto layer `toward` (reference.fit_tone)
+        for (int i = 0; i < 3; ++i) chosen[i + 1] = (1.0 - share) * best[i] + (i == toward ? share : 0.0);
         for (int i = 0; i < 4; ++i) fit[i] = chosen[i];
     }
     __syncthreads();
@@ -671,7 +673,8 @@ __device__ __forceinline__ float remap_sample(const float* __restrict__ tile, in
 #define HATCH_RUN 8
 __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x, int y, const float* __restrict__ tile,
                                           int side, const float* __restrict__ cosines, const float* __restrict__ sines,
-                                          float bias_share, float bias_floor, float own, float bias_x, float bias_y) {
+                                          float bias_share, float bias_floor, float own, float bias_x, float bias_y,
+                                          float inverse_scale, float tile_mean, float h_min, float h_max) {
     const float dx = __fsub_rn(jyy, jxx), dy = __fmul_rn(-2.0f, jxy);
     const float isotropic = __fsub_rn(__fadd_rn(jxx, jyy), __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy))));
     const float bias = __fadd_rn(__fmul_rn(bias_share, isotropic), bias_floor);
@@ -681,7 +684,8 @@ __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x
     if (turn < 0.0f) turn = __fadd_rn(turn, (float)HATCH_TURNS);
     const float low = floorf(turn), fraction = __fsub_rn(turn, low);
     const int k0 = (int)low % HATCH_TURNS, k1 = (k0 + 1) % HATCH_TURNS;  // turn may round up to HATCH_TURNS
-    const float fx = (float)x, fy = (float)y, s = (float)side, inv_side = 1.0f / (float)side;
+    const float fx = __fmul_rn((float)x, inverse_scale), fy = __fmul_rn((float)y, inverse_scale);
+    const float s = (float)side, inv_side = 1.0f / (float)side;
     float sample[2];
     const int ks[2] = {k0, k1};
     for (int i = 0; i < 2; ++i) {
@@ -693,14 +697,18 @@ __device__ __forceinline__ float hatch_at(float jxx, float jxy, float jyy, int x
         v = __fsub_rn(v, __fmul_rn(floorf(__fmul_rn(v, inv_side)), s));
         sample[i] = remap_sample(tile, side, u, v);
     }
-    return __fadd_rn(sample[0], __fmul_rn(__fsub_rn(sample[1], sample[0]), fraction));
+    // reference.blend_hatchings: the variance-preserving mix of the two hatchings
+    const float rest = __fsub_rn(1.0f, fraction);
+    const float mixed = __fadd_rn(__fmul_rn(__fsub_rn(sample[0], tile_mean), rest), __fmul_rn(__fsub_rn(sample[1], tile_mean), fraction));
+    const float spread = __fsqrt_rn(__fadd_rn(__fmul_rn(rest, rest), __fmul_rn(fraction, fraction)));
+    return fminf(fmaxf(__fadd_rn(__fdiv_rn(mixed, spread), tile_mean), h_min), h_max);
 }
 
 extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int height, int width, int k,
                                          const float* __restrict__ tile, int side, const float* __restrict__ cosines,
                                          const float* __restrict__ sines, float bias_share, float bias_floor, float own,
-                                         float bias_x, float bias_y, float* __restrict__ texture,
-                                         float* __restrict__ log_h) {
+                                         float bias_x, float bias_y, float inverse_scale, float tile_mean, float h_min,
+                                         float h_max, float* __restrict__ texture, float* __restrict__ log_h) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = (blockIdx.y * blockDim.y + threadIdx.y) * HATCH_RUN;
     if (x >= width || y0 >= height) return;
     const long long plane = (long long)height * width;
@@ -717,7 +725,7 @@ extern "C" __global__ void hatch_texture(const float* __restrict__ rows, int hei
     for (int y = y0; y < end; ++y) {
         const long long p = (long long)y * width + x;
         const float h = hatch_at((float)(xx * scale), (float)(xy * scale), (float)(yy * scale), x, y, tile, side, cosines,
-                                 sines, bias_share, bias_floor, own, bias_x, bias_y);
+                                 sines, bias_share, bias_floor, own, bias_x, bias_y, inverse_scale, tile_mean, h_min, h_max);
         if (texture) texture[p] = h;  // "fast" reads H
         if (log_h) log_h[p] = logf(h);  // "lu" reads ln H alone
         const long long in = (long long)min(y + half + 1, height - 1) * width + x, out = (long long)max(y - half, 0) * width + x;
@@ -926,13 +934,55 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi,
     }
 }
 
+// ------------------------------------------------ stage 5b: the strokes' mean darkness --
+// reference.stroke_darkness_mean: D = the k x k box mean (edges replicated) of 1 - S, S the
+// normalised strokes as merge computes them, by sliding sums in float64 (as OpenCV's
+// boxFilter): rows here (one thread per run of BOX_RUN pixels of a row), columns in
+// stroke_columns (one thread per run of HATCH_RUN rows of a column).
+__device__ __forceinline__ float stroke_of(float raw, float low, float range, float exponent) {
+    const float s = 1.0f - (raw - low) / range;
+    return powf(s, exponent);
+}
+extern "C" __global__ void stroke_rows(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
+                                       float exponent, int height, int width, int k, float* __restrict__ rows) {
+    const int y = blockIdx.y * blockDim.y + threadIdx.y, x0 = (blockIdx.x * blockDim.x + threadIdx.x) * 32;
+    if (y >= height || x0 >= width) return;
+    const float low = __uint_as_float(extrema[0]), range = fmaxf(__uint_as_float(extrema[1]) - low, floor_range);
+    const float* row = strokes + (long long)y * width;
+    const int half = k / 2;
+    double sum = 0.0;
+    for (int i = -half; i <= half; ++i) sum += 1.0f - stroke_of(row[min(max(x0 + i, 0), width - 1)], low, range, exponent);
+    const int end = min(x0 + 32, width);
+    for (int x = x0; x < end; ++x) {
+        rows[(long long)y * width + x] = (float)sum;
+        sum += (double)(1.0f - stroke_of(row[min(x + half + 1, width - 1)], low, range, exponent))
+             - (double)(1.0f - stroke_of(row[max(x - half, 0)], low, range, exponent));
+    }
+}
+extern "C" __global__ void stroke_columns(const float* __restrict__ rows, int height, int width, int k, float* __restrict__ mean) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = (blockIdx.y * blockDim.y + threadIdx.y) * 8;
+    if (x >= width || y0 >= height) return;
+    const int half = k / 2;
+    const double scale = 1.0 / ((double)k * k);
+    double sum = 0.0;
+    for (int i = -half; i <= half; ++i) sum += rows[(long long)min(max(y0 + i, 0), height - 1) * width + x];
+    const int end = min(y0 + 8, height);
+    for (int y = y0; y < end; ++y) {
+        mean[(long long)y * width + x] = (float)(sum * scale);
+        sum += (double)rows[(long long)min(y + half + 1, height - 1) * width + x] - rows[(long long)max(y - half, 0) * width + x];
+    }
+}
+
 // ------------------------------------------------------- stages 9-10 fused: merge --
-// S = (1 - (S' - low) / max(high - low, floor)) ** stroke_gamma;
-// T = H ** (1 - J) (fast) or exp(beta ln H) (lu, beta != nullptr); R = S * T as uint8.
+// S = (1 - (S' - low) / max(high - low, floor)) ** exponent (STROKE_POWER stroke_gamma);
+// the balance (reference.balance): k = min(1, (1 - J + budget) / D), S_b = 1 - k (1 - S),
+// J_b = J / max(1 - k D, J); T_b = exp(beta ln H ln J_b / ln J) (lu, beta != nullptr; J
+// clamped into [1/255, 254/255], J_b from 1/255) or H ** (1 - J_b) (fast); R = S_b T_b as uint8.
 // channels_out 1: R. channels_out 3: R replaces Y of the photo's YCrCb (image has
 // `channels_in` 3) or is repeated (a gray photo).
 extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
-                                 float stroke_gamma, const float* __restrict__ tone, const float* __restrict__ beta,
+                                 float exponent, const float* __restrict__ mean_darkness, float budget,
+                                 const float* __restrict__ tone, const float* __restrict__ beta,
                                  const float* __restrict__ texture, const float* __restrict__ log_h, int tex_size, int height, int width,
                                  const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
     const Texture tex{log_h, tex_size, width};
@@ -940,10 +990,19 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
     if (x >= width || y >= height) return;
     const long long p = (long long)y * width + x;
     const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
-    float s = 1.0f - (strokes[p] - low) / fmaxf(high - low, floor_range);
-    if (stroke_gamma != 1.0f) s = powf(s, stroke_gamma);
+    const float sketch = stroke_of(strokes[p], low, fmaxf(high - low, floor_range), exponent);
+    const float j = tone[p], d = mean_darkness[p];
+    const float share = fminf(1.0f, (1.0f - j + budget) / fmaxf(d, 1e-6f));
+    const float s = 1.0f - share * (1.0f - sketch);
+    const float jb = j / fmaxf(1.0f - share * d, j);
     const int at = texture_index(tex.size, width, y, x);
-    const float t = beta ? expf(beta[p] * tex.log_h[at]) : powf(texture[at], 1.0f - tone[p]);
+    float t;
+    if (beta) {
+        const float gain = logf(fmaxf(jb, 1.0f / 255.0f)) / logf(fminf(fmaxf(j, 1.0f / 255.0f), 254.0f / 255.0f));
+        t = expf(beta[p] * gain * tex.log_h[at]);
+    } else {
+        t = powf(texture[at], 1.0f - jb);
+    }
     const float v = s * t;
     const int drawn = (int)fminf(fmaxf(v * 255.0f + 0.5f, 0.0f), 255.0f);
     if (channels_out == 1) { out[p] = (u8)drawn; return; }

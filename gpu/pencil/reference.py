@@ -30,13 +30,15 @@ from gpu.pencil.params import (
     MU_D,
     SIGMA_B,
     SIGMA_D,
-    TONE_WEIGHTS,
+    STROKE_BUDGET,
+    STROKE_POWER,
+    TONE_SHIFTS,
     U_A,
     U_B,
     PencilParams,
     fitted_size,
 )
-from gpu.pencil.texture import HATCH_ANGLE_DEG, pencil_texture, tile_texture
+from gpu.pencil.texture import H_MAX, H_MIN, HATCH_ANGLE_DEG, pencil_texture, tile_texture
 
 # ---------------------------------------------------------------- input and output --
 
@@ -215,7 +217,7 @@ FULL_STROKE_CONTRAST = 0.25
 
 def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter, stroke_gamma: float) -> np.ndarray:
     """Stage 5: S' = sum_i L'_i * C_i with C_i = M where label == i, normalised to [0, 1];
-    S = (1 - S') ** stroke_gamma, float32 (H, W).
+    S = (1 - S') ** (STROKE_POWER * stroke_gamma), float32 (H, W).
 
     Lu et al. normalise S' by its range. On a photo the strongest edges set that range;
     on a flat, noisy image (fog, a wall) the range is tiny and normalising it would turn
@@ -229,9 +231,31 @@ def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter,
     floor = FULL_STROKE_CONTRAST * float(wide_lines.kernels[0][half].sum())
     low, high = float(strokes.min()), float(strokes.max())
     sketch = 1.0 - (strokes - low) / np.float32(max(high - low, floor))
-    if stroke_gamma != 1.0:
-        sketch **= np.float32(stroke_gamma)
+    sketch **= np.float32(STROKE_POWER * stroke_gamma)
     return sketch.astype(np.float32, copy=False)
+
+
+def stroke_darkness_mean(sketch: np.ndarray, size: int) -> np.ndarray:
+    """Stage 5b: D, the mean of the strokes' darkness 1 - S over size x size squares (edges
+    replicated), float32 (H, W)."""
+    darkness = np.float32(1.0) - sketch
+    return cv2.blur(darkness, (size, size), borderType=cv2.BORDER_REPLICATE)
+
+
+def balance(sketch: np.ndarray, mean_darkness: np.ndarray, tone: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 10a (issue 38): strokes that keep the tone. Returns (S_b, J_b), float32 (H, W):
+
+    k = min(1, ((1 - J) + STROKE_BUDGET) / D): where the strokes are denser than the tone
+    allows (a bright, detailed region), each is drawn lighter, S_b = 1 - k (1 - S); an
+    outline alone in a light region (D small) keeps its full darkness.
+    J_b = J / max(1 - k D, J) (at most 1): the tone under the strokes is lightened by what
+    they darken on average, so a region's mean stays near J and the tone map's order of
+    light and dark survives the strokes."""
+    budget = np.float32(1.0) - tone + np.float32(STROKE_BUDGET)
+    share = np.minimum(np.float32(1.0), budget / np.maximum(mean_darkness, np.float32(1e-6)))
+    strokes = np.float32(1.0) - share * (np.float32(1.0) - sketch)
+    balanced_tone = tone / np.maximum(np.float32(1.0) - share * mean_darkness, tone)
+    return strokes, balanced_tone
 
 
 # -------------------------------------------------------------------- tone branch --
@@ -322,15 +346,16 @@ def auto_fit_systems() -> tuple[np.ndarray, np.ndarray]:
     return inverses, masks
 
 
-def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
+def fit_tone(source_counts: np.ndarray, shift: tuple[int, float] = (0, 0.0)) -> tuple[int, np.ndarray]:
     """Stage 7 for tone="auto": the dark layer (an index into AUTO_DARK_LAYERS) and the (3,)
     float64 weights (bright, mid, dark), >= 0 and summing to 1, whose mixture has the CDF
     closest in least squares to the CDF F of the photo's brightened values (auto_brightening):
     minimise sum_v (F(v) - sum_i w_i G_i(v))^2. Three unknowns on a simplex: each support
     (TONE_SUPPORTS) is solved exactly (equality-constrained least squares by its KKT
     system, auto_fit_systems), and the best feasible fit over every dark layer is kept
-    (the first, layer by layer and support by support, on a tie). gpu/pencil/pencil.cu
-    fit_tone does the same."""
+    (the first, layer by layer and support by support, on a tie). `shift` (layer, share): a
+    preset's move of that share of the weight onto that layer (params.TONE_SHIFTS), w =
+    (1 - share) w + share e_layer. gpu/pencil/pencil.cu fit_tone does the same."""
     brightened = np.bincount(auto_brightening(), weights=source_counts.astype(np.float64), minlength=256)
     source = np.cumsum(brightened, dtype=np.float64)
     if source[-1] <= 0:
@@ -347,7 +372,10 @@ def fit_tone(source_counts: np.ndarray) -> tuple[int, np.ndarray]:
     cost = np.einsum("lsi,lij,lsj->ls", weights, grams, weights) - 2.0 * np.einsum("li,lsi->ls", rhs, weights)
     best = int(np.argmin(np.where(feasible, cost, np.inf)))  # the first of equal costs
     layer, support = divmod(best, len(TONE_SUPPORTS))
-    return layer, weights[layer, support]
+    toward, share = shift
+    chosen = (1.0 - share) * weights[layer, support]
+    chosen[toward] += share
+    return layer, chosen
 
 
 # Brightens the photo's values before the fit (Lu's layers describe drawings lighter than
@@ -361,11 +389,9 @@ TONE_SUPPORTS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
 
 
 def tone_target(source_counts: np.ndarray, tone: str) -> np.ndarray:
-    """Stage 7: the target distribution (256,) float64: a preset's (target_histogram) or,
-    for "auto", the mixture fitted to this photo (fit_tone)."""
-    if tone != "auto":
-        return target_histogram(TONE_WEIGHTS[tone])
-    layer, weights = fit_tone(source_counts)
+    """Stage 7: the target distribution (256,) float64: the mixture fitted to this photo
+    (fit_tone), for a preset moved toward its layer (params.TONE_SHIFTS)."""
+    layer, weights = fit_tone(source_counts, TONE_SHIFTS.get(tone, (0, 0.0)))
     return np.diff(weights @ auto_layer_cdfs()[layer], prepend=0.0)
 
 
@@ -464,36 +490,50 @@ def oriented_texture(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     sampled bilinearly and blended by the fraction."""
     height, width = luma_u8.shape
     tensor = structure_tensor(luma_u8, params.structure_size(height, width))
+    inverse_scale = np.float32(1.0 / params.hatch_scale(height, width))
     out = np.empty((height, width), np.float32)
     # Every step after the tensor is per pixel: bands of rows keep the temporaries in cache
     # (full planes cost more in page faults than in arithmetic).
     for top in range(0, height, HATCH_BAND_ROWS):
         rows = slice(top, top + HATCH_BAND_ROWS)
         xx, xy, yy = (plane[rows] for plane in tensor)
-        out[rows] = _turned_samples(hatch_turn((xx, xy, yy)), top)
+        out[rows] = _turned_samples(hatch_turn((xx, xy, yy)), top, inverse_scale)
     return out
 
 
 HATCH_BAND_ROWS = 32
 
 
-def _turned_samples(turn: np.ndarray, top: int) -> np.ndarray:
+def _turned_samples(turn: np.ndarray, top: int, inverse_scale: np.float32) -> np.ndarray:
     """oriented_texture for the rows top.. of the photo: the tile turned by the (h, W) float32
-    turn, sampled and blended."""
+    turn and scaled by 1 / inverse_scale, sampled and blended (blend_hatchings)."""
     height, width = turn.shape
     low = np.floor(turn)
     fraction = turn - low
     low = low.astype(np.uint8)
     cosines, sines = (np.resize(table, 256).reshape(1, 256) for table in hatch_turns())  # cv2.LUT tables
-    xs = np.arange(width, dtype=np.float32).reshape(1, width)
-    ys = np.arange(top, top + height, dtype=np.float32).reshape(height, 1)
+    xs = np.arange(width, dtype=np.float32).reshape(1, width) * inverse_scale
+    ys = np.arange(top, top + height, dtype=np.float32).reshape(height, 1) * inverse_scale
     samples = []
     for k in (low, cv2.LUT(low, NEXT_TURN)):
         c, s = cv2.LUT(k, cosines), cv2.LUT(k, sines)
         u = xs * c + ys * s  # the point R(-angle) (x, y) of the tile's plane
         v = ys * c - xs * s
         samples.append(sample_tile(u, v))
-    return samples[0] + (samples[1] - samples[0]) * fraction
+    return blend_hatchings(samples[0], samples[1], fraction)
+
+
+def blend_hatchings(first: np.ndarray, second: np.ndarray, fraction: np.ndarray) -> np.ndarray:
+    """Two turned hatchings blended by `fraction` without washing out (issue 38): a plain
+    mix of two unrelated hatchings has less contrast than either (at 1/2, 1/sqrt(2) of it:
+    a light seam wherever the direction turns), so the mix's departure from the tile's mean
+    is divided by sqrt((1 - f)^2 + f^2), which keeps its variance (Heitz and Neyret's
+    variance-preserving blending), and the result is clamped into [H_MIN, H_MAX]."""
+    mean = np.float32(TILE_MEAN)
+    rest = np.float32(1.0) - fraction
+    mixed = (first - mean) * rest + (second - mean) * fraction
+    spread = np.sqrt(rest * rest + fraction * fraction)
+    return np.clip(mixed / spread + mean, np.float32(H_MIN), np.float32(H_MAX))
 
 
 def sample_tile(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -516,6 +556,7 @@ def _wrapped_tile() -> np.ndarray:
 
 
 NEXT_TURN = ((np.arange(256) + 1) % HATCH_TURNS).astype(np.uint8)
+TILE_MEAN = float(pencil_texture().mean(dtype=np.float64))  # blend_hatchings' centre
 
 
 def lu_energy(beta: np.ndarray, log_texture: np.ndarray, log_tone: np.ndarray, lam: float = LU_LAMBDA) -> float:
@@ -597,6 +638,27 @@ def beta_fast(tone: np.ndarray) -> np.ndarray:
     return 1.0 - tone
 
 
+def balanced_texture(
+    tone: np.ndarray, balanced_tone: np.ndarray, method: str, texture: np.ndarray | None = None
+) -> np.ndarray:
+    """Stage 9 with the balance: T_b, float32 in [0, 1], the texture drawn at J_b. lu:
+    beta is solved for J as Lu's (texture_rendering) and scaled per pixel by
+    ln J_b / ln J (J clamped into [1/255, 254/255], J_b from 1/255), T_b = H ** (scaled
+    beta): the texture's grain where Lu's solve put it, its tone lifted to J_b. fast:
+    T_b = H ** (1 - J_b). `texture` (H; default the tiled one) is overwritten."""
+    texture = texture_for(*tone.shape) if texture is None else texture
+    if method != "lu":
+        return np.power(texture, np.float32(1.0) - balanced_tone, out=texture)
+    log_texture = np.log(texture, out=texture)
+    log_tone = np.log(np.maximum(tone, np.float32(TONE_FLOOR)))
+    beta, _ = solve_beta_lu(log_texture, log_tone)
+    gain = np.log(np.maximum(balanced_tone, np.float32(TONE_FLOOR))) / np.log(
+        np.clip(tone, np.float32(TONE_FLOOR), np.float32(254.0 / 255.0))
+    )
+    beta *= gain
+    return np.exp(np.multiply(beta, log_texture, out=beta), out=beta)
+
+
 def texture_rendering(tone: np.ndarray, method: str, texture: np.ndarray | None = None) -> np.ndarray:
     """Stage 9: T = H ** beta, float32 in [0, 1]; H the tiled texture unless given (it is
     then overwritten)."""
@@ -631,10 +693,12 @@ def render(image: np.ndarray, params: PencilParams, tone_lut: np.ndarray | None 
     sketch = stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
     del magnitude, label  # large images: hold as few full planes as possible at once
 
+    tone = tone_map(luma_u8, params, tone_lut)
+    sketch, balanced_tone = balance(sketch, stroke_darkness_mean(sketch, length), tone)
     hatched = oriented_texture(luma_u8, params) if params.hatching == "follow" else None
-    texture = texture_rendering(tone_map(luma_u8, params, tone_lut), params.texture, hatched)
+    texture = balanced_texture(tone, balanced_tone, params.texture, hatched)
     drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))
-    del sketch, texture
+    del sketch, texture, tone, balanced_tone
 
     if params.mode == "gray":
         return drawing_u8

@@ -124,19 +124,26 @@ def reference_merge(
 ) -> np.ndarray:
     """Stages 9-10 of reference.render on given inputs: S' (float32 (H, W), as
     reference_strokes), J, beta (texture "lu", else None) and the turned texture H
-    (hatching "follow", else None). Returns the drawing as reference.render does."""
+    (hatching "follow", else None), with the balance of strokes and tone (its box mean of
+    the strokes' darkness computed here, as reference.render does). Returns the drawing as
+    reference.render does."""
     height, width = tone.shape
     length = params.line_length(height, width)
     given = SimpleNamespace(
         summed=lambda _: strokes, length=length, kernels=ref.line_kernels(length, params.stroke_width)
     )
     sketch = ref.stroke_map(None, None, given, params.stroke_gamma)  # type: ignore[arg-type]
+    sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_mean(sketch, length), tone)
     texture = (ref.texture_for(height, width) if hatched is None else hatched).copy()
     if params.texture == "lu":
         assert beta is not None
-        texture = np.exp(np.multiply(beta, np.log(texture)))  # reference.texture_rendering after its solve
+        # reference.balanced_texture after its solve
+        gain = np.log(np.maximum(balanced_tone, np.float32(ref.TONE_FLOOR))) / np.log(
+            np.clip(tone, np.float32(ref.TONE_FLOOR), np.float32(254.0 / 255.0))
+        )
+        texture = np.exp(np.multiply(beta * gain, np.log(texture)))
     else:
-        texture = ref.texture_rendering(tone, "fast", texture)
+        texture = ref.balanced_texture(tone, balanced_tone, "fast", texture)
     drawing = ref.to_u8(np.multiply(sketch, texture))
     if params.mode == "gray":
         return drawing

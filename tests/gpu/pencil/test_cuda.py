@@ -147,10 +147,10 @@ def test_tone_map_lut_is_exact_and_j_within_rounding(cuda, lease, rng, tone, hei
     luma, _ = ref.split_luma(photo(str(rng.choice(PHOTOS)), height, width))
     params = PencilParams(tone=tone, tone_gamma=float(rng.uniform(0.5, 2.0)))
     planes = cuda.luma_and_histogram(upload(luma))
-    cdf = cuda.assets(lease.device).target_cdf(params.tone_weights)
+    cdf, _ = cuda.fit_tone(planes, cuda.assets(lease.device), params.tone_shift)  # a preset: auto's fit, moved
     j, log_j, lut = cuda.tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, with_log=True)
     np.testing.assert_array_equal(
-        lut.get(), ref.matching_lut(ref.histogram(luma), ref.target_histogram(params.tone_weights))
+        lut.get(), ref.matching_lut(ref.histogram(luma), ref.tone_target(ref.histogram(luma), params.tone))
     )
     expected = ref.tone_map(luma, params)
     np.testing.assert_allclose(j.get(), expected, rtol=0, atol=2e-6)
@@ -247,12 +247,16 @@ def test_merge_matches_the_reference_on_the_same_inputs(cuda, lease, rng, textur
     device_texture = cuda.assets(lease.device)
     if hatched is not None:
         device_texture = cuda.TexturePlanes(upload(hatched), upload(np.log(hatched)))
-    floor = cuda.stroke_floor(params.line_length(height, width), params.stroke_width)
+    length = params.line_length(height, width)
+    floor = cuda.stroke_floor(length, params.stroke_width)
+    d_strokes = upload(strokes)
+    mean_darkness = cuda.stroke_darkness_mean(d_strokes, extrema, floor, params.stroke_gamma, length)
     got = cuda.merge(
-        upload(strokes),
+        d_strokes,
         extrema,
         floor,
         params.stroke_gamma,
+        mean_darkness,
         upload(tone),
         None if beta is None else upload(beta),
         device_texture,

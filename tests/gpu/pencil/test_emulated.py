@@ -125,7 +125,7 @@ def test_tone_luts_are_exact_and_j_within_rounding(emulated):
     luma, _ = ref.split_luma(photo_of(saved))
     params = params_of(saved)
     counts = ref.histogram(luma)
-    np.testing.assert_array_equal(saved["lut"], ref.matching_lut(counts, ref.target_histogram(params.tone_weights)))
+    np.testing.assert_array_equal(saved["lut"], ref.matching_lut(counts, ref.tone_target(counts, params.tone)))
     expected = ref.tone_map(luma, params)
     np.testing.assert_allclose(saved["j"], expected, rtol=0, atol=2e-6)
     np.testing.assert_allclose(
@@ -137,6 +137,11 @@ def test_tone_luts_are_exact_and_j_within_rounding(emulated):
     np.testing.assert_allclose(saved["fit"][1:], weights, rtol=0, atol=1e-9)
     np.testing.assert_allclose(saved["auto_cdf"], np.cumsum(ref.tone_target(counts, "auto")), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(saved["auto_lut"], ref.matching_lut(counts, ref.tone_target(counts, "auto")))
+    # the preset: auto's fit moved by its shift (issue 38)
+    layer, weights = ref.fit_tone(counts, params.tone_shift)
+    assert int(saved["preset_fit"][0]) == layer and params.tone_shift[1] > 0
+    np.testing.assert_allclose(saved["preset_fit"][1:], weights, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(saved["preset_cdf"], np.cumsum(ref.tone_target(counts, params.tone)), rtol=0, atol=1e-12)
 
 
 def test_turned_texture_matches_the_reference(emulated):
@@ -170,6 +175,17 @@ def test_merge_matches_the_reference_on_the_same_inputs(emulated, mode):
     params = PencilParams(**{**json.loads(str(saved["params"])), "mode": mode})
     expected = reference_merge(image, params, saved["strokes"], saved["tone"], saved.get("beta"), saved.get("hatched"))
     got = saved[mode]
+    length = params.line_length(*saved["tone"].shape)
+    sketch = 1.0 - (saved["strokes"] - saved["strokes"].min()) / np.float32(
+        max(
+            float(np.ptp(saved["strokes"])),
+            ref.FULL_STROKE_CONTRAST * float(ref.line_kernels(length, params.stroke_width)[0][length // 2].sum()),
+        )
+    )
+    sketch **= np.float32(2.0 * params.stroke_gamma)
+    np.testing.assert_allclose(
+        saved["mean_darkness"], ref.stroke_darkness_mean(sketch.astype(np.float32), length), rtol=0, atol=1e-5
+    )
     assert got.shape == expected.shape and expected.std() > 5
     # powf / expf (glibc's here) against NumPy's: an ulp, one grey level on a rounding edge.
     # The images are small: a share of 1 % is a few values (the GPU test allows 0.1 %).

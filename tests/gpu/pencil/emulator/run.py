@@ -96,8 +96,8 @@ def main() -> int:
             tone=str(rng.choice(["light", "medium", "dark"])), tone_gamma=parity.log_uniform(rng, "tone_gamma")
         )
         planes = cuda.luma_and_histogram(device(luma))
-        cdf = assets.target_cdf(params.tone_weights)
-        j, log_j, lut = cuda.tone(planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, True)
+        preset_cdf, preset_fit = cuda.fit_tone(planes, assets, params.tone_shift)
+        j, log_j, lut = cuda.tone(planes, preset_cdf, params.tone_blur_size(height, width), params.tone_gamma, True)
         auto_cdf, fit = cuda.fit_tone(planes, assets)
         _, _, auto_lut = cuda.tone(planes, auto_cdf, 3, 1.0, False)
         return {
@@ -109,6 +109,8 @@ def main() -> int:
             "auto_cdf": auto_cdf.get(),
             "fit": fit.get(),
             "auto_lut": auto_lut.get(),
+            "preset_cdf": preset_cdf.get(),
+            "preset_fit": preset_fit.get(),
         }
 
     def hatch() -> dict:
@@ -152,12 +154,14 @@ def main() -> int:
             beta, _ = ref.solve_beta_lu(np.log(tile), np.log(np.maximum(tone_map, np.float32(ref.TONE_FLOOR))))
         texture = assets if hatched is None else cuda.TexturePlanes(device(hatched), device(np.log(hatched)))
         extrema = device(np.array([strokes.min(), strokes.max()], np.float32).view(np.uint32))
-        floor = cuda.stroke_floor(params.line_length(height, width), params.stroke_width)
-        args = (device(tone_map), None if beta is None else device(beta), texture, device(image))
+        length = params.line_length(height, width)
+        floor = cuda.stroke_floor(length, params.stroke_width)
+        mean_darkness = cuda.stroke_darkness_mean(device(strokes), extrema, floor, params.stroke_gamma, length)
+        args = (mean_darkness, device(tone_map), None if beta is None else device(beta), texture, device(image))
         color = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, True)
         gray = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, False)
         saved = {"photo": np.array([name, height, width]), "params": as_json(params), "color": color.get()}
-        saved |= {"gray": gray.get(), "strokes": strokes, "tone": tone_map}
+        saved |= {"gray": gray.get(), "strokes": strokes, "tone": tone_map, "mean_darkness": mean_darkness.get()}
         if beta is not None:
             saved["beta"] = beta
         if hatched is not None:
