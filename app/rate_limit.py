@@ -66,7 +66,8 @@ class RateLimiter:
             now = self.clock()
             at = self._slot_of(digest, first, now)
             owner, tokens, then = SLOT.unpack_from(self._table, at)  # a shared slot keeps its owner
-            tokens = min(self.burst, tokens + max(0.0, now - then) * self.rate)
+            # a time from before a reboot (the clock restarted): as good as refilled
+            tokens = self.burst if then > now else min(self.burst, tokens + (now - then) * self.rate)
             taken = tokens >= 1.0
             SLOT.pack_into(self._table, at, owner, tokens - 1.0 if taken else tokens, now)
             return 0.0 if taken else (1.0 - tokens) / self.rate
@@ -83,7 +84,7 @@ class RateLimiter:
             owner, tokens, then = SLOT.unpack_from(self._table, at)
             if owner == digest:
                 return at
-            if free < 0 and (owner == 0 or tokens + max(0.0, now - then) * self.rate >= self.burst):
+            if free < 0 and (owner == 0 or then > now or tokens + (now - then) * self.rate >= self.burst):
                 free = at
         if free < 0:
             return first * SLOT.size

@@ -163,6 +163,12 @@ def _serve_one(host: str, port: int, log_level: str, index: int, supervisor: int
             if self.started and serving is not None:
                 serving.set()
 
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            from app.jobs.events import stop_streams  # loaded by the app already
+
+            stop_streams()  # job event streams would hold the graceful stop until their jobs end
+            super().handle_exit(sig, frame)
+
     _die_with_parent()
     if os.getppid() != supervisor:  # it died before prctl took effect
         return

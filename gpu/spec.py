@@ -33,6 +33,9 @@ T = TypeVar("T")
 SPEC_CONFIG = ConfigDict(strict=True, extra="forbid")
 
 
+_NO_DATA: Any = object()  # param_error of a Python call: no request to read the names from
+
+
 class NotJson(ValueError):
     """A request body or field that is not JSON at all (the HTTP layer's 400)."""
 
@@ -67,20 +70,48 @@ def where(location: tuple[int | str, ...], prefix: str = "") -> str:
     return f"{prefix}{text}" if text else prefix.rstrip(".")
 
 
-def param_error(exc: ValidationError, prefix: str = "") -> ParamError:
+def _spelled(location: tuple[int | str, ...], data: Any = _NO_DATA, missing: bool = False) -> tuple[int | str, ...]:
+    """A pydantic error location without what the request never spelled: the tags pydantic
+    puts in it for a union's members (a discriminator's value, "list[int]", a class name)
+    and its validator functions. With the request's `data`, a part is kept when the data
+    has it (a key or an index of the node reached so far), or when it is the field found
+    `missing`; without, only by the look of the tags."""
+    parts = [p for p in location if not str(p).startswith("function-")]
+    kept: list[int | str] = []
+    node = data
+    for index, part in enumerate(parts):
+        if data is not _NO_DATA:
+            if isinstance(node, dict) and isinstance(part, str) and part in node:
+                kept.append(part)
+                node = node[part]
+                continue
+            if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                kept.append(part)
+                node = node[part]
+                continue
+            if not (missing and index == len(parts) - 1):
+                continue  # a union member's tag
+        if isinstance(part, str) and ("[" in part or part[:1].isupper()):
+            continue  # a type's or a class's name
+        kept.append(part)
+    return tuple(kept)
+
+
+def param_error(exc: ValidationError, prefix: str = "", data: Any = _NO_DATA) -> ParamError:
     """The one translation of a pydantic error: a ParamError naming the first field at fault,
-    its message listing every error ("field.sub[2]: message; ..."). A ParamError raised by a
-    `__post_init__` comes back as it was raised."""
+    its message listing every error ("field.sub[2]: message; ..."), the fields named as the
+    request spells them (`data`: the request, decoded, when there is one). A ParamError
+    raised by a `__post_init__` comes back as it was raised, under the field it came from."""
     errors = exc.errors()
     for error in errors:
         cause = (error.get("ctx") or {}).get("error")
         if isinstance(cause, ParamError):
-            location = where(tuple(error["loc"]), prefix)
+            location = where(_spelled(tuple(error["loc"]), data, error["type"] == "missing"), prefix)
             if not location:
                 return cause
             return ParamError(f"{location}.{cause.field}" if cause.field else location, cause.message, cause.code)
     located = [
-        (where(tuple(p for p in error["loc"] if not str(p).startswith("function-")), prefix), error["msg"])
+        (where(_spelled(tuple(error["loc"]), data, error["type"] == "missing"), prefix), error["msg"])
         for error in errors
     ]
     field, message = located[0]
@@ -99,7 +130,7 @@ def from_json(kind: type[T], data: str | bytes, prefix: str = "") -> T:
         if invalid:
             what = f"the field '{prefix.rstrip('.')}'" if prefix else "the body"
             raise NotJson(f"{what} is not JSON: {invalid[0]['msg']}") from None
-        raise param_error(exc, prefix) from None
+        raise param_error(exc, prefix, json.loads(data)) from None
 
 
 def from_mapping(kind: type[T], values: Mapping[str, Any], prefix: str = "") -> T:

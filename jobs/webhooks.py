@@ -15,8 +15,11 @@ last error).
 
 Deliveries live in the job database (table `webhooks`, written with the job in one
 transaction), so none is lost on a restart; they are sent by the process that runs the
-jobs of a replica, and a delivery is claimed (its `due` moved past the send's time limit)
-before it is sent, so replicas sharing PostgreSQL send each one once.
+jobs of a replica, and a delivery is claimed (its `due` moved CLAIM_S ahead) before it is
+sent, so replicas sharing PostgreSQL send each attempt once. Delivery is at least once: a
+sender that dies (or hangs past CLAIM_S) mid-send leaves its attempt to be made again, so
+a receiver dedupes by the job id of Pencil-Delivery. A job rebuilt from its folder (a
+repaired SQLite database) comes back without its webhook.
 """
 
 from __future__ import annotations
@@ -38,21 +41,27 @@ from jobs.store import FINISHED, JobStore, job_body
 log = logging.getLogger("pencil.webhooks")
 
 MAX_URL = 2048
-TIMEOUT_S = 10.0  # for the whole exchange with the receiver
+TIMEOUT_S = 10.0  # for each step of the exchange with the receiver (connect, send, each read)
 RETRY_AFTER_S = (1.0, 5.0, 30.0, 120.0, 600.0)  # after the 1st, 2nd, ... failed attempt
 MAX_ATTEMPTS = len(RETRY_AFTER_S) + 1
 POLL_S = 0.5  # the sender looks for due deliveries this often
-CLAIM_S = TIMEOUT_S + 20.0  # a claimed delivery is due again after this long (its sender died)
+CLAIM_S = 300.0  # a claimed delivery is due again after this long (its sender died or is stuck)
 SWEEP_S = 3600.0  # deliveries of purged jobs are forgotten this often
 USER_AGENT = "pencil-gpu-webhook/1"
 
 
 def check_url(url: str) -> str | None:
-    """Why `url` cannot be a webhook (None: it can): an absolute http(s) URL with a host,
-    at most MAX_URL characters."""
+    """Why `url` cannot be a webhook (None: it can): an absolute http(s) URL with a host and
+    a valid port, no blanks or control characters, at most MAX_URL characters."""
     if len(url) > MAX_URL:
         return f"at most {MAX_URL} characters"
-    parts = urlsplit(url)
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "a URL without blanks or control characters (percent-encode them)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is no number or out of range)
+    except ValueError as exc:
+        return f"a well-formed URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "an absolute http:// or https:// URL with a host"
     return None
@@ -69,6 +78,17 @@ class Delivery:
     job_id: str
     url: str
     attempt: int  # 1 for the first try
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an answer like any other non-2xx: urllib would follow it with a GET that
+    carries no payload, and count that as a delivery."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class WebhookSender:
@@ -119,7 +139,8 @@ class WebhookSender:
             f"UPDATE webhooks SET attempts = attempts + 1, due = {db.NOW} + ? WHERE job_id = ("
             "SELECT w.job_id FROM webhooks w JOIN jobs j ON j.id = w.job_id "
             f"WHERE w.delivered IS NULL AND w.gave_up IS NULL AND w.due <= {db.NOW} AND j.status IN ({finished}) "
-            f"ORDER BY w.due LIMIT 1{db.SKIP_LOCKED}) AND delivered IS NULL AND gave_up IS NULL "
+            f"ORDER BY w.due LIMIT 1{db.SKIP_LOCKED.replace('FOR UPDATE', 'FOR UPDATE OF w')}) "
+            "AND delivered IS NULL AND gave_up IS NULL "
             "RETURNING job_id, url, attempts"
         )
         with self.store.session(write=True) as session:
@@ -147,10 +168,11 @@ class WebhookSender:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            with _OPENER.open(request, timeout=TIMEOUT_S) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"the receiver answered {exc.code}"
+            moved = exc.headers.get("Location") if 300 <= exc.code < 400 else None
+            status, error = exc.code, f"the receiver answered {exc.code}" + (f" (Location {moved})" if moved else "")
         except (urllib.error.URLError, OSError, ValueError) as exc:
             status, error = 0, f"could not reach the receiver ({getattr(exc, 'reason', exc)})"
         else:
@@ -177,20 +199,25 @@ class WebhookSender:
         return delivered
 
     def _record(self, delivery: Delivery, delivered: bool, error: str | None, final: bool) -> None:
+        """The outcome of this attempt, written only while the delivery still holds it (a
+        sender slower than CLAIM_S finds another attempt recorded and writes nothing)."""
         now = time.time()
+        fence = "WHERE job_id = ? AND attempts = ? AND delivered IS NULL AND gave_up IS NULL"
         with self.store.session(write=True) as session:
             if delivered:
-                session.run("UPDATE webhooks SET delivered = ?, error = NULL WHERE job_id = ?", (now, delivery.job_id))
+                session.run(f"UPDATE webhooks SET delivered = ?, error = NULL {fence}", (now, *self._key(delivery)))
             elif final:
-                session.run(
-                    "UPDATE webhooks SET gave_up = ?, error = ? WHERE job_id = ?", (now, error, delivery.job_id)
-                )
+                session.run(f"UPDATE webhooks SET gave_up = ?, error = ? {fence}", (now, error, *self._key(delivery)))
             else:
                 wait = RETRY_AFTER_S[delivery.attempt - 1]
                 session.run(
-                    f"UPDATE webhooks SET due = {self.store.dialect.NOW} + ?, error = ? WHERE job_id = ?",
-                    (wait, error, delivery.job_id),
+                    f"UPDATE webhooks SET due = {self.store.dialect.NOW} + ?, error = ? {fence}",
+                    (wait, error, *self._key(delivery)),
                 )
+
+    @staticmethod
+    def _key(delivery: Delivery) -> tuple[str, int]:
+        return delivery.job_id, delivery.attempt
 
 
 def delivery_state(store: JobStore, job_id: str) -> dict[str, Any] | None:

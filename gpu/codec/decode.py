@@ -90,6 +90,7 @@ def decode_pixels(data: bytes, image: Image.Image) -> np.ndarray:
         image.format == "PNG"
         and image.mode in ("L", "RGB")
         and "transparency" not in image.info
+        and not image.info.get("interlace")  # libpng would print a warning past the logs
         and not _png_has_exif(data)
     ):
         try:

@@ -497,3 +497,36 @@ def test_a_photo_with_mangled_exif_is_drawn_as_stored(make_client):
     assert pixels.shape[:2] in ((80, 120), (120, 80))
     response = make_client().post("/sketch", files=sketch_files(data))
     assert response.status_code == 200, response.text
+
+
+def adam7_png(pixels: np.ndarray) -> bytes:
+    """An 8-bit RGB PNG of `pixels`, interlaced (Adam7), written by hand: neither Pillow nor
+    OpenCV writes one. Every scanline of the seven passes with filter 0 (none)."""
+    import struct
+    import zlib
+
+    height, width, _ = pixels.shape
+    passes = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+    raw = b"".join(
+        b"\x00" + pixels[y, x0::dx].tobytes() for x0, y0, dx, dy in passes if x0 < width for y in range(y0, height, dy)
+    )
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 1)  # 8-bit RGB, interlace method 1
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def test_an_interlaced_png_goes_through_pillow(rng, monkeypatch):
+    """libpng prints a warning for Adam7 PNGs, past the JSON logs: Pillow decodes them."""
+    import imagecodecs
+
+    from gpu.codec import decode
+
+    pixels = np.ascontiguousarray(rng.integers(0, 256, (37, 45, 3), dtype=np.uint8))
+    data = adam7_png(pixels)
+    image = decode.open_image(data, 10**8)
+    assert image.info.get("interlace")
+    monkeypatch.setattr(imagecodecs, "png_decode", lambda data: pytest.fail("libpng used"))
+    np.testing.assert_array_equal(decode.decode_pixels(data, image), pixels)

@@ -95,3 +95,11 @@ def test_nonsense_limits_are_refused(tmp_path):
         RateLimiter(0.0, 1, tmp_path)
     with pytest.raises(ValueError):
         RateLimiter(1.0, 0, tmp_path)
+
+
+def test_a_bucket_from_before_a_reboot_counts_as_refilled(tmp_path):
+    clock = Clock()
+    buckets = limiter(tmp_path, 0.001, 1, clock)
+    assert buckets.take("a") == 0.0 and buckets.take("a") > 0
+    clock.now = 5.0  # CLOCK_MONOTONIC started again below the stored time
+    assert buckets.take("a") == 0.0

@@ -107,6 +107,11 @@ def test_replicas_sharing_postgresql_send_each_webhook_once(postgres_url, tmp_pa
         ("/relative/path", False),
         ("https://", False),
         ("https://example.com/" + "a" * 2100, False),
+        ("http://[::1", False),  # not a URL at all (urlsplit raises)
+        ("http://h:99999/", False),
+        ("http://h:abc/", False),
+        ("http://h/a b", False),
+        ("http://h/\r\nX-Injected: 1", False),
     ],
 )
 def test_webhook_urls(url, ok):
@@ -119,3 +124,42 @@ def test_the_signature_is_an_hmac_of_timestamp_and_body():
         "sha256=" + hmac.new(SECRET.encode(), b"1700000000." + body, hashlib.sha256).hexdigest()
     )
     assert signature(SECRET, "1700000001", body) != signature(SECRET, "1700000000", body)
+
+
+def test_a_redirect_is_no_delivery(tmp_path, receiver, quick_retries):
+    """urllib would follow a 301 with a GET without the payload: a 3xx is retried instead."""
+    hook = receiver([301, 200])
+    store = JobStore(tmp_path)
+    job_id = finished_job(store, hook.url)
+    sender = WebhookSender(store, SECRET)
+    first = sender.claim()
+    assert first is not None and not sender.send(first)
+    state = delivery_state(store, job_id)
+    assert not state["delivered"] and "301" in state["error"]
+    second = None
+    while second is None:
+        second = sender.claim()
+    assert sender.send(second) and delivery_state(store, job_id)["delivered"]
+    assert len(hook.requests) == 2 and all(body for _, body in hook.requests)
+    store.close()
+
+
+def test_a_late_sender_cannot_overwrite_a_newer_attempt(tmp_path, receiver):
+    store = JobStore(tmp_path)
+    job_id = finished_job(store, receiver().url)
+    sender = WebhookSender(store, SECRET)
+    stale = sender.claim()
+    with store.session(write=True) as session:  # its claim ran out: another sender takes it
+        session.run("UPDATE webhooks SET due = 0 WHERE job_id = ?", (job_id,))
+    fresh = sender.claim()
+    assert stale is not None and fresh is not None and (stale.attempt, fresh.attempt) == (1, 2)
+    assert sender.send(fresh)
+    sender._record(stale, delivered=False, error="too late", final=True)  # the first sender, at last
+    assert delivery_state(store, job_id) == {
+        "url": fresh.url,
+        "attempts": 2,
+        "delivered": True,
+        "gave_up": False,
+        "error": None,
+    }
+    store.close()

@@ -82,8 +82,27 @@ def test_a_finished_job_gives_its_state_and_the_stream_ends(make_client, slow_ki
     job_id = client.post("/jobs/slow").json()["id"]
     wait_for_job(client, job_id)
     with client.stream("GET", f"/jobs/{job_id}/events") as response:
-        events = read_events(response)
-    assert [(name, data["status"]) for name, data, _ in events] == [("job", "succeeded")]
+        lines = list(response.iter_lines())
+    assert "id: finished" in lines  # what an EventSource sends back as Last-Event-ID
+    events = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+    assert [event["status"] for event in events] == ["succeeded"]
+    again = client.get(f"/jobs/{job_id}/events", headers={"Last-Event-ID": "finished"})
+    assert again.status_code == 204  # it saw the end: an EventSource stops reconnecting
+
+
+def test_a_stopping_server_ends_its_streams(make_client, slow_kind, monkeypatch):
+    from app.jobs import events
+
+    monkeypatch.setattr(events, "_stopping", threading.Event())
+    client = admin_client(make_client, TOKEN, job_streams=1)
+    job_id = client.post("/jobs/slow").json()["id"]
+    wait_for_job(client, job_id, until=("running",))
+    threading.Timer(0.5, events.stop_streams).start()
+    began = time.monotonic()
+    with client.stream("GET", f"/jobs/{job_id}/events") as response:
+        read_events(response)
+    assert time.monotonic() - began < 3  # ended with the server, not with the job
+    assert client.get(f"/jobs/{job_id}").json()["status"] == "running"
 
 
 def test_unknown_jobs_and_a_full_house_are_refused(make_client, slow_kind):
