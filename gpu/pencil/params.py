@@ -179,7 +179,7 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         (
             "the tone's target distribution, Lu et al.'s layers bright:mid:dark: auto fits their weights to the "
             "photo's own histogram (a dark photo stays dark); light, medium and dark start from that fit and move "
-            "50 % and 20 % of its weight to the bright layer, or 30 % to the dark one: lighter to darker than auto, "
+            "0.3 and 0.15 of its weight to the bright layer, or 0.3 to the dark one: lighter to darker than auto, "
             "in the photo's own order of light and dark"
         ),
         choices=("auto", "light", "medium", "dark"),
