@@ -28,13 +28,15 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                status = receiver.answers.pop(0) if receiver.answers else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                with receiver.arrived:
+                with receiver.arrived:  # recorded before the answer: a sender that has its answer finds it here
                     receiver.requests.append((dict(self.headers), body))
                     receiver.arrived.notify_all()
+                    status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                if status in (301, 302, 303, 307, 308):
+                    self.send_header("Location", receiver.url + "/moved")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def log_message(self, *args) -> None:
                 pass
