@@ -54,8 +54,10 @@ def test_a_small_photo_does_not_wait_behind_huge_ones(make_client):
     small_queue_ms = float(responses["small"].headers["x-queue-ms"])
     huge_render_ms = [float(responses[f"huge{i}"].headers["x-render-ms"]) for i in range(3)]
     huge_queue_ms = sorted(float(responses[f"huge{i}"].headers["x-queue-ms"]) for i in range(3))
-    # Behind the huge ones it would have waited for at least one of them to finish.
-    assert small_queue_ms < min(huge_render_ms) / 4, (small_queue_ms, huge_render_ms)
+    # Behind the huge ones it would have waited for at least one of them to finish. (Not a
+    # finer bound: on CI's two cores, shared with another test worker, a free worker thread
+    # was seen to start 1.5 s late beside 3 s renders.)
+    assert small_queue_ms < min(huge_render_ms), (small_queue_ms, huge_render_ms)
     assert finished["small"] < max(finished[f"huge{i}"] for i in range(3))
     # The huge ones took turns: the last waited for the two before it.
     assert huge_queue_ms[2] > min(huge_render_ms)
