@@ -9,6 +9,7 @@ import multiprocessing
 import pytest
 
 from app.rate_limit import FILE_NAME, PROBE, SLOT, RateLimiter
+from tests.app.rate_limit_worker import take_many
 
 
 class Clock:
@@ -73,15 +74,10 @@ def test_a_flood_of_limited_clients_costs_the_others_at_most_a_shared_bucket(tmp
     assert all(wait > 0 for wait in flood[PROBE:])  # then they share: limited, never let through
 
 
-def _take_many(directory, client: str, times: int, results) -> None:
-    buckets = RateLimiter(0.001, 50, directory)  # 50 at once, then practically nothing
-    results.put(sum(buckets.take(client) == 0.0 for _ in range(times)))
-
-
 def test_processes_of_the_host_share_a_clients_bucket(tmp_path):
-    context = multiprocessing.get_context("fork")  # the test module is not importable by name in a spawned child
+    context = multiprocessing.get_context("spawn")  # fresh processes, as the server's are
     results = context.Queue()
-    workers = [context.Process(target=_take_many, args=(tmp_path, "key:alice", 40, results)) for _ in range(3)]
+    workers = [context.Process(target=take_many, args=(tmp_path, "key:alice", 40, results)) for _ in range(3)]
     for worker in workers:
         worker.start()
     allowed = sum(results.get(timeout=60) for _ in workers)
