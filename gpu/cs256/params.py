@@ -70,7 +70,7 @@ class Cs256Params:
     )
 
     def __post_init__(self) -> None:
-        if self.variant == "split4" and self.vectors != 1:
+        if self.variant == "split4" and self.vectors not in (None, 1):  # None: Cs256Options' "as many as x has"
             raise ParamError("variant", "split4 multiplies one vector; use group for several")
 
 
@@ -293,10 +293,6 @@ class Cs256Options(Cs256Params):
         le=MAX_VECTORS,
         description="random vectors x to multiply when no x is sent (default 1: SpMV; 2..16: SpMM)",
     )
-
-    def __post_init__(self) -> None:
-        if self.variant == "split4" and self.vectors not in (None, 1):
-            raise ParamError("variant", "split4 multiplies one vector; use group for several")
 
     def params(self, x: np.ndarray | None) -> Cs256Params:
         """The job's parameters; the number of vectors comes from x when one is sent."""

@@ -78,9 +78,6 @@ CPU_BYTES_PER_POINT = 28  # the same plus three flat work buffers and, with a sp
 CPU_CPML_BYTES_PER_POINT = 28  # the reference's CPML: psi and zeta of 3 axes and the sum of its terms, whole-grid
 
 
-_int = check_int
-
-
 def _positive(
     name: str,
     value,
@@ -104,7 +101,7 @@ def _positive(
 def _point(name: str, value, shape_xyz: tuple[int, int, int], code: str) -> tuple[int, int, int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
         raise ParamError(name, f"expected [x, y, z] grid indices, got {value!r}")
-    point = tuple(_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX) for axis, v in zip("xyz", value, strict=True))
+    point = tuple(check_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX) for axis, v in zip("xyz", value, strict=True))
     for axis, v, n in zip("xyz", point, shape_xyz, strict=True):
         if not RADIUS <= v <= n - 1 - RADIUS:
             raise ParamError(
@@ -264,12 +261,12 @@ VelocityModel = ConstantModel | LayeredModel | ArrayModel
 def receiver_line(start, end, count: int) -> tuple[tuple[int, int, int], ...]:
     """`count` receivers evenly spaced from `start` to `end` ([x, y, z] each, inclusive),
     rounded to the nearest grid point (duplicates kept: one trace each)."""
-    count = _int("receivers.count", count, 1, MAX_RECEIVERS)
+    count = check_int("receivers.count", count, 1, MAX_RECEIVERS)
     for name, point in (("receivers.start", start), ("receivers.end", end)):
         if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != 3:
             raise ParamError(name, f"expected [x, y, z] grid indices, got {point!r}")
         for axis, v in zip("xyz", point, strict=True):
-            _int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX)
+            check_int(f"{name}[{axis}]", v, -MAX_INDEX, MAX_INDEX)
     a, b = np.asarray(start, np.float64), np.asarray(end, np.float64)
     fractions = np.linspace(0.0, 1.0, count) if count > 1 else np.zeros(1)
     points = np.rint(a + fractions[:, None] * (b - a)).astype(np.int64)
@@ -314,7 +311,7 @@ class StencilParams:
 
     def __post_init__(self) -> None:
         for name in ("nx", "ny", "nz"):
-            _int(name, getattr(self, name), MIN_SIDE)
+            check_int(name, getattr(self, name), MIN_SIDE)
         if self.nz - 2 * RADIUS > MAX_INTERIOR_Z:
             raise ParamError(
                 "nz", f"must be <= {MAX_INTERIOR_Z + 2 * RADIUS}; got {self.nz} (put the longest axis in x)"
@@ -326,7 +323,7 @@ class StencilParams:
                 f"= {self.nx * self.ny}",
             )
         _positive("h", self.h, MAX_SPACING, minimum=MIN_SPACING, unit=" m")
-        _int("steps", self.steps, 1, MAX_STEPS)
+        check_int("steps", self.steps, 1, MAX_STEPS)
         _positive("f0", self.f0, MAX_F0, unit=" Hz")
         if not isinstance(self.model, (ConstantModel, LayeredModel, ArrayModel)):
             raise ParamError(
@@ -390,8 +387,8 @@ class StencilParams:
                 f"than {MAX_RECORD_VALUES:,}",
             )
         max_layer = self.max_boundary_width
-        _int("sponge", self.sponge, 0, max_layer)
-        _int("boundary_width", self.cpml, 0, max_layer)  # the request's name for the CPML's width
+        check_int("sponge", self.sponge, 0, max_layer)
+        check_int("boundary_width", self.cpml, 0, max_layer)  # the request's name for the CPML's width
         if self.sponge and self.cpml:
             raise ParamError("boundary", f"a sponge ({self.sponge} cells) or a CPML ({self.cpml} cells), not both")
         if self.cpml and self.points > KERNEL_INDEX_MAX:  # the CPML's kernels run without z slabs
@@ -408,7 +405,7 @@ class StencilParams:
             )
         if self.snapshot_every is None:
             object.__setattr__(self, "snapshot_every", -(-self.steps // 4))
-        _int("snapshot_every", self.snapshot_every, 0)
+        check_int("snapshot_every", self.snapshot_every, 0)
         if len(self.snapshot_steps) > MAX_SNAPSHOTS:
             raise ParamError(
                 "snapshot_every",
