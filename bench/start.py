@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         "PENCIL_DATA_DIR": str(state / "data"),
         "CUPY_CACHE_DIR": str(state / "cupy-cache"),
         "CUDA_CACHE_PATH": str(state / "cuda-cache"),
-        "PYTHONPATH": str(ROOT),
+        # the checkout first, then whatever the caller's path holds (gpu_session.sh's carried wheels)
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
     }
     env.update(dict(item.split("=", 1) for item in args.env))
     jpeg, port = photo_jpeg(), free_port()

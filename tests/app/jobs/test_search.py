@@ -139,7 +139,8 @@ def as_base64(patterns: list[bytes]) -> list[dict[str, str]]:
 
 def test_inline_texts_utf8_and_base64(make_client, rng):
     client = admin(make_client)
-    text = english(5000, rng) + "\n¿dónde está el 😀?\n".encode()
+    # a random slice of English may cut a character in two (pydoc's topics hold a few): whole ones only
+    text = english(5000, rng).decode("utf-8", "ignore").encode() + "\n¿dónde está el 😀?\n".encode()
     patterns = [b"the", "😀".encode(), "dónde".encode(), b"\n"]
     result = result_of(
         client,
