@@ -4,8 +4,9 @@ of `pencil.cu`, launched through CuPy on a lease of the device pool.
 One render, on the lease's two streams:
 
     stream    upload -> luma+histogram -> median+gradient -> line pass 1 (label)
-                 -> line pass 2 (S') ------------------------------ wait B -> merge -> download
-    side               wait luma -> LUT -> box blur (J) [-> CG for beta: texture "lu"] -> event B
+                 -> line pass 2 (S') -> wait A -> stroke means (D1, D2) -> wait B -> merge -> download
+    side               wait luma -> LUT -> LUT at the box mean (J) -> event A
+                           [-> CG for beta: texture "lu"] -> event B
 
 Copies go through the lease's pinned staging buffers, so they are asynchronous and
 renders on other leases overlap them. Per device, the kernels, the texture tile (H and
@@ -37,7 +38,9 @@ from gpu.pencil.params import (
     HATCH_BIAS_FLOOR,
     LU_LAMBDA,
     STROKE_BUDGET,
+    STROKE_DEEPENING,
     STROKE_POWER,
+    STROKE_THINNING_MAX,
     LineKernelTooLarge,
     PencilParams,
 )
@@ -489,9 +492,10 @@ def fit_tone(
 
 
 def tone(planes: Planes, cdf: cupy.ndarray | None, blur: int, gamma: float, with_log: bool, lut=None):
-    """Stages 7-8: J = box_blur(LUT[luma]) ** gamma, float32 (H, W), and ln max(J, 1/255)
-    when with_log (texture "lu"), else None. Also returns the uint8 LUT: the one matching
-    the histogram to the target `cdf`, or `lut` as given ((256,) uint8 on the device)."""
+    """Stages 7-8, as reference.tone_map: J = LUT(box mean of luma) ** gamma, float32 (H, W),
+    and ln max(J, 1/255) when with_log (texture "lu"), else None. Also returns the uint8
+    LUT: the one matching the histogram to the target `cdf`, or `lut` as given ((256,)
+    uint8 on the device)."""
     height, width = planes.luma.shape
     if lut is None:
         lut = kernels.empty(256, cupy.uint8)
@@ -500,7 +504,7 @@ def tone(planes: Planes, cdf: cupy.ndarray | None, blur: int, gamma: float, with
     _k("tone_columns")(
         (kernels.div_up(width, 128), kernels.div_up(height, TONE_RUN)),
         (128,),
-        (planes.luma, lut, np.int32(height), np.int32(width), np.int32(blur), colsum),
+        (planes.luma, np.int32(height), np.int32(width), np.int32(blur), colsum),
     )
     j = kernels.empty((height, width), cupy.float32)
     log_j = kernels.empty((height, width), cupy.float32) if with_log else None
@@ -509,6 +513,7 @@ def tone(planes: Planes, cdf: cupy.ndarray | None, blur: int, gamma: float, with
         (TONE_ROW_BLOCK,),
         (
             colsum,
+            lut,
             np.int32(height),
             np.int32(width),
             np.int32(blur),
@@ -571,12 +576,12 @@ def solve_beta(
     return beta, scalars
 
 
-def stroke_darkness_mean(strokes_plane, extrema, floor_range: float, stroke_gamma: float, size: int) -> cupy.ndarray:
-    """Stage 5b, as reference.stroke_darkness_mean: the size x size box mean of 1 - S, float32
-    (H, W), S the normalised strokes. Two launches: row sums, then column sums."""
+def stroke_darkness_means(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, size: int) -> cupy.ndarray:
+    """Stages 5b-c, as reference.deepened_strokes and stroke_darkness_means: (2, H, W) float32,
+    the size x size box means of d = 1 - S_t and of d^2, S_t the normalised strokes deepened
+    by the tone `j`. Two launches: row sums, then column sums."""
     height, width = strokes_plane.shape
-    rows = kernels.empty((height, width), cupy.float32)
-    exponent = np.float32(STROKE_POWER * stroke_gamma)
+    rows = kernels.empty((2, height, width), cupy.float32)
     _k("stroke_rows")(
         (kernels.div_up(kernels.div_up(width, 32), 32), kernels.div_up(height, 8)),
         (32, 8),
@@ -584,20 +589,22 @@ def stroke_darkness_mean(strokes_plane, extrema, floor_range: float, stroke_gamm
             strokes_plane,
             extrema,
             np.float32(floor_range),
-            exponent,
+            np.float32(STROKE_POWER * stroke_gamma),
+            j,
+            np.float32(STROKE_DEEPENING),
             np.int32(height),
             np.int32(width),
             np.int32(size),
             rows,
         ),
     )
-    mean = kernels.empty((height, width), cupy.float32)
+    means = kernels.empty((2, height, width), cupy.float32)
     _k("stroke_columns")(
-        (kernels.div_up(width, 32), kernels.div_up(kernels.div_up(height, 8), 8)),
+        (kernels.div_up(width, 32), kernels.div_up(kernels.div_up(height, 8), 8), 2),
         (32, 8),
-        (rows, np.int32(height), np.int32(width), np.int32(size), mean),
+        (rows, np.int32(height), np.int32(width), np.int32(size), means),
     )
-    return mean
+    return means
 
 
 def merge(
@@ -605,15 +612,15 @@ def merge(
     extrema,
     floor_range: float,
     stroke_gamma: float,
-    mean_darkness,
+    means,
     j,
     beta,
     texture: DeviceAssets | TexturePlanes,
     image: cupy.ndarray,
     color: bool,
 ) -> cupy.ndarray:
-    """Stages 9-10 fused: normalised S, the balance (reference.balance, with the strokes'
-    mean darkness from stroke_darkness_mean), texture T, R = S * T as uint8, (H, W) or,
+    """Stages 9-10 fused: the normalised, deepened strokes S_t, the balance (reference.balance,
+    with the (2, H, W) means from stroke_darkness_means), texture T, R = S * T as uint8, (H, W) or,
     with color, (H, W, 3) RGB with the photo's chroma."""
     height, width = strokes_plane.shape
     channels_in = 1 if image.ndim == 2 else 3
@@ -626,8 +633,10 @@ def merge(
             extrema,
             np.float32(floor_range),
             np.float32(STROKE_POWER * stroke_gamma),
-            mean_darkness,
+            np.float32(STROKE_DEEPENING),
             np.float32(STROKE_BUDGET),
+            np.float32(STROKE_THINNING_MAX),
+            means,
             j,
             beta if beta is not None else np.uint64(0),
             texture.texture if texture.texture is not None else np.uint64(0),
@@ -762,10 +771,6 @@ def render_device(
         stroke_plane, extrema = strokes(packed, wide, height, width)
         mark("stroke map")
         del packed
-        floor = stroke_floor(length, params.stroke_width)
-        mean_darkness = stroke_darkness_mean(stroke_plane, extrema, floor, params.stroke_gamma, length)
-        mark("stroke mean darkness")
-
         # Tone branch (stages 6-9) on the side stream, queued second: the CG loop paces the host.
         side.wait_event(luma_ready)
         with side:
@@ -778,9 +783,18 @@ def render_device(
                 planes, cdf, params.tone_blur_size(height, width), params.tone_gamma, params.texture == "lu", lut
             )
             mark("tone", side)
+            j_ready = side.record()
             if params.hatching == "follow" and params.texture == "fast":
                 texture = oriented_texture(planes.luma, params, device_assets, with_log=False)
                 mark("texture turned (follow)", side)
+
+        # The strokes deepen with the tone: their means wait for J, and run beside the CG solve.
+        main.wait_event(j_ready)
+        floor = stroke_floor(length, params.stroke_width)
+        means = stroke_darkness_means(stroke_plane, extrema, floor, params.stroke_gamma, j, length)
+        mark("stroke means")
+
+        with side:
             beta = None
             if params.texture == "lu":
                 if turned_ready is not None:
@@ -791,7 +805,7 @@ def render_device(
 
         main.wait_event(tone_ready)
         color = params.mode == "color"
-        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, mean_darkness, j, beta, texture, d_image, color)
+        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, means, j, beta, texture, d_image, color)
         mark("merge")
         return out
 

@@ -53,13 +53,21 @@ CG_TOLERANCE = 1e-3
 CG_MAX_ITERATIONS = 60
 
 # --- Strokes that keep the tone (issue 38) ------------------------------------------------
-# The strokes darken with S ** (STROKE_POWER * stroke_gamma): darker, crisper outlines than
-# Lu's S, since the balance below keeps them from darkening the tone.
+# The strokes darken with S ** (STROKE_POWER * stroke_gamma * (1 + STROKE_DEEPENING (1 - J))):
+# darker, crisper outlines than Lu's S, darker still where the tone J is dark, since the
+# balance below keeps them from darkening any region below its tone: in a dark region they
+# carry more of its darkness and the tone between them is drawn lighter.
 STROKE_POWER = 2.0
-# Over a square of the line length, the strokes may darken the drawing on average by at
-# most the tone's own darkness (1 - J) plus this; denser strokes are drawn lighter. The tone
-# under them is then lightened by what they darken, so that a region's mean stays its tone.
-STROKE_BUDGET = 0.1
+STROKE_DEEPENING = 4.0
+# Over a square of the line length the strokes may darken the drawing on average by at most
+# the tone's own darkness 1 - J plus STROKE_BUDGET (a little room, so that an outline between
+# two white regions still shows). Denser strokes are thinned first: their darkness d becomes
+# d ** p, 1 <= p <= STROKE_THINNING_MAX, which keeps the dark cores of the outlines and drops
+# their faint flanks; only past that are they drawn lighter. The tone under them is then
+# lightened by what they darken, so that a region's mean stays its tone. Chosen on the
+# tuning and texture photos with bench/quality.py (BENCHMARKS.md, "Drawing quality").
+STROKE_BUDGET = 0.02
+STROKE_THINNING_MAX = 4.0
 
 DIRECTIONS = 8  # line directions at i * pi / 8
 MIN_SIDE = 16  # px: smaller images carry too little structure to draw

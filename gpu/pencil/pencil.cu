@@ -551,34 +551,34 @@ extern "C" __global__ void fit_tone(const u32* __restrict__ hist, const int* __r
     target_cdf[v] = chosen[1] * g[v] + chosen[2] * g[256 + v] + chosen[3] * g[512 + v];
 }
 
-// Stage 8, vertical half of the k x k box blur (edges replicated) of lut[luma], as exact
-// integer sums: colsum[y][x] = sum_{i<k} lut[luma[clamp(y - k/2 + i)][x]]. One thread per
-// column run of TONE_RUN rows, sliding.
+// Stage 8, vertical half of the k x k box sums (edges replicated) of the luma, exact in
+// integers: colsum[y][x] = sum_{i<k} luma[clamp(y - k/2 + i)][x]. One thread per column
+// run of TONE_RUN rows, sliding.
 #define TONE_RUN 32
-extern "C" __global__ void tone_columns(const u8* __restrict__ luma, const u8* __restrict__ lut, int height, int width,
-                                        int k, int* __restrict__ colsum) {
-    __shared__ int table[256];
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = lut[i];
-    __syncthreads();
+extern "C" __global__ void tone_columns(const u8* __restrict__ luma, int height, int width, int k, int* __restrict__ colsum) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = blockIdx.y * TONE_RUN;
     if (x >= width) return;
     const int before = k / 2;
     int sum = 0;
-    for (int i = 0; i < k; ++i) sum += table[luma[(long long)min(max(y0 - before + i, 0), height - 1) * width + x]];
+    for (int i = 0; i < k; ++i) sum += luma[(long long)min(max(y0 - before + i, 0), height - 1) * width + x];
     const int y1 = min(y0 + TONE_RUN, height);
     for (int y = y0; y < y1; ++y) {
         colsum[(long long)y * width + x] = sum;
         const int leaving = min(max(y - before, 0), height - 1), entering = min(max(y - before + k, 0), height - 1);
-        sum += table[luma[(long long)entering * width + x]] - table[luma[(long long)leaving * width + x]];
+        sum += (int)luma[(long long)entering * width + x] - (int)luma[(long long)leaving * width + x];
     }
 }
 
-// Stage 8, horizontal half: J = (sum of k colsums / (255 k^2)) ** gamma, float32 (H, W).
-// With log_tone != nullptr (texture "lu") also writes ln max(J, 1/255).
+// Stage 8, horizontal half (reference.tone_map): the local mean m = (sum of k colsums) / k^2
+// in double, the LUT read there linearly, J = ((lut[i] + f (lut[i+1] - lut[i])) / 255) **
+// gamma with i = min(floor(m), 254), f = m - i; float32 (H, W). With log_tone != nullptr
+// (texture "lu") also writes ln max(J, 1/255).
 #define TONE_ROW_BLOCK 256
-extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height, int width, int k, float gamma,
-                                     float* __restrict__ tone, float* __restrict__ log_tone) {
+extern "C" __global__ void tone_rows(const int* __restrict__ colsum, const u8* __restrict__ lut, int height, int width,
+                                     int k, float gamma, float* __restrict__ tone, float* __restrict__ log_tone) {
     extern __shared__ int row[];   // TONE_ROW_BLOCK + k - 1 colsums
+    __shared__ int table[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = lut[i];
     const int y = blockIdx.y, x0 = blockIdx.x * TONE_ROW_BLOCK, before = k / 2;
     const int* src = colsum + (long long)y * width;
     for (int i = threadIdx.x; i < TONE_ROW_BLOCK + k - 1; i += blockDim.x)
@@ -588,7 +588,10 @@ extern "C" __global__ void tone_rows(const int* __restrict__ colsum, int height,
     if (x >= width) return;
     long long sum = 0;
     for (int i = 0; i < k; ++i) sum += row[threadIdx.x + i];
-    float j = (float)((double)sum / (255.0 * (double)k * (double)k));
+    const double mean = (double)sum / ((double)k * (double)k);
+    const int at = min((int)mean, 254);
+    const double fraction = mean - (double)at, low = (double)table[at], high = (double)table[at + 1];
+    float j = (float)(__dadd_rn(low, __dmul_rn(fraction, high - low)) / 255.0);
     if (gamma != 1.0f) j = powf(j, gamma);
     tone[(long long)y * width + x] = j;
     if (log_tone) log_tone[(long long)y * width + x] = logf(fmaxf(j, 1.0f / 255.0f));
@@ -934,34 +937,58 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi,
     }
 }
 
-// ------------------------------------------------ stage 5b: the strokes' mean darkness --
-// reference.stroke_darkness_mean: D = the k x k box mean (edges replicated) of 1 - S, S the
-// normalised strokes as merge computes them, by sliding sums in float64 (as OpenCV's
-// boxFilter): rows here (one thread per run of BOX_RUN pixels of a row), columns in
-// stroke_columns (one thread per run of HATCH_RUN rows of a column).
+// ------------------------------------- stage 5b-c: the strokes, deepened, and their means --
+// reference.deepened_strokes: S_t = S ** (1 + deepening (1 - J)), S the normalised strokes
+// (1 - (S' - low) / range) ** exponent. reference.stroke_darkness_means: D1 and D2, the
+// k x k box means (edges replicated) of d = 1 - S_t and of d^2, by sliding sums in float64
+// (as OpenCV's boxFilter): rows here (one thread per run of 32 pixels of a row, both sums
+// into rows[0] and rows[1]), columns in stroke_columns (one thread per run of 8 rows of a
+// column, blockIdx.z the plane).
 __device__ __forceinline__ float stroke_of(float raw, float low, float range, float exponent) {
     const float s = 1.0f - (raw - low) / range;
     return powf(s, exponent);
 }
+__device__ __forceinline__ float deepened(float stroke, float tone, float deepening) {
+    return powf(stroke, __fadd_rn(1.0f, __fmul_rn(deepening, __fsub_rn(1.0f, tone))));
+}
+struct Darkness { double d, d2; };
+__device__ __forceinline__ Darkness darkness_at(const float* row, const float* tone_row, int x, float low, float range,
+                                                float exponent, float deepening) {
+    const float d = 1.0f - deepened(stroke_of(row[x], low, range, exponent), tone_row[x], deepening);
+    return {(double)d, (double)__fmul_rn(d, d)};
+}
 extern "C" __global__ void stroke_rows(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
-                                       float exponent, int height, int width, int k, float* __restrict__ rows) {
+                                       float exponent, const float* __restrict__ tone, float deepening, int height, int width,
+                                       int k, float* __restrict__ rows) {
     const int y = blockIdx.y * blockDim.y + threadIdx.y, x0 = (blockIdx.x * blockDim.x + threadIdx.x) * 32;
     if (y >= height || x0 >= width) return;
     const float low = __uint_as_float(extrema[0]), range = fmaxf(__uint_as_float(extrema[1]) - low, floor_range);
     const float* row = strokes + (long long)y * width;
+    const float* tone_row = tone + (long long)y * width;
+    const long long plane = (long long)height * width;
     const int half = k / 2;
-    double sum = 0.0;
-    for (int i = -half; i <= half; ++i) sum += 1.0f - stroke_of(row[min(max(x0 + i, 0), width - 1)], low, range, exponent);
+    double sum = 0.0, sum2 = 0.0;
+    for (int i = -half; i <= half; ++i) {
+        const Darkness v = darkness_at(row, tone_row, min(max(x0 + i, 0), width - 1), low, range, exponent, deepening);
+        sum += v.d;
+        sum2 += v.d2;
+    }
     const int end = min(x0 + 32, width);
     for (int x = x0; x < end; ++x) {
         rows[(long long)y * width + x] = (float)sum;
-        sum += (double)(1.0f - stroke_of(row[min(x + half + 1, width - 1)], low, range, exponent))
-             - (double)(1.0f - stroke_of(row[max(x - half, 0)], low, range, exponent));
+        rows[plane + (long long)y * width + x] = (float)sum2;
+        const Darkness in = darkness_at(row, tone_row, min(x + half + 1, width - 1), low, range, exponent, deepening);
+        const Darkness out = darkness_at(row, tone_row, max(x - half, 0), low, range, exponent, deepening);
+        sum += in.d - out.d;
+        sum2 += in.d2 - out.d2;
     }
 }
 extern "C" __global__ void stroke_columns(const float* __restrict__ rows, int height, int width, int k, float* __restrict__ mean) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y0 = (blockIdx.y * blockDim.y + threadIdx.y) * 8;
     if (x >= width || y0 >= height) return;
+    const long long plane = (long long)blockIdx.z * height * width;
+    rows += plane;
+    mean += plane;
     const int half = k / 2;
     const double scale = 1.0 / ((double)k * k);
     double sum = 0.0;
@@ -974,14 +1001,14 @@ extern "C" __global__ void stroke_columns(const float* __restrict__ rows, int he
 }
 
 // ------------------------------------------------------- stages 9-10 fused: merge --
-// S = (1 - (S' - low) / max(high - low, floor)) ** exponent (STROKE_POWER stroke_gamma);
-// the balance (reference.balance): k = min(1, (1 - J + budget) / D), S_b = 1 - k (1 - S),
-// J_b = J / max(1 - k D, J); T_b = exp(beta ln H ln J_b / ln J) (lu, beta != nullptr; J
-// clamped into [1/255, 254/255], J_b from 1/255) or H ** (1 - J_b) (fast); R = S_b T_b as uint8.
-// channels_out 1: R. channels_out 3: R replaces Y of the photo's YCrCb (image has
-// `channels_in` 3) or is repeated (a gray photo).
+// S_t as stroke_rows; the balance (reference.balance): with B = 1 - J + budget, r = D2 / D1 (in
+// [1e-6, 0.999]), p = 1 + ln min(B / D1, 1) / ln r in [1, thinning_max], E = D1 r^(p - 1),
+// k = min(1, B / E): S_b = 1 - k (1 - S_t)^p, J_b = J / max(1 - k E, J); T_b = exp(beta ln H
+// ln J_b / ln J) (lu, beta != nullptr; J clamped into [1/255, 254/255], J_b from 1/255) or
+// H ** (1 - J_b) (fast); R = S_b T_b as uint8. channels_out 1: R. channels_out 3: R
+// replaces Y of the photo's YCrCb (image has `channels_in` 3) or is repeated (a gray photo).
 extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
-                                 float exponent, const float* __restrict__ mean_darkness, float budget,
+                                 float exponent, float deepening, float budget, float thinning_max, const float* __restrict__ means,
                                  const float* __restrict__ tone, const float* __restrict__ beta,
                                  const float* __restrict__ texture, const float* __restrict__ log_h, int tex_size, int height, int width,
                                  const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
@@ -990,11 +1017,17 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
     if (x >= width || y >= height) return;
     const long long p = (long long)y * width + x;
     const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
-    const float sketch = stroke_of(strokes[p], low, fmaxf(high - low, floor_range), exponent);
-    const float j = tone[p], d = mean_darkness[p];
-    const float share = fminf(1.0f, (1.0f - j + budget) / fmaxf(d, 1e-6f));
-    const float s = 1.0f - share * (1.0f - sketch);
-    const float jb = j / fmaxf(1.0f - share * d, j);
+    const float j = tone[p];
+    const float stroke = deepened(stroke_of(strokes[p], low, fmaxf(high - low, floor_range), exponent), j, deepening);
+    const float allowed = 1.0f - j + budget;
+    const float first = fmaxf(means[p], 1e-6f);
+    const float ratio = fminf(fmaxf(means[(long long)height * width + p] / first, 1e-6f), 0.999f);
+    const float excess = fminf(fmaxf(allowed / first, 1e-6f), 1.0f);
+    const float power = fminf(fmaxf(1.0f + logf(excess) / logf(ratio), 1.0f), thinning_max);
+    const float expected = first * powf(ratio, power - 1.0f);
+    const float share = fminf(1.0f, allowed / expected);
+    const float s = 1.0f - share * powf(1.0f - stroke, power);
+    const float jb = j / fmaxf(1.0f - share * expected, j);
     const int at = texture_index(tex.size, width, y, x);
     float t;
     if (beta) {

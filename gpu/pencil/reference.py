@@ -3,9 +3,11 @@ and the CPU backend.
 
 Ten stages (numbers as in DESIGN.md). Stroke branch: (1) median 3x3, (2) forward
 gradient |dx|+|dy|, (3) 8 normalised line kernels, (4) responses and argmax label,
-(5) the classified gradient drawn with the widened lines -> stroke map S. Tone branch:
-(6) histogram of L, (7) Lu's three-layer target histogram, (8) matching LUT and box blur
--> tone map J, (9) pencil texture T = H ** beta, (10) R = S * T, colour through YCbCr.
+(5) the classified gradient drawn with the widened lines -> stroke map S, deepened where
+the tone is dark. Tone branch: (6) histogram of L, (7) the three-layer target histogram
+fitted to the photo, (8) matching LUT read at the box mean of L -> tone map J, (9) pencil
+texture T = H ** beta, (10) the balance of strokes and tone, R = S * T, colour through
+YCbCr.
 
 Images are float32 in [0, 1] unless a name says `_u8`. Shapes are (height, width).
 Borders: the median and the tone blur replicate the edge; the line convolutions see
@@ -31,7 +33,9 @@ from gpu.pencil.params import (
     SIGMA_B,
     SIGMA_D,
     STROKE_BUDGET,
+    STROKE_DEEPENING,
     STROKE_POWER,
+    STROKE_THINNING_MAX,
     TONE_SHIFTS,
     U_A,
     U_B,
@@ -235,27 +239,50 @@ def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter,
     return sketch.astype(np.float32, copy=False)
 
 
-def stroke_darkness_mean(sketch: np.ndarray, size: int) -> np.ndarray:
-    """Stage 5b: D, the mean of the strokes' darkness 1 - S over size x size squares (edges
-    replicated), float32 (H, W)."""
-    darkness = np.float32(1.0) - sketch
-    return cv2.blur(darkness, (size, size), borderType=cv2.BORDER_REPLICATE)
+def deepened_strokes(sketch: np.ndarray, tone: np.ndarray) -> np.ndarray:
+    """Stage 5b (issue 38): S_t = S ** (1 + STROKE_DEEPENING (1 - J)), float32 (H, W): the
+    strokes darker where the tone is dark. The balance lightens the tone between them by as
+    much, so a dark region's darkness moves from the flat tone onto its edges."""
+    exponent = np.float32(1.0) + np.float32(STROKE_DEEPENING) * (np.float32(1.0) - tone)
+    return np.power(sketch, exponent).astype(np.float32, copy=False)
 
 
-def balance(sketch: np.ndarray, mean_darkness: np.ndarray, tone: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 10a (issue 38): strokes that keep the tone. Returns (S_b, J_b), float32 (H, W):
+def stroke_darkness_means(strokes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 5c: (D1, D2), the means of the strokes' darkness d = 1 - S_t and of d ** 2 over
+    size x size squares (edges replicated), float32 (H, W) each."""
+    darkness = np.float32(1.0) - strokes
+    first = cv2.blur(darkness, (size, size), borderType=cv2.BORDER_REPLICATE)
+    second = cv2.blur(darkness * darkness, (size, size), borderType=cv2.BORDER_REPLICATE)
+    return first, second
 
-    k = min(1, ((1 - J) + STROKE_BUDGET) / D): where the strokes are denser than the tone
-    allows (a bright, detailed region), each is drawn lighter, S_b = 1 - k (1 - S); an
-    outline alone in a light region (D small) keeps its full darkness.
-    J_b = J / max(1 - k D, J) (at most 1): the tone under the strokes is lightened by what
-    they darken on average, so a region's mean stays near J and the tone map's order of
-    light and dark survives the strokes."""
-    budget = np.float32(1.0) - tone + np.float32(STROKE_BUDGET)
-    share = np.minimum(np.float32(1.0), budget / np.maximum(mean_darkness, np.float32(1e-6)))
-    strokes = np.float32(1.0) - share * (np.float32(1.0) - sketch)
-    balanced_tone = tone / np.maximum(np.float32(1.0) - share * mean_darkness, tone)
-    return strokes, balanced_tone
+
+def balance(
+    strokes: np.ndarray, means: tuple[np.ndarray, np.ndarray], tone: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 10a (issue 38): strokes that keep the tone. Returns (S_b, J_b), float32 (H, W).
+
+    Over a square of the line length the strokes may darken the drawing on average by at
+    most the tone's darkness plus a little room, B = 1 - J + STROKE_BUDGET. Where they would darken it more (a bright, detailed
+    region), they are thinned first: d -> d ** p, which keeps the dark cores of the
+    outlines. The mean of d ** p is modelled from the two means (D1, D2) as log-linear in p,
+    E(p) = D1 r ** (p - 1) with r = D2 / D1, and p solves E(p) = B within [1,
+    STROKE_THINNING_MAX]; if that is not enough, they are drawn lighter by k = min(1, B /
+    E(p)): S_b = 1 - k d ** p. An outline alone in a light region (D1 <= B) keeps p = 1 and
+    k = 1. Then J_b = J / max(1 - k E(p), J) (at most 1): the tone under the strokes is
+    lightened by what they darken on average, so a region's mean stays near J and the tone
+    map's order of light and dark survives the strokes."""
+    first, second = means
+    one = np.float32(1.0)
+    allowed = one - tone + np.float32(STROKE_BUDGET)
+    first = np.maximum(first, np.float32(1e-6))
+    ratio = np.clip(second / first, np.float32(1e-6), np.float32(0.999))
+    excess = np.minimum(np.maximum(allowed / first, np.float32(1e-6)), one)
+    power = np.clip(one + np.log(excess) / np.log(ratio), one, np.float32(STROKE_THINNING_MAX))
+    expected = first * np.power(ratio, power - one)
+    share = np.minimum(one, allowed / expected)
+    balanced = one - share * np.power(one - strokes, power)
+    balanced_tone = tone / np.maximum(one - share * expected, tone)
+    return balanced.astype(np.float32, copy=False), balanced_tone.astype(np.float32, copy=False)
 
 
 # -------------------------------------------------------------------- tone branch --
@@ -407,18 +434,37 @@ def matching_lut(source_counts: np.ndarray, target_p: np.ndarray) -> np.ndarray:
 
 
 def tone_map(luma_u8: np.ndarray, params: PencilParams, lut: np.ndarray | None = None) -> np.ndarray:
-    """Stages 6-8: J = box_blur(LUT[L]) ** tone_gamma, float32 in [0, 1]. `lut`: an explicit
-    (256,) uint8 matching LUT applied instead of the one that matches this image's
-    histogram to its target, such as a video's steady tone (gpu/video/temporal.py)."""
+    """Stages 6-8: J = LUT(box_mean(L)) ** tone_gamma, float32 in [0, 1]: the matching LUT read
+    at the photo's local mean (box of tone_blur_size, edges replicated), linearly between
+    its entries. Lu et al. blur LUT[L]; a LUT applied pixel by pixel before the mean bends
+    regions of mixed light and dark (a brick wall's mortar) out of their order of
+    brightness, the LUT of the mean keeps it (issue 38). `lut`: an explicit (256,) uint8
+    matching LUT applied instead of the one that matches this image's histogram to its
+    target, such as a video's steady tone (gpu/video/temporal.py)."""
     if lut is None:
         counts = histogram(luma_u8)
         lut = matching_lut(counts, tone_target(counts, params.tone))
-    matched = cv2.LUT(luma_u8, lut).astype(np.float32) / 255.0
-    size = params.tone_blur_size(*luma_u8.shape)
-    tone: np.ndarray = cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE)
+    tone = lut_at(lut, local_mean(luma_u8, params.tone_blur_size(*luma_u8.shape)))
     if params.tone_gamma != 1.0:
         tone **= np.float32(params.tone_gamma)
     return tone
+
+
+def local_mean(luma_u8: np.ndarray, size: int) -> np.ndarray:
+    """(H, W) float64 means of `luma_u8` over size x size boxes (edges replicated): exact
+    integer sums over size ** 2, as the GPU's tone kernels."""
+    sums = cv2.boxFilter(luma_u8.astype(np.float64), -1, (size, size), normalize=False, borderType=cv2.BORDER_REPLICATE)
+    return sums / float(size * size)
+
+
+def lut_at(lut: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The (256,) uint8 `lut` read at float64 `values` in [0, 255], linearly between entries,
+    / 255 -> float32: (lut[i] + f (lut[i + 1] - lut[i])) / 255, i = min(floor(v), 254)."""
+    index = np.minimum(values.astype(np.int32), 254)  # values >= 0: the cast floors
+    fraction = values - index
+    low = lut[index].astype(np.float64)
+    high = lut[index + 1].astype(np.float64)
+    return ((low + fraction * (high - low)) / 255.0).astype(np.float32)
 
 
 # ----------------------------------------------------------------------- texture --
@@ -694,7 +740,8 @@ def render(image: np.ndarray, params: PencilParams, tone_lut: np.ndarray | None 
     del magnitude, label  # large images: hold as few full planes as possible at once
 
     tone = tone_map(luma_u8, params, tone_lut)
-    sketch, balanced_tone = balance(sketch, stroke_darkness_mean(sketch, length), tone)
+    sketch = deepened_strokes(sketch, tone)
+    sketch, balanced_tone = balance(sketch, stroke_darkness_means(sketch, length), tone)
     hatched = oriented_texture(luma_u8, params) if params.hatching == "follow" else None
     texture = balanced_texture(tone, balanced_tone, params.texture, hatched)
     drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))

@@ -124,8 +124,8 @@ def reference_merge(
 ) -> np.ndarray:
     """Stages 9-10 of reference.render on given inputs: S' (float32 (H, W), as
     reference_strokes), J, beta (texture "lu", else None) and the turned texture H
-    (hatching "follow", else None), with the balance of strokes and tone (its box mean of
-    the strokes' darkness computed here, as reference.render does). Returns the drawing as
+    (hatching "follow", else None), with the balance of strokes and tone (the strokes
+    deepened by the tone and their box means computed here, as reference.render does). Returns the drawing as
     reference.render does."""
     height, width = tone.shape
     length = params.line_length(height, width)
@@ -133,7 +133,8 @@ def reference_merge(
         summed=lambda _: strokes, length=length, kernels=ref.line_kernels(length, params.stroke_width)
     )
     sketch = ref.stroke_map(None, None, given, params.stroke_gamma)  # type: ignore[arg-type]
-    sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_mean(sketch, length), tone)
+    sketch = ref.deepened_strokes(sketch, tone)
+    sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_means(sketch, length), tone)
     texture = (ref.texture_for(height, width) if hatched is None else hatched).copy()
     if params.texture == "lu":
         assert beta is not None

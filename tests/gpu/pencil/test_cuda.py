@@ -250,14 +250,15 @@ def test_merge_matches_the_reference_on_the_same_inputs(cuda, lease, rng, textur
     length = params.line_length(height, width)
     floor = cuda.stroke_floor(length, params.stroke_width)
     d_strokes = upload(strokes)
-    mean_darkness = cuda.stroke_darkness_mean(d_strokes, extrema, floor, params.stroke_gamma, length)
+    d_tone = upload(tone)
+    means = cuda.stroke_darkness_means(d_strokes, extrema, floor, params.stroke_gamma, d_tone, length)
     got = cuda.merge(
         d_strokes,
         extrema,
         floor,
         params.stroke_gamma,
-        mean_darkness,
-        upload(tone),
+        means,
+        d_tone,
         None if beta is None else upload(beta),
         device_texture,
         upload(image),

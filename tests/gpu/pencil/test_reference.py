@@ -8,7 +8,7 @@ import pytest
 import skimage.data
 
 from gpu.pencil import reference as ref
-from gpu.pencil.params import LU_LAMBDA, STROKE_POWER, PencilParams
+from gpu.pencil.params import LU_LAMBDA, STROKE_BUDGET, STROKE_DEEPENING, STROKE_POWER, PencilParams
 
 
 def _photo(size: int = 256) -> np.ndarray:
@@ -300,7 +300,8 @@ def test_follow_hatching_changes_the_drawing_only_through_the_texture(rng):
     photo = _photo(200)
     flat = ref.render(photo, PencilParams(texture="fast"))
     follow = ref.render(photo, PencilParams(texture="fast", hatching="follow"))
-    assert flat.shape == follow.shape and np.mean(flat != follow) > 0.3
+    # measured 0.26: the strokes carry much of the darkness, the texture shows in the rest
+    assert flat.shape == follow.shape and np.mean(flat != follow) > 0.2
     assert abs(float(flat.mean()) - float(follow.mean())) < 6  # the same tone, hatched another way
     turned = ref.oriented_texture(ref.split_luma(photo)[0], PencilParams(hatching="follow"))
     assert 0.05 <= turned.min() and turned.max() <= 0.95  # blends of the tile's own values
@@ -428,7 +429,104 @@ def test_an_explicit_tone_lut_replaces_the_tone_options_matching():
     luma = ref.split_luma(photo)[0]
     lut = _own_lut(other, "auto")
     expected = ref.tone_map(luma, PencilParams(), lut)
-    matched = cv2.LUT(luma, lut).astype(np.float32) / 255
     size = PencilParams().tone_blur_size(160, 160)
-    np.testing.assert_array_equal(expected, cv2.blur(matched, (size, size), borderType=cv2.BORDER_REPLICATE))
+    np.testing.assert_allclose(expected, _lut_of_local_mean(luma, lut, size), rtol=0, atol=1e-6)
     assert np.abs(expected - ref.tone_map(luma, PencilParams())).mean() > 0.01  # not the photo's own tone
+
+
+def _lut_of_local_mean(luma: np.ndarray, lut: np.ndarray, size: int) -> np.ndarray:
+    """The tone map written out: the mean of every size x size window of the edge-padded
+    luma, and the LUT interpolated there (np.interp) / 255."""
+    before = size // 2
+    padded = np.pad(luma.astype(np.float64), ((before, size - 1 - before), (before, size - 1 - before)), mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (size, size))
+    means = windows.mean(axis=(2, 3))
+    return (np.interp(means, np.arange(256), lut.astype(np.float64)) / 255.0).astype(np.float32)
+
+
+def test_the_tone_map_reads_the_lut_at_the_local_mean(rng):
+    photo = _photo(96)
+    luma = ref.split_luma(photo)[0]
+    lut = np.sort(rng.integers(0, 256, 256)).astype(np.uint8)  # a fresh monotone LUT
+    size = PencilParams().tone_blur_size(96, 96)
+    np.testing.assert_allclose(ref.tone_map(luma, PencilParams(), lut), _lut_of_local_mean(luma, lut, size), atol=1e-6)
+
+
+def test_the_tone_map_keeps_the_order_of_regions_of_mixed_light_and_dark():
+    """A brick wall: its blocks differ in how much bright mortar they hold. A LUT applied pixel
+    by pixel and then blurred (Lu et al.) reorders them; the LUT of the local mean keeps
+    their order (the measure of bench/quality.py: Spearman over blocks of 1/24 the side)."""
+    from scipy.stats import spearmanr
+
+    luma = cv2.resize(skimage.data.brick(), (384, 384), interpolation=cv2.INTER_AREA)
+    params = PencilParams()
+    counts = ref.histogram(luma)
+    lut = ref.matching_lut(counts, ref.tone_target(counts, params.tone))
+    size = params.tone_blur_size(*luma.shape)
+    pixelwise = cv2.blur(cv2.LUT(luma, lut).astype(np.float32) / 255, (size, size), borderType=cv2.BORDER_REPLICATE)
+
+    def blocks(plane: np.ndarray) -> np.ndarray:
+        return plane.reshape(24, 16, 24, 16).mean(axis=(1, 3)).ravel()
+
+    ours = spearmanr(blocks(luma.astype(np.float64)), blocks(ref.tone_map(luma, params))).statistic
+    lus = spearmanr(blocks(luma.astype(np.float64)), blocks(pixelwise)).statistic
+    assert ours > 0.55 and ours > lus + 0.1, (ours, lus)  # measured: 0.62 against 0.45
+
+
+def test_deepened_strokes_are_darker_where_the_tone_is_dark(rng):
+    sketch = rng.uniform(0.05, 1.0, (40, 40)).astype(np.float32)
+    tone = rng.uniform(0.0, 1.0, (40, 40)).astype(np.float32)
+    tone[:, :5] = 1.0
+    deepened = ref.deepened_strokes(sketch, tone)
+    np.testing.assert_allclose(deepened[:, :5], sketch[:, :5], rtol=1e-6)  # white paper: unchanged
+    assert np.all(deepened <= sketch + 1e-7)
+    expected = sketch.astype(np.float64) ** (1 + STROKE_DEEPENING * (1 - tone.astype(np.float64)))
+    np.testing.assert_allclose(deepened, expected, rtol=1e-5, atol=1e-7)
+
+
+def _balanced_photo(name: str, side: int = 320):
+    photo = cv2.resize(getattr(skimage.data, name)(), (side, side), interpolation=cv2.INTER_AREA)
+    luma = ref.split_luma(photo)[0]
+    params = PencilParams()
+    length = params.line_length(side, side)
+    magnitude = ref.gradient(ref.median3(luma))
+    label = ref.classify(magnitude, ref.LineFilter(side, side, length, 0))
+    sketch = ref.stroke_map(magnitude, label, ref.LineFilter(side, side, length, params.stroke_width), 1.0)
+    tone = ref.tone_map(luma, params)
+    strokes = ref.deepened_strokes(sketch, tone)
+    means = ref.stroke_darkness_means(strokes, length)
+    return strokes, means, tone, length
+
+
+@pytest.mark.parametrize("name", ["grass", "astronaut", "coffee"])
+def test_the_balanced_strokes_keep_the_tone_of_their_region(name):
+    """Over boxes of the line length, the drawing S_b J_b keeps the tone's mean: the median
+    gap is within STROKE_BUDGET (the room the strokes are given) + 0.04, where the strokes
+    drawn as they are over the tone (S_t J) darken it 3x as much or more; and an outline
+    where the tone leaves room for it is left exactly as drawn."""
+    strokes, means, tone, length = _balanced_photo(name)
+    balanced, lifted = ref.balance(strokes, means, tone)
+
+    def box(plane: np.ndarray) -> np.ndarray:
+        return cv2.blur(plane, (length, length), borderType=cv2.BORDER_REPLICATE)
+
+    gap = float(np.median(np.abs(box(balanced * lifted) - box(tone))))
+    unbalanced = float(np.median(np.abs(box(strokes * tone) - box(tone))))
+    assert gap <= STROKE_BUDGET + 0.04 and unbalanced >= 3 * gap, (gap, unbalanced)
+    free = means[0] <= (1 - tone + STROKE_BUDGET) - 1e-4
+    assert free.any() and (~free).any()
+    np.testing.assert_allclose(balanced[free], strokes[free], rtol=0, atol=1e-6)  # 1 - (1 - S): rounding
+    assert np.all(lifted >= tone) and np.all(lifted <= 1.0)
+
+
+def test_the_balance_thins_strokes_before_lightening_them():
+    """Where strokes must give way, the darkest (an outline's core) keep more of their
+    darkness than the faint ones: d -> d ** p with p > 1 before any uniform lightening."""
+    strokes, means, tone, _ = _balanced_photo("grass")
+    balanced, _ = ref.balance(strokes, means, tone)
+    darkness, kept = 1 - strokes, 1 - balanced
+    crowded = (means[0] > 1.5 * (1 - tone)) & (darkness > 0.02)
+    assert crowded.sum() > 1000
+    strong = crowded & (darkness > 0.6)
+    faint = crowded & (darkness < 0.2)
+    assert (kept[strong] / darkness[strong]).mean() > 1.5 * (kept[faint] / darkness[faint]).mean()

@@ -156,12 +156,12 @@ def main() -> int:
         extrema = device(np.array([strokes.min(), strokes.max()], np.float32).view(np.uint32))
         length = params.line_length(height, width)
         floor = cuda.stroke_floor(length, params.stroke_width)
-        mean_darkness = cuda.stroke_darkness_mean(device(strokes), extrema, floor, params.stroke_gamma, length)
-        args = (mean_darkness, device(tone_map), None if beta is None else device(beta), texture, device(image))
+        means = cuda.stroke_darkness_means(device(strokes), extrema, floor, params.stroke_gamma, device(tone_map), length)
+        args = (means, device(tone_map), None if beta is None else device(beta), texture, device(image))
         color = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, True)
         gray = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, False)
         saved = {"photo": np.array([name, height, width]), "params": as_json(params), "color": color.get()}
-        saved |= {"gray": gray.get(), "strokes": strokes, "tone": tone_map, "mean_darkness": mean_darkness.get()}
+        saved |= {"gray": gray.get(), "strokes": strokes, "tone": tone_map, "means": means.get()}
         if beta is not None:
             saved["beta"] = beta
         if hatched is not None:
