@@ -5,7 +5,7 @@ One render, on the lease's two streams:
 
     stream    upload -> luma+histogram -> median+gradient -> line pass 1 (label)
                  -> line pass 2 (S') -> wait A -> stroke means (D1, D2) -> wait B -> merge -> download
-    side               wait luma -> LUT -> LUT at the box mean (J) -> event A
+    side               wait luma -> LUT -> LUT at the box mean (J) -> event A -> cross-hatching
                            [-> CG for beta: texture "lu"] -> event B
 
 Copies go through the lease's pinned staging buffers, so they are asynchronous and
@@ -33,6 +33,7 @@ from gpu.pencil import reference
 from gpu.pencil.params import (
     CG_MAX_ITERATIONS,
     CG_TOLERANCE,
+    CROSS_HATCH_TONES,
     DIRECTIONS,
     HATCH_BIAS,
     HATCH_BIAS_FLOOR,
@@ -230,8 +231,9 @@ def stroke_floor(length: int, width: int) -> float:
 
 
 class DeviceAssets:
-    """What every render on one device shares: the texture tile (H, ln H), the target
-    CDFs per tone preset and the line tables per (length, width)."""
+    """What every render on one device shares: the texture tile (H, ln H), ln of the tile
+    turned a quarter turn (the cross-hatching's), the target CDFs per tone preset and the
+    line tables per (length, width)."""
 
     def __init__(self, device: int):
         self.device = device
@@ -240,6 +242,7 @@ class DeviceAssets:
             texture = pencil_texture()
             self.texture = _upload_shared(texture)
             self.log_texture = _upload_shared(np.log(texture))
+            self.log_crossing = _upload_shared(np.log(reference.crossing_tile()))
             self.texture_size = texture.shape[0]
             if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
                 raise ValueError(
@@ -258,6 +261,9 @@ class DeviceAssets:
                 "hatch_texture",
                 "stroke_rows",
                 "stroke_columns",
+                "cross_hatch",
+                "tone_columns",
+                "tone_rows",
             ):
                 _k(name)  # compile now, not inside the first request
         self._cdfs: dict[tuple[float, float, float], cupy.ndarray] = {}
@@ -476,6 +482,31 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
     return TexturePlanes(texture, log_texture)
 
 
+def cross_hatch(texture: DeviceAssets | TexturePlanes, j: cupy.ndarray, device_assets: DeviceAssets) -> cupy.ndarray:
+    """Stage 9, as reference.crossed_log_texture: ln H_x = ln H + c(J) ln H_turned, float32
+    (H, W), from the tile's ln H or a turned texture's plane (written over in place)."""
+    height, width = j.shape
+    out = texture.log_texture if isinstance(texture, TexturePlanes) else kernels.empty((height, width), cupy.float32)
+    start, full = CROSS_HATCH_TONES
+    _k("cross_hatch")(
+        (kernels.div_up(width, 32), kernels.div_up(height, 8)),
+        (32, 8),
+        (
+            texture.log_texture,
+            np.int32(texture.texture_size),
+            device_assets.log_crossing,
+            np.int32(device_assets.texture_size),
+            j,
+            np.float32(start),
+            np.float32(full),
+            np.int32(height),
+            np.int32(width),
+            out,
+        ),
+    )
+    return out
+
+
 def fit_tone(
     planes: Planes, device_assets: DeviceAssets, shift: tuple[int, float] = (0, 0.0)
 ) -> tuple[cupy.ndarray, cupy.ndarray]:
@@ -576,7 +607,9 @@ def solve_beta(
     return beta, scalars
 
 
-def stroke_darkness_means(strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, size: int) -> cupy.ndarray:
+def stroke_darkness_means(
+    strokes_plane, extrema, floor_range: float, stroke_gamma: float, j, size: int
+) -> cupy.ndarray:
     """Stages 5b-c, as reference.deepened_strokes and stroke_darkness_means: (2, H, W) float32,
     the size x size box means of d = 1 - S_t and of d^2, S_t the normalised strokes deepened
     by the tone `j`. Two launches: row sums, then column sums."""
@@ -615,12 +648,13 @@ def merge(
     means,
     j,
     beta,
-    texture: DeviceAssets | TexturePlanes,
+    log_texture: cupy.ndarray,
     image: cupy.ndarray,
     color: bool,
 ) -> cupy.ndarray:
     """Stages 9-10 fused: the normalised, deepened strokes S_t, the balance (reference.balance,
-    with the (2, H, W) means from stroke_darkness_means), texture T, R = S * T as uint8, (H, W) or,
+    with the (2, H, W) means from stroke_darkness_means), texture T from ln H_x (cross_hatch),
+    R = S * T as uint8, (H, W) or,
     with color, (H, W, 3) RGB with the photo's chroma."""
     height, width = strokes_plane.shape
     channels_in = 1 if image.ndim == 2 else 3
@@ -639,9 +673,7 @@ def merge(
             means,
             j,
             beta if beta is not None else np.uint64(0),
-            texture.texture if texture.texture is not None else np.uint64(0),
-            texture.log_texture if texture.log_texture is not None else np.uint64(0),
-            np.int32(texture.texture_size),
+            log_texture,
             np.int32(height),
             np.int32(width),
             image,
@@ -785,8 +817,12 @@ def render_device(
             mark("tone", side)
             j_ready = side.record()
             if params.hatching == "follow" and params.texture == "fast":
-                texture = oriented_texture(planes.luma, params, device_assets, with_log=False)
+                texture = oriented_texture(planes.luma, params, device_assets, with_log=True)
                 mark("texture turned (follow)", side)
+            if turned_ready is not None:
+                side.wait_event(turned_ready)
+            log_texture = cross_hatch(texture, j, device_assets)
+            mark("cross-hatching", side)
 
         # The strokes deepen with the tone: their means wait for J, and run beside the CG solve.
         main.wait_event(j_ready)
@@ -797,15 +833,13 @@ def render_device(
         with side:
             beta = None
             if params.texture == "lu":
-                if turned_ready is not None:
-                    side.wait_event(turned_ready)
-                beta, _ = solve_beta(log_j, texture, lease.staging("cg", 8))
+                beta, _ = solve_beta(log_j, TexturePlanes(None, log_texture), lease.staging("cg", 8))
                 mark("texture lu (CG)", side)
             tone_ready = side.record()
 
         main.wait_event(tone_ready)
         color = params.mode == "color"
-        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, means, j, beta, texture, d_image, color)
+        out = merge(stroke_plane, extrema, floor, params.stroke_gamma, means, j, beta, log_texture, d_image, color)
         mark("merge")
         return out
 

@@ -45,6 +45,10 @@ HATCH_BIAS, HATCH_BIAS_FLOOR = 0.3, 1e-4
 # The turned texture's scale follows the drawing's size: the tile at its own scale on a
 # drawing whose shorter side is this many px, enlarged or shrunk in proportion otherwise.
 HATCH_SCALE_SIDE = 1080
+# Cross-hatching where one layer is not dark enough (issue 38): below the first tone J a
+# second layer, the tile turned a quarter turn, joins the hatching, in full at the second:
+# ln H_x = ln H + c(J) ln H_turned, c rising linearly from 0 to 1 between the two.
+CROSS_HATCH_TONES = (0.55, 0.3)
 LU_LAMBDA = 0.2  # smoothness weight of beta in Lu's energy
 # Lu's reference asks PCG for a relative residual of 1e-6 in double precision, at most 60
 # iterations. In float32 that is below rounding noise; 1e-3 leaves a 1080p drawing within

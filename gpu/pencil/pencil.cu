@@ -1000,19 +1000,33 @@ extern "C" __global__ void stroke_columns(const float* __restrict__ rows, int he
     }
 }
 
+// ------------------------------------------------------ stage 9: the cross-hatching --
+// reference.crossed_log_texture: out = ln H + c(J) ln H_turned, c = clamp((start - J) /
+// (start - full), 0, 1); ln H the tile (size > 0, wrapped) or a plane (size 0, hatching
+// "follow"; out may be that plane), ln H_turned the turned tile (turned_size, wrapped).
+extern "C" __global__ void cross_hatch(const float* log_h, int size, const float* __restrict__ log_turned, int turned_size,
+                                       const float* __restrict__ tone, float start, float full, int height, int width,
+                                       float* out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    const long long p = (long long)y * width + x;
+    const float c = fminf(fmaxf(__fdiv_rn(__fsub_rn(start, tone[p]), __fsub_rn(start, full)), 0.0f), 1.0f);
+    const float turned = log_turned[texture_index(turned_size, width, y, x)];
+    out[p] = __fadd_rn(log_h[texture_index(size, width, y, x)], __fmul_rn(c, turned));
+}
+
 // ------------------------------------------------------- stages 9-10 fused: merge --
 // S_t as stroke_rows; the balance (reference.balance): with B = 1 - J + budget, r = D2 / D1 (in
 // [1e-6, 0.999]), p = 1 + ln min(B / D1, 1) / ln r in [1, thinning_max], E = D1 r^(p - 1),
-// k = min(1, B / E): S_b = 1 - k (1 - S_t)^p, J_b = J / max(1 - k E, J); T_b = exp(beta ln H
+// k = min(1, B / E): S_b = 1 - k (1 - S_t)^p, J_b = J / max(1 - k E, J); T_b = exp(beta ln H_x
 // ln J_b / ln J) (lu, beta != nullptr; J clamped into [1/255, 254/255], J_b from 1/255) or
-// H ** (1 - J_b) (fast); R = S_b T_b as uint8. channels_out 1: R. channels_out 3: R
+// exp((1 - J_b) ln H_x) (fast), ln H_x the cross-hatched plane; R = S_b T_b as uint8. channels_out 1: R. channels_out 3: R
 // replaces Y of the photo's YCrCb (image has `channels_in` 3) or is repeated (a gray photo).
 extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
                                  float exponent, float deepening, float budget, float thinning_max, const float* __restrict__ means,
                                  const float* __restrict__ tone, const float* __restrict__ beta,
-                                 const float* __restrict__ texture, const float* __restrict__ log_h, int tex_size, int height, int width,
+                                 const float* __restrict__ log_h, int height, int width,
                                  const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
-    const Texture tex{log_h, tex_size, width};
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= width || y >= height) return;
     const long long p = (long long)y * width + x;
@@ -1028,13 +1042,12 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
     const float share = fminf(1.0f, allowed / expected);
     const float s = 1.0f - share * powf(1.0f - stroke, power);
     const float jb = j / fmaxf(1.0f - share * expected, j);
-    const int at = texture_index(tex.size, width, y, x);
     float t;
     if (beta) {
         const float gain = logf(fmaxf(jb, 1.0f / 255.0f)) / logf(fminf(fmaxf(j, 1.0f / 255.0f), 254.0f / 255.0f));
-        t = expf(beta[p] * gain * tex.log_h[at]);
+        t = expf(beta[p] * gain * log_h[p]);
     } else {
-        t = powf(texture[at], 1.0f - jb);
+        t = expf(__fmul_rn(1.0f - jb, log_h[p]));
     }
     const float v = s * t;
     const int drawn = (int)fminf(fmaxf(v * 255.0f + 0.5f, 0.0f), 255.0f);

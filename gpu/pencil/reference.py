@@ -6,8 +6,8 @@ gradient |dx|+|dy|, (3) 8 normalised line kernels, (4) responses and argmax labe
 (5) the classified gradient drawn with the widened lines -> stroke map S, deepened where
 the tone is dark. Tone branch: (6) histogram of L, (7) the three-layer target histogram
 fitted to the photo, (8) matching LUT read at the box mean of L -> tone map J, (9) pencil
-texture T = H ** beta, (10) the balance of strokes and tone, R = S * T, colour through
-YCbCr.
+texture T = H ** beta, cross-hatched where dark, (10) the balance of strokes and tone,
+R = S * T, colour through YCbCr.
 
 Images are float32 in [0, 1] unless a name says `_u8`. Shapes are (height, width).
 Borders: the median and the tone blur replicate the edge; the line convolutions see
@@ -24,6 +24,7 @@ import numpy as np
 from gpu.pencil.params import (
     CG_MAX_ITERATIONS,
     CG_TOLERANCE,
+    CROSS_HATCH_TONES,
     DIRECTIONS,
     HATCH_BIAS,
     HATCH_BIAS_FLOOR,
@@ -262,15 +263,15 @@ def balance(
     """Stage 10a (issue 38): strokes that keep the tone. Returns (S_b, J_b), float32 (H, W).
 
     Over a square of the line length the strokes may darken the drawing on average by at
-    most the tone's darkness plus a little room, B = 1 - J + STROKE_BUDGET. Where they would darken it more (a bright, detailed
-    region), they are thinned first: d -> d ** p, which keeps the dark cores of the
-    outlines. The mean of d ** p is modelled from the two means (D1, D2) as log-linear in p,
-    E(p) = D1 r ** (p - 1) with r = D2 / D1, and p solves E(p) = B within [1,
-    STROKE_THINNING_MAX]; if that is not enough, they are drawn lighter by k = min(1, B /
-    E(p)): S_b = 1 - k d ** p. An outline alone in a light region (D1 <= B) keeps p = 1 and
-    k = 1. Then J_b = J / max(1 - k E(p), J) (at most 1): the tone under the strokes is
-    lightened by what they darken on average, so a region's mean stays near J and the tone
-    map's order of light and dark survives the strokes."""
+    most the tone's darkness plus a little room, B = 1 - J + STROKE_BUDGET. Where they
+    would darken it more (a bright, detailed region), they are thinned first: d -> d ** p,
+    which keeps the dark cores of the outlines. The mean of d ** p is modelled from the two
+    means (D1, D2) as log-linear in p, E(p) = D1 r ** (p - 1) with r = D2 / D1, and p
+    solves E(p) = B within [1, STROKE_THINNING_MAX]; if that is not enough, they are drawn
+    lighter by k = min(1, B / E(p)): S_b = 1 - k d ** p. An outline alone in a light region
+    (D1 <= B) keeps p = 1 and k = 1. Then J_b = J / max(1 - k E(p), J) (at most 1): the
+    tone under the strokes is lightened by what they darken on average, so a region's mean
+    stays near J and the tone map's order of light and dark survives the strokes."""
     first, second = means
     one = np.float32(1.0)
     allowed = one - tone + np.float32(STROKE_BUDGET)
@@ -475,6 +476,31 @@ TONE_FLOOR = 1.0 / 255.0  # J is clamped here so ln J stays finite
 def texture_for(height: int, width: int) -> np.ndarray:
     """The pencil texture H tiled over (height, width), float32 in [0.05, 0.95]."""
     return tile_texture(pencil_texture(), height, width)
+
+
+@lru_cache(maxsize=1)
+def crossing_tile() -> np.ndarray:
+    """The texture tile turned a quarter turn (np.rot90, counterclockwise): its hatching
+    crosses the tile's at a right angle. (side, side) float32, read-only."""
+    tile = np.ascontiguousarray(np.rot90(pencil_texture()))
+    tile.setflags(write=False)
+    return tile
+
+
+def cross_weight(tone: np.ndarray) -> np.ndarray:
+    """c(J), float32 (H, W): 0 at tones of CROSS_HATCH_TONES[0] and lighter, rising linearly
+    to 1 at CROSS_HATCH_TONES[1] and darker."""
+    start, full = (np.float32(t) for t in CROSS_HATCH_TONES)
+    return np.clip((start - tone) / (start - full), np.float32(0.0), np.float32(1.0))
+
+
+def crossed_log_texture(log_texture: np.ndarray, tone: np.ndarray) -> np.ndarray:
+    """ln H_x = ln H + c(J) ln H_turned (cross_weight; H_turned the crossing_tile tiled over
+    the image), float32 (H, W): where one layer of hatching would have to be pressed hard to
+    reach the tone, a second crosses it (issue 38). `log_texture` is overwritten."""
+    log_turned = np.log(tile_texture(crossing_tile(), *tone.shape))
+    log_texture += cross_weight(tone) * log_turned
+    return log_texture
 
 
 def structure_tensor(luma_u8: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -687,15 +713,17 @@ def beta_fast(tone: np.ndarray) -> np.ndarray:
 def balanced_texture(
     tone: np.ndarray, balanced_tone: np.ndarray, method: str, texture: np.ndarray | None = None
 ) -> np.ndarray:
-    """Stage 9 with the balance: T_b, float32 in [0, 1], the texture drawn at J_b. lu:
-    beta is solved for J as Lu's (texture_rendering) and scaled per pixel by
-    ln J_b / ln J (J clamped into [1/255, 254/255], J_b from 1/255), T_b = H ** (scaled
-    beta): the texture's grain where Lu's solve put it, its tone lifted to J_b. fast:
-    T_b = H ** (1 - J_b). `texture` (H; default the tiled one) is overwritten."""
+    """Stage 9 with the cross-hatching and the balance: T_b, float32 in [0, 1], the texture
+    drawn at J_b, from ln H_x = crossed_log_texture(ln H, J). lu: beta is solved for J as
+    Lu's (texture_rendering, on ln H_x) and scaled per pixel by ln J_b / ln J (J clamped
+    into [1/255, 254/255], J_b from 1/255), T_b = exp(scaled beta ln H_x): the texture's
+    grain where Lu's solve put it, its tone lifted to J_b. fast: T_b = exp((1 - J_b) ln H_x),
+    Qiu's H ** (1 - J_b) with the crossing layer. `texture` (H; default the tiled one) is
+    overwritten."""
     texture = texture_for(*tone.shape) if texture is None else texture
+    log_texture = crossed_log_texture(np.log(texture, out=texture), tone)
     if method != "lu":
-        return np.power(texture, np.float32(1.0) - balanced_tone, out=texture)
-    log_texture = np.log(texture, out=texture)
+        return np.exp(np.multiply(np.float32(1.0) - balanced_tone, log_texture, out=log_texture), out=log_texture)
     log_tone = np.log(np.maximum(tone, np.float32(TONE_FLOOR)))
     beta, _ = solve_beta_lu(log_texture, log_tone)
     gain = np.log(np.maximum(balanced_tone, np.float32(TONE_FLOOR))) / np.log(

@@ -114,6 +114,18 @@ def reference_strokes(luma: np.ndarray, params: PencilParams) -> tuple[np.ndarra
     return wide.summed(classified), label
 
 
+def texture_of(tone: np.ndarray, hatched: np.ndarray | None) -> np.ndarray:
+    """A copy of the texture H the pipeline draws with: the tiled tile, or `hatched` (the
+    turned texture of hatching "follow")."""
+    return (ref.texture_for(*tone.shape) if hatched is None else hatched).copy()
+
+
+def crossed_log_texture(tone: np.ndarray, hatched: np.ndarray | None) -> np.ndarray:
+    """ln H_x, reference.crossed_log_texture of texture_of's H: what the CG solves on and
+    the merge reads."""
+    return ref.crossed_log_texture(np.log(texture_of(tone, hatched)), tone)
+
+
 def reference_merge(
     image: np.ndarray,
     params: PencilParams,
@@ -123,10 +135,10 @@ def reference_merge(
     hatched: np.ndarray | None,
 ) -> np.ndarray:
     """Stages 9-10 of reference.render on given inputs: S' (float32 (H, W), as
-    reference_strokes), J, beta (texture "lu", else None) and the turned texture H
-    (hatching "follow", else None), with the balance of strokes and tone (the strokes
-    deepened by the tone and their box means computed here, as reference.render does). Returns the drawing as
-    reference.render does."""
+    reference_strokes), J, beta (texture "lu", else None; solved on crossed_log_texture)
+    and the turned texture H (hatching "follow", else None), with the balance of strokes
+    and tone (the strokes deepened by the tone and their box means computed here, as
+    reference.render does). Returns the drawing as reference.render does."""
     height, width = tone.shape
     length = params.line_length(height, width)
     given = SimpleNamespace(
@@ -135,16 +147,15 @@ def reference_merge(
     sketch = ref.stroke_map(None, None, given, params.stroke_gamma)  # type: ignore[arg-type]
     sketch = ref.deepened_strokes(sketch, tone)
     sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_means(sketch, length), tone)
-    texture = (ref.texture_for(height, width) if hatched is None else hatched).copy()
     if params.texture == "lu":
         assert beta is not None
         # reference.balanced_texture after its solve
         gain = np.log(np.maximum(balanced_tone, np.float32(ref.TONE_FLOOR))) / np.log(
             np.clip(tone, np.float32(ref.TONE_FLOOR), np.float32(254.0 / 255.0))
         )
-        texture = np.exp(np.multiply(beta * gain, np.log(texture)))
+        texture = np.exp(np.multiply(beta * gain, crossed_log_texture(tone, hatched)))
     else:
-        texture = ref.balanced_texture(tone, balanced_tone, "fast", texture)
+        texture = ref.balanced_texture(tone, balanced_tone, "fast", texture_of(tone, hatched))
     drawing = ref.to_u8(np.multiply(sketch, texture))
     if params.mode == "gray":
         return drawing

@@ -20,6 +20,7 @@ from pencil_parity import (
     OPTIONS,
     PHOTOS,
     assert_same_drawing,
+    crossed_log_texture,
     expected_labels,
     option_range,
     photo,
@@ -237,20 +238,22 @@ def test_merge_matches_the_reference_on_the_same_inputs(cuda, lease, rng, textur
     strokes, _ = reference_strokes(luma, params)
     tone = ref.tone_map(luma, params)
     hatched = ref.oriented_texture(luma, params) if hatching == "follow" else None
-    tile = ref.texture_for(height, width) if hatched is None else hatched
+    log_texture = crossed_log_texture(tone, hatched)
     beta = None
     if texture == "lu":
-        beta, _ = ref.solve_beta_lu(np.log(tile), np.log(np.maximum(tone, np.float32(ref.TONE_FLOOR))))
+        beta, _ = ref.solve_beta_lu(log_texture, np.log(np.maximum(tone, np.float32(ref.TONE_FLOOR))))
     expected = reference_merge(image, params, strokes, tone, beta, hatched)
 
     extrema = cupy.asarray(np.array([strokes.min(), strokes.max()], np.float32).view(np.uint32))
     device_texture = cuda.assets(lease.device)
     if hatched is not None:
-        device_texture = cuda.TexturePlanes(upload(hatched), upload(np.log(hatched)))
+        device_texture = cuda.TexturePlanes(None, upload(np.log(hatched)))
+    d_tone = upload(tone)
+    crossed = cuda.cross_hatch(device_texture, d_tone, cuda.assets(lease.device))
+    np.testing.assert_allclose(crossed.get(), log_texture, rtol=0, atol=1e-6)
     length = params.line_length(height, width)
     floor = cuda.stroke_floor(length, params.stroke_width)
     d_strokes = upload(strokes)
-    d_tone = upload(tone)
     means = cuda.stroke_darkness_means(d_strokes, extrema, floor, params.stroke_gamma, d_tone, length)
     got = cuda.merge(
         d_strokes,
@@ -260,7 +263,7 @@ def test_merge_matches_the_reference_on_the_same_inputs(cuda, lease, rng, textur
         means,
         d_tone,
         None if beta is None else upload(beta),
-        device_texture,
+        crossed,
         upload(image),
         mode == "color",
     ).get()

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from pencil_parity import (
     assert_same_drawing,
+    crossed_log_texture,
     expected_labels,
     photo,
     reference_merge,
@@ -174,6 +175,9 @@ def test_merge_matches_the_reference_on_the_same_inputs(emulated, mode):
     image = photo_of(saved)
     params = PencilParams(**{**json.loads(str(saved["params"])), "mode": mode})
     expected = reference_merge(image, params, saved["strokes"], saved["tone"], saved.get("beta"), saved.get("hatched"))
+    crossed = crossed_log_texture(saved["tone"], saved.get("hatched"))
+    np.testing.assert_allclose(saved["crossed"], crossed, rtol=0, atol=1e-6)
+    assert (ref.cross_weight(saved["tone"]) > 0).any()  # the crossing layer drawn somewhere
     got = saved[mode]
     length = params.line_length(*saved["tone"].shape)
     sketch = 1.0 - (saved["strokes"] - saved["strokes"].min()) / np.float32(

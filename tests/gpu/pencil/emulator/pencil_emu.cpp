@@ -9,6 +9,6 @@
 #define KERNELS(X)                                                                                                 \
     X(luma_histogram) X(median_gradient) X(line_label_tiled) X(line_label_global) X(line_strokes_tiled)            \
     X(line_strokes_global) X(matching_lut) X(fit_tone) X(tone_columns) X(tone_rows) X(structure_rows)              \
-    X(hatch_texture) X(stroke_rows) X(stroke_columns) X(cg_start) X(cg_direction) X(cg_update) X(merge)
+    X(hatch_texture) X(stroke_rows) X(stroke_columns) X(cg_start) X(cg_direction) X(cg_update) X(cross_hatch) X(merge)
 
 EMU_DIMS_ENTRY_POINT(KERNELS)

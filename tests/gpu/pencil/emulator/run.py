@@ -148,20 +148,24 @@ def main() -> int:
         strokes, _ = parity.reference_strokes(luma, params)
         tone_map = ref.tone_map(luma, params)
         hatched = ref.oriented_texture(luma, params) if params.hatching == "follow" else None
-        tile = ref.texture_for(height, width) if hatched is None else hatched
+        log_texture = parity.crossed_log_texture(tone_map, hatched)
         beta = None
         if params.texture == "lu":
-            beta, _ = ref.solve_beta_lu(np.log(tile), np.log(np.maximum(tone_map, np.float32(ref.TONE_FLOOR))))
-        texture = assets if hatched is None else cuda.TexturePlanes(device(hatched), device(np.log(hatched)))
+            beta, _ = ref.solve_beta_lu(log_texture, np.log(np.maximum(tone_map, np.float32(ref.TONE_FLOOR))))
+        texture = assets if hatched is None else cuda.TexturePlanes(None, device(np.log(hatched)))
+        crossed = cuda.cross_hatch(texture, device(tone_map), assets)
         extrema = device(np.array([strokes.min(), strokes.max()], np.float32).view(np.uint32))
         length = params.line_length(height, width)
         floor = cuda.stroke_floor(length, params.stroke_width)
-        means = cuda.stroke_darkness_means(device(strokes), extrema, floor, params.stroke_gamma, device(tone_map), length)
-        args = (means, device(tone_map), None if beta is None else device(beta), texture, device(image))
+        means = cuda.stroke_darkness_means(
+            device(strokes), extrema, floor, params.stroke_gamma, device(tone_map), length
+        )
+        args = (means, device(tone_map), None if beta is None else device(beta), crossed, device(image))
         color = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, True)
         gray = cuda.merge(device(strokes), extrema, floor, params.stroke_gamma, *args, False)
         saved = {"photo": np.array([name, height, width]), "params": as_json(params), "color": color.get()}
         saved |= {"gray": gray.get(), "strokes": strokes, "tone": tone_map, "means": means.get()}
+        saved["crossed"] = crossed.get()
         if beta is not None:
             saved["beta"] = beta
         if hatched is not None:
