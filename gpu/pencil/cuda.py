@@ -667,6 +667,7 @@ def merge(
             extrema,
             np.float32(floor_range),
             np.float32(STROKE_POWER * stroke_gamma),
+            np.float32(stroke_gamma),
             np.float32(STROKE_DEEPENING),
             np.float32(STROKE_BUDGET),
             np.float32(STROKE_THINNING_MAX),

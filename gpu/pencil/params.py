@@ -206,8 +206,8 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
     Option(
         "hatching",
         str,
-        "flat",
-        "flat: the pencil texture hatches one way everywhere; follow: its hatching turns along the photo's forms",
+        "follow",
+        "follow: the pencil texture's hatching turns along the photo's forms; flat: it hatches one way everywhere",
         choices=("flat", "follow"),
     ),
     Option(
@@ -223,7 +223,8 @@ PENCIL_OPTIONS: tuple[Option, ...] = (
         "stroke_gamma",
         float,
         1.0,
-        "darkness of the strokes: S ** (2 stroke_gamma) (above 1 darker)",
+        "darkness of the strokes: S ** (2 stroke_gamma), and they may darken a region by stroke_gamma times "
+        "its tone's darkness (above 1 darker)",
         minimum=0.1,
         maximum=5.0,
     ),
@@ -257,7 +258,7 @@ class PencilParams:
     mode: str = "gray"
     tone: str = "auto"
     texture: str = "lu"
-    hatching: str = "flat"
+    hatching: str = "follow"
     line_frac: float = 1 / 30
     stroke_width: int = 1
     stroke_gamma: float = 1.0

@@ -1016,14 +1016,15 @@ extern "C" __global__ void cross_hatch(const float* log_h, int size, const float
 }
 
 // ------------------------------------------------------- stages 9-10 fused: merge --
-// S_t as stroke_rows; the balance (reference.balance): with B = 1 - J + budget, r = D2 / D1 (in
+// S_t as stroke_rows; the balance (reference.balance): with B = gamma (1 - J + budget), r = D2 / D1 (in
 // [1e-6, 0.999]), p = 1 + ln min(B / D1, 1) / ln r in [1, thinning_max], E = D1 r^(p - 1),
 // k = min(1, B / E): S_b = 1 - k (1 - S_t)^p, J_b = J / max(1 - k E, J); T_b = exp(beta ln H_x
 // ln J_b / ln J) (lu, beta != nullptr; J clamped into [1/255, 254/255], J_b from 1/255) or
 // exp((1 - J_b) ln H_x) (fast), ln H_x the cross-hatched plane; R = S_b T_b as uint8. channels_out 1: R. channels_out 3: R
 // replaces Y of the photo's YCrCb (image has `channels_in` 3) or is repeated (a gray photo).
 extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
-                                 float exponent, float deepening, float budget, float thinning_max, const float* __restrict__ means,
+                                 float exponent, float gamma, float deepening, float budget, float thinning_max,
+                                 const float* __restrict__ means,
                                  const float* __restrict__ tone, const float* __restrict__ beta,
                                  const float* __restrict__ log_h, int height, int width,
                                  const u8* __restrict__ image, int channels_in, int channels_out, u8* __restrict__ out) {
@@ -1033,7 +1034,7 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
     const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
     const float j = tone[p];
     const float stroke = deepened(stroke_of(strokes[p], low, fmaxf(high - low, floor_range), exponent), j, deepening);
-    const float allowed = 1.0f - j + budget;
+    const float allowed = __fmul_rn(gamma, __fadd_rn(__fsub_rn(1.0f, j), budget));
     const float first = fmaxf(means[p], 1e-6f);
     const float ratio = fminf(fmaxf(means[(long long)height * width + p] / first, 1e-6f), 0.999f);
     const float excess = fminf(fmaxf(allowed / first, 1e-6f), 1.0f);

@@ -258,12 +258,13 @@ def stroke_darkness_means(strokes: np.ndarray, size: int) -> tuple[np.ndarray, n
 
 
 def balance(
-    strokes: np.ndarray, means: tuple[np.ndarray, np.ndarray], tone: np.ndarray
+    strokes: np.ndarray, means: tuple[np.ndarray, np.ndarray], tone: np.ndarray, stroke_gamma: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stage 10a (issue 38): strokes that keep the tone. Returns (S_b, J_b), float32 (H, W).
 
     Over a square of the line length the strokes may darken the drawing on average by at
-    most the tone's darkness plus a little room, B = 1 - J + STROKE_BUDGET. Where they
+    most the tone's darkness plus a little room, times the strokes' darkness option:
+    B = stroke_gamma (1 - J + STROKE_BUDGET) (at the default 1, the tone's own). Where they
     would darken it more (a bright, detailed region), they are thinned first: d -> d ** p,
     which keeps the dark cores of the outlines. The mean of d ** p is modelled from the two
     means (D1, D2) as log-linear in p, E(p) = D1 r ** (p - 1) with r = D2 / D1, and p
@@ -274,7 +275,7 @@ def balance(
     stays near J and the tone map's order of light and dark survives the strokes."""
     first, second = means
     one = np.float32(1.0)
-    allowed = one - tone + np.float32(STROKE_BUDGET)
+    allowed = np.float32(stroke_gamma) * (one - tone + np.float32(STROKE_BUDGET))
     first = np.maximum(first, np.float32(1e-6))
     ratio = np.clip(second / first, np.float32(1e-6), np.float32(0.999))
     excess = np.minimum(np.maximum(allowed / first, np.float32(1e-6)), one)
@@ -769,7 +770,7 @@ def render(image: np.ndarray, params: PencilParams, tone_lut: np.ndarray | None 
 
     tone = tone_map(luma_u8, params, tone_lut)
     sketch = deepened_strokes(sketch, tone)
-    sketch, balanced_tone = balance(sketch, stroke_darkness_means(sketch, length), tone)
+    sketch, balanced_tone = balance(sketch, stroke_darkness_means(sketch, length), tone, params.stroke_gamma)
     hatched = oriented_texture(luma_u8, params) if params.hatching == "follow" else None
     texture = balanced_texture(tone, balanced_tone, params.texture, hatched)
     drawing_u8 = to_u8(np.multiply(sketch, texture, out=texture))

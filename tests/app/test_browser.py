@@ -575,15 +575,16 @@ def test_tone_auto_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, 
     assert not page_errors, page_errors
 
 
-def test_hatching_follow_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, photo):
-    """The Hatching group (Flat | Follow forms) is a radio group like Tone: reached by Tab from
-    the group before it, Follow chosen by an arrow key is sent as hatching=follow and draws
-    another image than Flat; Reset returns to Flat and draws again."""
+def test_hatching_flat_by_keyboard_is_sent_and_drawn(server, web_page, page_errors, photo):
+    """The Hatching group (Flat | Follow forms, Follow the default since issue 38) is a radio
+    group like Tone: reached by Tab from the group before it, Flat chosen by an arrow key is
+    sent as hatching=flat and draws another image than Follow; Reset returns to Follow and
+    draws again."""
     import numpy as np
 
     page = web_page
     base, health = server
-    assert health["defaults"]["hatching"] == "flat"
+    assert health["defaults"]["hatching"] == "follow"
     page.add_init_script(RECORD_FORMS)
     page.goto(f"{base}/")
     page.wait_for_function(  # /healthz has answered: its defaults are applied
@@ -591,7 +592,7 @@ def test_hatching_follow_by_keyboard_is_sent_and_drawn(server, web_page, page_er
     )
     values = page.eval_on_selector_all("input[name=hatching]", "els => els.map(e => e.value)")
     assert values == ["flat", "follow"]
-    assert page.is_checked("#hatching-flat")  # the page's default, the server's too
+    assert page.is_checked("#hatching-follow")  # the page's default, the server's too
     assert page.get_by_role("group", name="Hatching").count() == 1
     for name in ("Flat", "Follow forms"):
         assert page.get_by_role("radio", name=name, exact=True).count() == 1, name
@@ -611,45 +612,45 @@ def test_hatching_follow_by_keyboard_is_sent_and_drawn(server, web_page, page_er
         assert cut == [], (value, cut)
         box = page.locator("#hatching-flat + label").evaluate("l => l.parentElement.getBoundingClientRect().toJSON()")
         assert (box["x"], box["width"]) == (tone_box["x"], tone_box["width"]), (box, tone_box)
-    page.click("label[for=hatching-flat]")
+    page.click("label[for=hatching-follow]")
     _shot_also(page, "browser-options.png", selector=".controls")
 
-    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as flat:
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as follow:
         page.set_input_files("#file", str(photo))
-    assert flat.value.ok
+    assert follow.value.ok
     _wait_for_sketch(page, health["backend"])
-    flat_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+    follow_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
 
     # Tab from the Texture group lands on the checked Hatching radio, with a visible focus ring;
-    # an arrow key chooses Follow
+    # an arrow key chooses Flat
     page.focus("#texture-lu")
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.id") == "hatching-flat"
-    ring = page.eval_on_selector("label[for=hatching-flat]", "l => getComputedStyle(l).outlineStyle")
-    assert ring != "none", "no focus ring on the keyboard-focused Hatching choice"
-    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as follow:
-        page.keyboard.press("ArrowRight")
-    assert page.is_checked("#hatching-follow")
     assert page.evaluate("document.activeElement.id") == "hatching-follow"
-    assert follow.value.ok, follow.value.text()[:500]
+    ring = page.eval_on_selector("label[for=hatching-follow]", "l => getComputedStyle(l).outlineStyle")
+    assert ring != "none", "no focus ring on the keyboard-focused Hatching choice"
+    with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as flat:
+        page.keyboard.press("ArrowLeft")
+    assert page.is_checked("#hatching-flat")
+    assert page.evaluate("document.activeElement.id") == "hatching-flat"
+    assert flat.value.ok, flat.value.text()[:500]
     _wait_for_sketch(page, health["backend"])
     page.wait_for_timeout(400)
     forms = page.evaluate("window.__sketchForms")
-    assert [f["hatching"] for f in forms] == ["flat", "follow"]
+    assert [f["hatching"] for f in forms] == ["follow", "flat"]
     assert page.eval_on_selector("#sketch", "img => img.naturalWidth") == 512
-    follow_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
+    flat_px = page.eval_on_selector("#sketch", SKETCH_PIXELS)
     assert len(follow_px) == len(flat_px) == 512 * 512
     changed = float(np.mean(np.asarray(follow_px) != np.asarray(flat_px)))
-    assert changed > 0.1, f"hatching=follow changed only {changed:.1%} of the pixels of hatching=flat"
-    _shot_also(page, "browser-hatching-follow.png", selector="#sketch-view")
+    assert changed > 0.1, f"hatching=flat changed only {changed:.1%} of the pixels of hatching=follow"
+    _shot_also(page, "browser-hatching-flat.png", selector="#sketch-view")
 
-    # Reset returns to Flat and draws again
+    # Reset returns to Follow and draws again
     with page.expect_response(lambda r: _is_sketch_request(r.request), timeout=RENDER_TIMEOUT_MS) as reset:
         page.click("#reset")
     assert reset.value.ok
-    assert page.is_checked("#hatching-flat")
+    assert page.is_checked("#hatching-follow")
     _wait_for_sketch(page, health["backend"])
-    assert page.evaluate("window.__sketchForms.at(-1).hatching") == "flat"
+    assert page.evaluate("window.__sketchForms.at(-1).hatching") == "follow"
     assert not page_errors, page_errors
 
 

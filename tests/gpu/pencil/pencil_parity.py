@@ -146,7 +146,7 @@ def reference_merge(
     )
     sketch = ref.stroke_map(None, None, given, params.stroke_gamma)  # type: ignore[arg-type]
     sketch = ref.deepened_strokes(sketch, tone)
-    sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_means(sketch, length), tone)
+    sketch, balanced_tone = ref.balance(sketch, ref.stroke_darkness_means(sketch, length), tone, params.stroke_gamma)
     if params.texture == "lu":
         assert beta is not None
         # reference.balanced_texture after its solve
