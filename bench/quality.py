@@ -7,12 +7,16 @@
 Photos: scikit-image's real photographs (dark and low-key ones included: the Hubble deep
 field, the rocket at dusk, the retina scan with its black surround) and our own low-key
 ones, real photos darkened by a physical exposure change (-3 EV in linear light: `expose`).
-Two sets (`Photo.held_out`, `--held-out`): the tuning photos, on which constants are
-chosen, and the evaluation photos, held out from tuning since issue 38 (a portrait and it
-at -3 EV, grass and it at -3 EV, a bright cell on a large flat dark ground, gravel from
-above, a brick wall turned onto the diagonals, handwriting on a slanted page). Each is
-resized to a longer side of --side px (area filter when shrinking, cubic when enlarging)
-before rendering.
+Three sets (`Photo.group`, `--set`): the tuning photos, on which constants are chosen;
+the evaluation photos, held out from tuning in issue 38's first part and looked at while
+choosing its second part's constants (a portrait and it at -3 EV, grass and it at -3 EV,
+a bright cell on a large flat dark ground, gravel from above, a brick wall turned onto the
+diagonals, handwriting on a slanted page); and the unseen photos, real photos of the kinds
+issue 38 measured on, added after its constants were chosen and drawn only to evaluate
+them (bench/photos/: a portrait, a raccoon's face, a temple among trees and it at -3 EV,
+a flower, people on a staircase; their sources and licences in bench/photos/README.md).
+Each is resized to a longer side of --side px (area filter when shrinking, cubic when
+enlarging) before rendering.
 
 Per photo and mode (MODES: a name -> PencilParams; adding a mode is one line):
 - rank: Spearman's rank correlation between the photo's luma and the drawing, both
@@ -94,8 +98,8 @@ class Mode:
 
 
 MODES: tuple[Mode, ...] = (
-    Mode("auto/lu", PencilParams(tone="auto", texture="lu", hatching="flat")),
-    Mode("auto+follow/lu", PencilParams(tone="auto", texture="lu", hatching="follow")),
+    Mode("auto/lu", PencilParams(tone="auto", texture="lu")),  # the default: hatching="follow"
+    Mode("auto+flat/lu", PencilParams(tone="auto", texture="lu", hatching="flat")),
     Mode("light/lu", PencilParams(tone="light", texture="lu")),
     Mode("medium/lu", PencilParams(tone="medium", texture="lu"), sheet=False),
     Mode("dark/lu", PencilParams(tone="dark", texture="lu")),
@@ -132,8 +136,26 @@ class Photo:
     name: str
     note: str
     load: Callable[[], np.ndarray]
-    held_out: bool = False  # evaluation set: never looked at while choosing constants (issue 38)
+    group: str = "tuning"  # GROUPS: which set the photo is in
     zoom: tuple[float, float] = (0.5, 0.5)  # centre (x, y), as fractions, of the 2x crop on the sheet
+
+
+GROUPS = {
+    "tuning": "tuning photos",
+    "evaluation": "evaluation photos (held out in issue 38's first part)",
+    "unseen": "unseen photos (bench/photos/, drawn only to evaluate)",
+}
+PHOTO_DIR = ROOT / "bench/photos"
+
+
+def photo_file(name: str) -> Callable[[], np.ndarray]:
+    """A loader of bench/photos/<name>: (H, W, 3) RGB or (H, W) gray uint8, as stored."""
+
+    def load() -> np.ndarray:
+        with Image.open(PHOTO_DIR / name) as image:
+            return np.asarray(image.convert("L" if image.mode in ("L", "I;16") else "RGB"))
+
+    return load
 
 
 def rotated_crop(image: np.ndarray, degrees: float) -> np.ndarray:
@@ -163,19 +185,29 @@ PHOTOS: tuple[Photo, ...] = (
     Photo("hubble", "scikit-image: Hubble deep field (night sky)", skimage.data.hubble_deep_field),
     Photo("coffee-3EV", "ours: coffee at -3 EV in linear light", lambda: expose(skimage.data.coffee(), -3.0)),
     # The evaluation set (held out in issue 38): the kinds of photo the issue's six were.
-    Photo("astronaut", "held out: portrait (Eileen Collins, NASA)", skimage.data.astronaut, True, (0.45, 0.25)),
-    Photo("astronaut-3EV", "held out: the portrait at -3 EV", lambda: expose(skimage.data.astronaut(), -3.0), True),
-    Photo("grass", "held out: a field of grass (landscape texture)", skimage.data.grass, True),
-    Photo("grass-3EV", "held out: the grass at -3 EV", lambda: expose(skimage.data.grass(), -3.0), True),
-    Photo("cell", "held out: a bright cell on a large flat dark ground", skimage.data.cell, True, (0.68, 0.67)),
-    Photo("gravel", "held out: gravel seen from above (aerial texture)", skimage.data.gravel, True),
+    Photo("astronaut", "held out: portrait (Eileen Collins, NASA)", skimage.data.astronaut, "evaluation", (0.45, 0.25)),
+    Photo(
+        "astronaut-3EV", "held out: the portrait at -3 EV", lambda: expose(skimage.data.astronaut(), -3.0), "evaluation"
+    ),
+    Photo("grass", "held out: a field of grass (landscape texture)", skimage.data.grass, "evaluation"),
+    Photo("grass-3EV", "held out: the grass at -3 EV", lambda: expose(skimage.data.grass(), -3.0), "evaluation"),
+    Photo("cell", "held out: a bright cell on a large flat dark ground", skimage.data.cell, "evaluation", (0.68, 0.67)),
+    Photo("gravel", "held out: gravel seen from above (aerial texture)", skimage.data.gravel, "evaluation"),
     Photo(
         "brick-diagonal",
         "held out: a brick wall in perspective turned 30 degrees (diagonal structure, like stairs)",
         lambda: rotated_crop(skimage.data.brick(), 30.0),
-        True,
+        "evaluation",
     ),
-    Photo("text", "held out: handwriting on a slanted page (diagonal strokes)", skimage.data.text, True),
+    Photo("text", "held out: handwriting on a slanted page (diagonal strokes)", skimage.data.text, "evaluation"),
+    # The unseen set (issue 38, after its constants were chosen): real photos of the kinds the
+    # issue measured on, from other projects' sample data (bench/photos/README.md).
+    Photo("hopper", "unseen: portrait (Grace Hopper, US Navy)", photo_file("grace_hopper.jpg"), "unseen", (0.5, 0.3)),
+    Photo("raccoon", "unseen: a raccoon's face among leaves", photo_file("raccoon.jpg"), "unseen", (0.55, 0.35)),
+    Photo("china", "unseen: landscape, a temple among trees", photo_file("china.jpg"), "unseen"),
+    Photo("china-3EV", "unseen: the landscape at -3 EV", lambda: expose(photo_file("china.jpg")(), -3.0), "unseen"),
+    Photo("flower", "unseen: a flower, close up", photo_file("flower.jpg"), "unseen"),
+    Photo("ascent", "unseen: people on a staircase, gray (diagonals)", photo_file("ascent.png"), "unseen"),
 )
 
 
@@ -301,7 +333,7 @@ class PhotoResult:
     source_size: tuple[int, int]
     mean: float  # the photo's mean grey (luma)
     modes: dict[str, Result] = field(default_factory=dict)
-    held_out: bool = False
+    group: str = "tuning"
 
 
 def baseline_of(mode: Mode, modes: tuple[Mode, ...] = MODES) -> Mode | None:
@@ -328,7 +360,7 @@ def measure(
         (image.shape[1], image.shape[0]),
         (source.shape[1], source.shape[0]),
         float(gray.mean()),
-        held_out=photo.held_out,
+        group=photo.group,
     )
     drawings = {}
     for mode in modes:
@@ -700,7 +732,7 @@ def main() -> None:
     parser.add_argument("--no-images", action="store_true", help="numbers only: write neither PNG")
     parser.add_argument("--no-zoom", action="store_true", help="no 2x crops on the contact sheet")
     parser.add_argument("--no-seams", action="store_true", help="skip the seam measure (it turns the texture again)")
-    parser.add_argument("--held-out", choices=("all", "tuning", "evaluation"), default="all", help="which photo set")
+    parser.add_argument("--set", choices=("all", *GROUPS), default="all", help="which photo set (Photo.group)")
     parser.add_argument(
         "--device-cost",
         default=None,
@@ -718,8 +750,8 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown photos {sorted(unknown)}; known: {', '.join(p.name for p in PHOTOS)}")
         photos = tuple(p for p in PHOTOS if p.name in wanted)
-    if args.held_out != "all":
-        photos = tuple(p for p in photos if p.held_out == (args.held_out == "evaluation"))
+    if args.set != "all":
+        photos = tuple(p for p in photos if p.group == args.set)
 
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
     if args.backend == "cuda":
@@ -756,8 +788,7 @@ def main() -> None:
         print(f"- {line}: {'met' if met else 'NOT met: ' + ', '.join(offenders)}")
     print()
     for label, subset in (
-        ("tuning photos", [r for r in results if not r.held_out]),
-        ("evaluation photos (held out)", [r for r in results if r.held_out]),
+        *((label, [r for r in results if r.group == group]) for group, label in GROUPS.items()),
         ("all photos", results),
     ):
         if not subset:
@@ -805,7 +836,7 @@ def main() -> None:
                 {
                     "name": r.name,
                     "note": r.note,
-                    "held_out": r.held_out,
+                    "group": r.group,
                     "size": r.size,
                     "source_size": r.source_size,
                     "mean": r.mean,
