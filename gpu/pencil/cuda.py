@@ -298,14 +298,17 @@ class DeviceAssets:
                     self._auto = tuple(_upload_shared(np.ascontiguousarray(table)) for table in tables)
             return self._auto
 
-    def hatch_tables(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+    def hatch_tables(self) -> tuple[cupy.ndarray, cupy.ndarray, tuple[cupy.ndarray, ...]]:
         """hatching="follow": float32 cosines and sines of the turns (reference.hatch_turns)
-        and the texture tile H."""
+        and the texture tile H at each of its levels (reference.hatch_tile)."""
         with self._lock:
             if self._hatch is None:
                 cosines, sines = reference.hatch_turns()
                 with cupy.cuda.Device(self.device):
-                    self._hatch = (_upload_shared(cosines), _upload_shared(sines), self.texture)
+                    levels = (self.texture,) + tuple(
+                        _upload_shared(reference.hatch_tile(level)) for level in range(1, reference.HATCH_LEVELS)
+                    )
+                    self._hatch = (_upload_shared(cosines), _upload_shared(sines), levels)
             return self._hatch
 
     def line_plan(self, length: int, width: int) -> LinePlan:
@@ -453,7 +456,9 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
         block,
         (luma, np.int32(height), np.int32(width), size, rows),
     )
-    cosines, sines, tile = device_assets.hatch_tables()
+    cosines, sines, tiles = device_assets.hatch_tables()
+    level, inverse_scale = reference.hatch_sampling(params.hatch_scale(height, width))
+    tile = tiles[level]
     texture = None if with_log else kernels.empty((height, width), cupy.float32)  # "lu" reads ln H alone
     log_texture = kernels.empty((height, width), cupy.float32) if with_log else None
     _k("hatch_texture")(
@@ -471,7 +476,7 @@ def oriented_texture(luma: cupy.ndarray, params: PencilParams, device_assets: De
             np.float32(HATCH_BIAS),
             np.float32(HATCH_BIAS_FLOOR),
             *reference.hatch_own_direction(),
-            np.float32(1.0 / params.hatch_scale(height, width)),
+            inverse_scale,
             np.float32(reference.TILE_MEAN),
             np.float32(H_MIN),
             np.float32(H_MAX),

@@ -563,23 +563,48 @@ def oriented_texture(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
     sampled bilinearly and blended by the fraction."""
     height, width = luma_u8.shape
     tensor = structure_tensor(luma_u8, params.structure_size(height, width))
-    inverse_scale = np.float32(1.0 / params.hatch_scale(height, width))
+    level, inverse_scale = hatch_sampling(params.hatch_scale(height, width))
     out = np.empty((height, width), np.float32)
     # Every step after the tensor is per pixel: bands of rows keep the temporaries in cache
     # (full planes cost more in page faults than in arithmetic).
     for top in range(0, height, HATCH_BAND_ROWS):
         rows = slice(top, top + HATCH_BAND_ROWS)
         xx, xy, yy = (plane[rows] for plane in tensor)
-        out[rows] = _turned_samples(hatch_turn((xx, xy, yy)), top, inverse_scale)
+        out[rows] = _turned_samples(hatch_turn((xx, xy, yy)), top, inverse_scale, level)
     return out
+
+
+HATCH_LEVELS = 4  # the tile and 3 halvings (512, 256, 128, 64 px)
+
+
+def hatch_sampling(scale: float) -> tuple[int, np.float32]:
+    """(level, inverse scale): the level of hatch_tile to sample for a drawing that shows the
+    tile at `scale` px per tile px, and the tile-level px per drawing px. A drawing smaller
+    than HATCH_SCALE_SIDE shrinks the tile; bilinear samples of a shrunk tile alias into a
+    moire, so the tile halved round(log2(1 / scale)) times (at most HATCH_LEVELS - 1) is
+    sampled instead, at 0.7-1.4 of its own scale."""
+    level = 0 if scale >= 1.0 else min(HATCH_LEVELS - 1, int(np.floor(np.log2(1.0 / scale) + 0.5)))
+    return level, np.float32(1.0 / (scale * 2**level))
+
+
+@lru_cache(maxsize=HATCH_LEVELS)
+def hatch_tile(level: int) -> np.ndarray:
+    """The texture tile halved `level` times, each halving the mean of 2 x 2 pixels (so the
+    mean, TILE_MEAN, is kept): (side / 2 ** level,) * 2 float32, read-only."""
+    tile = pencil_texture()
+    for _ in range(level):
+        tile = (tile[0::2, 0::2] + tile[1::2, 0::2] + tile[0::2, 1::2] + tile[1::2, 1::2]) * np.float32(0.25)
+    tile = np.ascontiguousarray(tile, dtype=np.float32)
+    tile.setflags(write=False)
+    return tile
 
 
 HATCH_BAND_ROWS = 32
 
 
-def _turned_samples(turn: np.ndarray, top: int, inverse_scale: np.float32) -> np.ndarray:
-    """oriented_texture for the rows top.. of the photo: the tile turned by the (h, W) float32
-    turn and scaled by 1 / inverse_scale, sampled and blended (blend_hatchings)."""
+def _turned_samples(turn: np.ndarray, top: int, inverse_scale: np.float32, level: int = 0) -> np.ndarray:
+    """oriented_texture for the rows top.. of the photo: hatch_tile(level) turned by the (h, W)
+    float32 turn and scaled by 1 / inverse_scale, sampled and blended (blend_hatchings)."""
     height, width = turn.shape
     low = np.floor(turn)
     fraction = turn - low
@@ -592,7 +617,7 @@ def _turned_samples(turn: np.ndarray, top: int, inverse_scale: np.float32) -> np
         c, s = cv2.LUT(k, cosines), cv2.LUT(k, sines)
         u = xs * c + ys * s  # the point R(-angle) (x, y) of the tile's plane
         v = ys * c - xs * s
-        samples.append(sample_tile(u, v))
+        samples.append(sample_tile(u, v, level))
     return blend_hatchings(samples[0], samples[1], fraction)
 
 
@@ -609,23 +634,23 @@ def blend_hatchings(first: np.ndarray, second: np.ndarray, fraction: np.ndarray)
     return np.clip(mixed / spread + mean, np.float32(H_MIN), np.float32(H_MAX))
 
 
-def sample_tile(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """The tiled texture H at float32 points (u, v) of its plane, bilinear: the coordinates
+def sample_tile(u: np.ndarray, v: np.ndarray, level: int = 0) -> np.ndarray:
+    """The tiled hatch_tile(level) at float32 points (u, v) of its plane, bilinear: the coordinates
     wrapped into the tile, u - side floor(u / side) (exact but for small negative u), then
     OpenCV's remap on the tile with one wrapped row and column added, so that every sample
     is inside it (remap's fast path; OpenCV 5 interpolates float coordinates exactly)."""
-    tile = _wrapped_tile()
+    tile = _wrapped_tile(level)
     side = np.float32(tile.shape[0] - 1)
     u = u - np.floor(u / side) * side
     v = v - np.floor(v / side) * side
     return cv2.remap(tile, u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_WRAP)
 
 
-@lru_cache(maxsize=1)
-def _wrapped_tile() -> np.ndarray:
-    """The texture tile (side, side) float32 with its first row and column repeated after
+@lru_cache(maxsize=HATCH_LEVELS)
+def _wrapped_tile(level: int) -> np.ndarray:
+    """hatch_tile(level), (side, side) float32, with its first row and column repeated after
     its last: (side + 1, side + 1)."""
-    return cv2.copyMakeBorder(pencil_texture(), 0, 1, 0, 1, cv2.BORDER_WRAP)
+    return cv2.copyMakeBorder(hatch_tile(level), 0, 1, 0, 1, cv2.BORDER_WRAP)
 
 
 NEXT_TURN = ((np.arange(256) + 1) % HATCH_TURNS).astype(np.uint8)

@@ -251,11 +251,30 @@ def test_a_photo_without_direction_keeps_the_flat_texture():
     luma = np.full((90, 130), 117, np.uint8)
     params = PencilParams(hatching="follow")
     turned = ref.oriented_texture(luma, params)
-    inverse = np.float32(1.0 / params.hatch_scale(90, 130))
+    level, inverse = ref.hatch_sampling(params.hatch_scale(90, 130))
+    assert level == ref.HATCH_LEVELS - 1  # a small drawing: the smallest level of the tile
     ys, xs = np.mgrid[0:90, 0:130].astype(np.float32)
-    np.testing.assert_allclose(turned, ref.sample_tile(xs * inverse, ys * inverse), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(turned, ref.sample_tile(xs * inverse, ys * inverse, level), rtol=0, atol=1e-5)
     big = np.full((1080, 1200), 117, np.uint8)  # at HATCH_SCALE_SIDE the tile's own pixels
     np.testing.assert_allclose(ref.oriented_texture(big, params)[:300, :300], ref.texture_for(300, 300), atol=1e-5)
+
+
+def test_a_smaller_drawing_samples_a_halved_tile_near_its_own_scale():
+    """The follow hatching shrinks with the drawing; it samples the tile halved so that its
+    own pixels are shown at 0.7-1.42 drawing px (shrunk by at most 1.42: no moire) down to
+    a scale of 0.7 / 8 (a shorter side of 95 px), each halving the 2 x 2 mean of the one
+    before (the mean kept)."""
+    assert ref.hatch_sampling(1.0) == (0, 1.0) and ref.hatch_sampling(2.0) == (0, 0.5)
+    for scale in np.geomspace(0.7 / 2 ** (ref.HATCH_LEVELS - 1), 1.0, 40):
+        level, inverse = ref.hatch_sampling(float(scale))
+        assert 0.7 - 1e-6 <= 1 / float(inverse) <= 1.42, (scale, level, inverse)
+        np.testing.assert_allclose(float(inverse) * scale * 2**level, 1.0, rtol=1e-6)
+    tile = ref.hatch_tile(0)
+    half = ref.hatch_tile(1)
+    assert half.shape == (tile.shape[0] // 2,) * 2
+    np.testing.assert_allclose(half, tile.reshape(half.shape[0], 2, half.shape[1], 2).mean(axis=(1, 3)), atol=1e-6)
+    for level in range(ref.HATCH_LEVELS):
+        assert abs(float(ref.hatch_tile(level).mean()) - ref.TILE_MEAN) < 1e-4
 
 
 def test_structure_tensor_is_the_box_mean_of_the_gradient_products(rng):

@@ -146,7 +146,7 @@ def main() -> int:
         params = parity.random_params(rng, mode="color")
         luma, _ = ref.split_luma(image)
         strokes, _ = parity.reference_strokes(luma, params)
-        tone_map = ref.tone_map(luma, params)
+        tone_map = ref.tone_map(luma, params) ** np.float32(2.0)  # darkened: the crossing layer is drawn
         hatched = ref.oriented_texture(luma, params) if params.hatching == "follow" else None
         log_texture = parity.crossed_log_texture(tone_map, hatched)
         beta = None
