@@ -300,14 +300,22 @@ def seam_share(gray: np.ndarray, params: PencilParams) -> float:
     texture the pipeline draws this photo with (H before the tone, from
     reference.texture_for or, for hatching="follow", reference.oriented_texture) has a
     local contrast (local_contrast) under SEAM_CONTRAST of the plain tile's median local
-    contrast. Where two hatchings of different directions are blended, their strokes wash
-    out into a lighter, flat band: a seam. The plain tile's own share is the floor."""
+    contrast, the plain tile as that hatching samples it (for "follow": unturned, at the
+    level and scale of reference.hatch_sampling). Where two hatchings of different
+    directions are blended, their strokes wash out into a lighter, flat band: a seam. The
+    plain tile's own share is the floor."""
     from gpu.pencil import reference
 
     height, width = gray.shape
-    plain = reference.texture_for(height, width)
+    if params.hatching == "flat":
+        plain = reference.texture_for(height, width)
+        texture = plain
+    else:
+        level, inverse = reference.hatch_sampling(params.hatch_scale(height, width))
+        ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+        plain = reference.sample_tile(xs * inverse, ys * inverse, level)
+        texture = reference.oriented_texture(gray, params)
     typical = float(np.median(local_contrast(plain)))
-    texture = plain if params.hatching == "flat" else reference.oriented_texture(gray, params)
     return float(np.mean(local_contrast(texture) < SEAM_CONTRAST * typical))
 
 
