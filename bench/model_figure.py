@@ -34,11 +34,8 @@ def stages(image: np.ndarray, params: PencilParams) -> dict[str, np.ndarray]:
     luma_u8, _ = ref.split_luma(image)
     height, width = luma_u8.shape
     length = params.line_length(height, width)
-    magnitude = ref.gradient(ref.median3(luma_u8))
-    label = ref.classify(magnitude, ref.LineFilter(height, width, length, 0))
-    sketch = ref.stroke_map(magnitude, label, ref.LineFilter(height, width, length, params.stroke_width), 1.0)
     tone = ref.tone_map(luma_u8, params)
-    deepened = ref.deepened_strokes(sketch, tone)
+    deepened = ref.deepened_strokes(ref.strokes_of(luma_u8, params), tone)
     balanced, lifted = ref.balance(deepened, ref.stroke_darkness_means(deepened, length), tone)
     flat_texture = ref.texture_rendering(tone, "lu")
     texture = ref.balanced_texture(tone, lifted, "lu", ref.oriented_texture(luma_u8, params))

@@ -240,6 +240,16 @@ def stroke_map(magnitude: np.ndarray, label: np.ndarray, wide_lines: LineFilter,
     return sketch.astype(np.float32, copy=False)
 
 
+def strokes_of(luma_u8: np.ndarray, params: PencilParams) -> np.ndarray:
+    """Stages 1-5 of the (H, W) uint8 luma: the stroke map S, float32 (H, W), before the tone."""
+    height, width = luma_u8.shape
+    length = params.line_length(height, width)
+    magnitude = gradient(median3(luma_u8))
+    label = classify(magnitude, LineFilter(height, width, length, 0))
+    wide_lines = LineFilter(height, width, length, params.stroke_width)
+    return stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
+
+
 def deepened_strokes(sketch: np.ndarray, tone: np.ndarray) -> np.ndarray:
     """Stage 5b (issue 38): S_t = S ** (1 + STROKE_DEEPENING (1 - J)), float32 (H, W): the
     strokes darker where the tone is dark. The balance lightens the tone between them by as
@@ -787,12 +797,7 @@ def render(image: np.ndarray, params: PencilParams, tone_lut: np.ndarray | None 
     height, width = luma_u8.shape
 
     length = params.line_length(height, width)
-    magnitude = gradient(median3(luma_u8))
-    label = classify(magnitude, LineFilter(height, width, length, 0))
-    wide_lines = LineFilter(height, width, length, params.stroke_width)
-    sketch = stroke_map(magnitude, label, wide_lines, params.stroke_gamma)
-    del magnitude, label  # large images: hold as few full planes as possible at once
-
+    sketch = strokes_of(luma_u8, params)
     tone = tone_map(luma_u8, params, tone_lut)
     sketch = deepened_strokes(sketch, tone)
     sketch, balanced_tone = balance(sketch, stroke_darkness_means(sketch, length), tone, params.stroke_gamma)

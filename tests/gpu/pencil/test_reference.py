@@ -508,11 +508,8 @@ def _balanced_photo(name: str, side: int = 320):
     luma = ref.split_luma(photo)[0]
     params = PencilParams()
     length = params.line_length(side, side)
-    magnitude = ref.gradient(ref.median3(luma))
-    label = ref.classify(magnitude, ref.LineFilter(side, side, length, 0))
-    sketch = ref.stroke_map(magnitude, label, ref.LineFilter(side, side, length, params.stroke_width), 1.0)
     tone = ref.tone_map(luma, params)
-    strokes = ref.deepened_strokes(sketch, tone)
+    strokes = ref.deepened_strokes(ref.strokes_of(luma, params), tone)
     means = ref.stroke_darkness_means(strokes, length)
     return strokes, means, tone, length
 
