@@ -136,7 +136,7 @@ def test_drawing_targets_check_the_presets_order_and_exposure():
         return result
 
     names = [m.name for m in modes]
-    assert names == ["auto/lu", "auto+follow/lu", "light/lu", "medium/lu", "dark/lu"]
+    assert names == ["auto/lu", "auto+flat/lu", "light/lu", "medium/lu", "dark/lu"]
     results = [photo("a", (170, 170, 210, 190, 150)), photo("a-3EV", (120, 120, 200, 190, 199))]
     checks = [(met, offenders) for _, met, offenders in quality.drawing_targets(results, modes)]
     assert checks == [
@@ -146,3 +146,20 @@ def test_drawing_targets_check_the_presets_order_and_exposure():
         (True, []),  # light's rank
         (False, ["a-3EV 200/190/120/199"]),  # dark lighter than auto
     ]
+
+
+def test_every_photo_set_has_its_photos_and_the_unseen_ones_load():
+    """The three sets of Photo.group; the unseen photos are files of bench/photos/ (their
+    sources in its README) and load as 8-bit gray or RGB."""
+    groups = {p.group for p in quality.PHOTOS}
+    assert groups == set(quality.GROUPS)
+    unseen = [p for p in quality.PHOTOS if p.group == "unseen"]
+    assert len(unseen) == 6
+    readme = (quality.PHOTO_DIR / "README.md").read_text()
+    for photo in unseen:
+        image = photo.load()
+        assert image.dtype == np.uint8 and image.ndim in (2, 3) and min(image.shape[:2]) >= 400, photo.name
+        if not photo.name.endswith("-3EV"):
+            assert image.std() > 20, photo.name
+    for name in ("grace_hopper.jpg", "raccoon.jpg", "ascent.png", "china.jpg", "flower.jpg"):
+        assert (quality.PHOTO_DIR / name).is_file() and f"`{name}`" in readme
