@@ -146,7 +146,10 @@ def main() -> int:
         params = parity.random_params(rng, mode="color")
         luma, _ = ref.split_luma(image)
         strokes, _ = parity.reference_strokes(luma, params)
-        tone_map = ref.tone_map(luma, params) ** np.float32(2.0)  # darkened: the crossing layer is drawn
+        # the reference's J stretched onto [0.1, 1]: every photo has tones the crossing layer is drawn at
+        tone_map = ref.tone_map(luma, params)
+        tone_map = np.float32(0.1) + np.float32(0.9) * (tone_map - tone_map.min()) / max(float(np.ptp(tone_map)), 1e-3)
+        tone_map = tone_map.astype(np.float32)
         hatched = ref.oriented_texture(luma, params) if params.hatching == "follow" else None
         log_texture = parity.crossed_log_texture(tone_map, hatched)
         beta = None
