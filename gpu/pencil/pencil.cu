@@ -944,17 +944,17 @@ cg_update(const float* __restrict__ direction, const float* __restrict__ jacobi,
 // (as OpenCV's boxFilter): rows here (one thread per run of 32 pixels of a row, both sums
 // into rows[0] and rows[1]), columns in stroke_columns (one thread per run of 8 rows of a
 // column, blockIdx.z the plane).
-__device__ __forceinline__ float stroke_of(float raw, float low, float range, float exponent) {
+// One powf: s ** (exponent (1 + deepening (1 - J))), where the reference raises S = s ** exponent
+// to 1 + deepening (1 - J) (the same to float rounding).
+__device__ __forceinline__ float deepened_stroke(float raw, float low, float range, float exponent, float tone,
+                                                 float deepening) {
     const float s = 1.0f - (raw - low) / range;
-    return powf(s, exponent);
-}
-__device__ __forceinline__ float deepened(float stroke, float tone, float deepening) {
-    return powf(stroke, __fadd_rn(1.0f, __fmul_rn(deepening, __fsub_rn(1.0f, tone))));
+    return powf(s, __fmul_rn(exponent, __fadd_rn(1.0f, __fmul_rn(deepening, __fsub_rn(1.0f, tone)))));
 }
 struct Darkness { double d, d2; };
 __device__ __forceinline__ Darkness darkness_at(const float* row, const float* tone_row, int x, float low, float range,
                                                 float exponent, float deepening) {
-    const float d = 1.0f - deepened(stroke_of(row[x], low, range, exponent), tone_row[x], deepening);
+    const float d = 1.0f - deepened_stroke(row[x], low, range, exponent, tone_row[x], deepening);
     return {(double)d, (double)__fmul_rn(d, d)};
 }
 extern "C" __global__ void stroke_rows(const float* __restrict__ strokes, const u32* __restrict__ extrema, float floor_range,
@@ -1033,7 +1033,7 @@ extern "C" __global__ void merge(const float* __restrict__ strokes, const u32* _
     const long long p = (long long)y * width + x;
     const float low = __uint_as_float(extrema[0]), high = __uint_as_float(extrema[1]);
     const float j = tone[p];
-    const float stroke = deepened(stroke_of(strokes[p], low, fmaxf(high - low, floor_range), exponent), j, deepening);
+    const float stroke = deepened_stroke(strokes[p], low, fmaxf(high - low, floor_range), exponent, j, deepening);
     const float allowed = __fmul_rn(gamma, __fadd_rn(__fsub_rn(1.0f, j), budget));
     const float first = fmaxf(means[p], 1e-6f);
     const float ratio = fminf(fmaxf(means[(long long)height * width + p] / first, 1e-6f), 0.999f);
