@@ -242,7 +242,7 @@ class DeviceAssets:
             texture = pencil_texture()
             self.texture = _upload_shared(texture)
             self.log_texture = _upload_shared(np.log(texture))
-            self.log_crossing = _upload_shared(np.log(reference.crossing_tile()))
+            self.log_crossing = _upload_shared(reference.log_crossing_tile())
             self.texture_size = texture.shape[0]
             if texture.shape != (self.texture_size, self.texture_size) or self.texture_size & (self.texture_size - 1):
                 raise ValueError(

@@ -490,10 +490,11 @@ def texture_for(height: int, width: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def crossing_tile() -> np.ndarray:
-    """The texture tile turned a quarter turn (np.rot90, counterclockwise): its hatching
-    crosses the tile's at a right angle. (side, side) float32, read-only."""
-    tile = np.ascontiguousarray(np.rot90(pencil_texture()))
+def log_crossing_tile() -> np.ndarray:
+    """ln of the texture tile turned a quarter turn (np.rot90, counterclockwise): its
+    hatching crosses the tile's at a right angle. (side, side) float32, read-only; the log
+    taken once, not per drawing."""
+    tile = np.log(np.ascontiguousarray(np.rot90(pencil_texture())))
     tile.setflags(write=False)
     return tile
 
@@ -506,10 +507,10 @@ def cross_weight(tone: np.ndarray) -> np.ndarray:
 
 
 def crossed_log_texture(log_texture: np.ndarray, tone: np.ndarray) -> np.ndarray:
-    """ln H_x = ln H + c(J) ln H_turned (cross_weight; H_turned the crossing_tile tiled over
-    the image), float32 (H, W): where one layer of hatching would have to be pressed hard to
-    reach the tone, a second crosses it (issue 38). `log_texture` is overwritten."""
-    log_turned = np.log(tile_texture(crossing_tile(), *tone.shape))
+    """ln H_x = ln H + c(J) ln H_turned (cross_weight; ln H_turned the log_crossing_tile tiled
+    over the image), float32 (H, W): where one layer of hatching would have to be pressed
+    hard to reach the tone, a second crosses it (issue 38). `log_texture` is overwritten."""
+    log_turned = tile_texture(log_crossing_tile(), *tone.shape)
     log_texture += cross_weight(tone) * log_turned
     return log_texture
 
